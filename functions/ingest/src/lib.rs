@@ -1,0 +1,125 @@
+//! The ingest function: `POST /v1/events`. Authenticates the API key, validates
+//! the body, and in ONE transaction stores the event, a delivery per matching
+//! enabled endpoint and an outbox row per delivery. A repeated idempotency key
+//! returns the original event with 200.
+//!
+//! Invariant: ingest never talks to RabbitMQ; the outbox is its only output.
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use relayops_shared::api::{not_found_fallback, ApiError, ApiJson, ApiState, Authenticated};
+use relayops_shared::auth::Scope;
+use relayops_shared::db::DbError;
+use relayops_shared::domain::{
+    EventPayload, EventType, IdempotencyKey, ValidationError, MAX_PAYLOAD_BYTES,
+};
+use relayops_shared::ids::EventId;
+use relayops_shared::repo::events::{self, EventReceipt, IngestOutcome, NewEvent};
+use serde::{Deserialize, Serialize};
+
+/// Room for the envelope around the largest payload.
+const MAX_BODY_BYTES: usize = MAX_PAYLOAD_BYTES + 16 * 1024;
+
+/// The function's routes, for mounting beside others (the local runner).
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/v1/events", post(post_event))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// The function on its own, as its Lambda serves it.
+pub fn router(state: ApiState) -> Router {
+    routes().fallback(not_found_fallback).with_state(state)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PostEventRequest {
+    event_type: String,
+    payload: serde_json::Value,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct EventReceiptResponse {
+    id: EventId,
+    event_type: String,
+    idempotency_key: Option<String>,
+    received_at: DateTime<Utc>,
+    /// How many deliveries the event fanned out to.
+    deliveries: i64,
+}
+
+impl From<EventReceipt> for EventReceiptResponse {
+    fn from(receipt: EventReceipt) -> Self {
+        Self {
+            id: receipt.id,
+            event_type: receipt.event_type,
+            idempotency_key: receipt.idempotency_key,
+            received_at: receipt.received_at,
+            deliveries: receipt.deliveries,
+        }
+    }
+}
+
+/// The key may come in the body or the `Idempotency-Key` header; both must agree.
+fn idempotency_key(
+    headers: &HeaderMap,
+    body: Option<&str>,
+) -> Result<Option<IdempotencyKey>, ApiError> {
+    let header = match headers.get("idempotency-key") {
+        Some(value) => Some(value.to_str().map_err(|_| {
+            ValidationError::new("idempotency_key", "header must be printable ASCII")
+        })?),
+        None => None,
+    };
+    let text = match (header, body) {
+        (Some(header), Some(body)) if header != body => {
+            return Err(ValidationError::new(
+                "idempotency_key",
+                "the Idempotency-Key header and the body field differ",
+            )
+            .into())
+        }
+        (header, body) => header.or(body),
+    };
+    Ok(text.map(IdempotencyKey::parse).transpose()?)
+}
+
+async fn post_event(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<PostEventRequest>,
+) -> Result<(StatusCode, Json<EventReceiptResponse>), ApiError> {
+    caller.require(Scope::Ingest)?;
+    let event_type = EventType::parse(&request.event_type)?;
+    let payload = EventPayload::parse(request.payload)?;
+    let key = idempotency_key(&headers, request.idempotency_key.as_deref())?;
+
+    let mut client = state.pool.get().await.map_err(DbError::from)?;
+    let tx = client.transaction().await.map_err(DbError::from)?;
+    let new_event = NewEvent {
+        event_type: &event_type,
+        payload: &payload,
+        idempotency_key: key.as_ref(),
+    };
+    let outcome = events::insert_event_with_deliveries(&tx, caller.tenant_id, &new_event).await?;
+    match outcome {
+        IngestOutcome::Created(receipt) => {
+            tx.commit().await.map_err(DbError::from)?;
+            if receipt.deliveries > 0 {
+                state.wake_publisher();
+            }
+            tracing::info!(tenant_id = %caller.tenant_id, event_id = %receipt.id, deliveries = receipt.deliveries, "event accepted");
+            Ok((StatusCode::CREATED, Json(receipt.into())))
+        }
+        IngestOutcome::Duplicate(receipt) => Ok((StatusCode::OK, Json(receipt.into()))),
+        IngestOutcome::KeyReused { original } => Err(ApiError::Conflict(format!(
+            "idempotency key already used for event {original} with a different event type or payload"
+        ))),
+    }
+}

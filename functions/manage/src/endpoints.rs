@@ -1,0 +1,267 @@
+//! Endpoint routes: create (with its subscriptions, in one transaction), list,
+//! get, reveal the signing secret, and subscribe to more event types.
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
+use relayops_shared::auth::Scope;
+use relayops_shared::db::DbError;
+use relayops_shared::domain::{EndpointUrl, EventTypePattern, SigningSecret, ValidationError};
+use relayops_shared::ids::{EndpointId, SubscriptionId};
+use relayops_shared::repo::endpoints::{self, EndpointRecord, NewEndpoint, SubscriptionRecord};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+const MAX_PATTERNS: usize = 100;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEndpointRequest {
+    url: String,
+    #[serde(default)]
+    description: String,
+    event_types: Vec<String>,
+    /// Optional: bring your own `whsec_` secret; otherwise one is generated.
+    #[serde(default)]
+    secret: Option<String>,
+    #[serde(default = "enabled_by_default")]
+    enabled: bool,
+    #[serde(default)]
+    rate_limit_per_sec: Option<i32>,
+    #[serde(default)]
+    rate_limit_burst: Option<i32>,
+    #[serde(default)]
+    max_in_flight: Option<i32>,
+    #[serde(default)]
+    max_attempts: Option<i32>,
+    #[serde(default)]
+    timeout_ms: Option<i32>,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+fn in_range(
+    field: &'static str,
+    value: Option<i32>,
+    range: std::ops::RangeInclusive<i32>,
+) -> Result<Option<i32>, ValidationError> {
+    match value {
+        Some(number) if !range.contains(&number) => Err(ValidationError::new(
+            field,
+            format!("must be between {} and {}", range.start(), range.end()),
+        )),
+        other => Ok(other),
+    }
+}
+
+fn parse_patterns(texts: &[String]) -> Result<Vec<EventTypePattern>, ValidationError> {
+    if texts.is_empty() || texts.len() > MAX_PATTERNS {
+        return Err(ValidationError::new(
+            "event_types",
+            format!("must list 1 to {MAX_PATTERNS} event types"),
+        ));
+    }
+    texts
+        .iter()
+        .map(|text| EventTypePattern::parse(text))
+        .collect()
+}
+
+#[derive(Debug, Serialize)]
+pub struct EndpointView {
+    id: EndpointId,
+    url: String,
+    description: String,
+    enabled: bool,
+    disabled_reason: Option<String>,
+    rate_limit_per_sec: Option<i32>,
+    rate_limit_burst: Option<i32>,
+    max_in_flight: Option<i32>,
+    max_attempts: Option<i32>,
+    timeout_ms: Option<i32>,
+    event_types: Vec<String>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl EndpointView {
+    fn new(endpoint: EndpointRecord, subscriptions: &[SubscriptionRecord]) -> Self {
+        Self {
+            id: endpoint.id,
+            url: endpoint.url,
+            description: endpoint.description,
+            enabled: endpoint.enabled,
+            disabled_reason: endpoint.disabled_reason,
+            rate_limit_per_sec: endpoint.rate_limit_per_sec,
+            rate_limit_burst: endpoint.rate_limit_burst,
+            max_in_flight: endpoint.max_in_flight,
+            max_attempts: endpoint.max_attempts,
+            timeout_ms: endpoint.timeout_ms,
+            event_types: subscriptions
+                .iter()
+                .map(|sub| sub.event_type_pattern.clone())
+                .collect(),
+            created_at: endpoint.created_at,
+            updated_at: endpoint.updated_at,
+        }
+    }
+}
+
+pub async fn create(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    ApiJson(request): ApiJson<CreateEndpointRequest>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Scope::Admin)?;
+    let url = EndpointUrl::parse(&request.url)?;
+    if request.description.chars().count() > 1000 {
+        return Err(ValidationError::new("description", "must be at most 1000 characters").into());
+    }
+    let patterns = parse_patterns(&request.event_types)?;
+    let secret = match &request.secret {
+        Some(text) => SigningSecret::parse(text)?,
+        None => SigningSecret::generate(),
+    };
+    let new_endpoint = NewEndpoint {
+        url: &url,
+        description: &request.description,
+        secret: &secret,
+        enabled: request.enabled,
+        rate_limit_per_sec: in_range("rate_limit_per_sec", request.rate_limit_per_sec, 1..=10_000)?,
+        rate_limit_burst: in_range("rate_limit_burst", request.rate_limit_burst, 1..=10_000)?,
+        max_in_flight: in_range("max_in_flight", request.max_in_flight, 1..=1_000)?,
+        max_attempts: in_range("max_attempts", request.max_attempts, 1..=50)?,
+        timeout_ms: in_range("timeout_ms", request.timeout_ms, 100..=60_000)?,
+    };
+
+    let mut client = state.pool.get().await.map_err(DbError::from)?;
+    let tx = client.transaction().await.map_err(DbError::from)?;
+    let endpoint = endpoints::insert_endpoint(&tx, caller.tenant_id, &new_endpoint).await?;
+    for pattern in &patterns {
+        endpoints::insert_subscription(&tx, caller.tenant_id, endpoint.id, pattern).await?;
+    }
+    let subscriptions = endpoints::list_subscriptions(&tx, caller.tenant_id, endpoint.id).await?;
+    tx.commit().await.map_err(DbError::from)?;
+
+    let mut body = serde_json::to_value(EndpointView::new(endpoint, &subscriptions))
+        .map_err(ApiError::internal)?;
+    // The secret is part of the creation response so the caller can configure
+    // its receiver; afterwards it is only shown by the dedicated route.
+    body["secret"] = json!(secret.expose());
+    Ok((StatusCode::CREATED, Json(body)))
+}
+
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Admin)?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let rows = endpoints::list_endpoints(&client, caller.tenant_id, 500).await?;
+    let mut views = Vec::with_capacity(rows.len());
+    for endpoint in rows {
+        let subscriptions =
+            endpoints::list_subscriptions(&client, caller.tenant_id, endpoint.id).await?;
+        views.push(EndpointView::new(endpoint, &subscriptions));
+    }
+    Ok(Json(json!({ "data": views })))
+}
+
+async fn load(
+    state: &ApiState,
+    caller: &Authenticated,
+    id: &str,
+) -> Result<EndpointView, ApiError> {
+    let id: EndpointId = parse_path_id(id)?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let endpoint = endpoints::get_endpoint(&client, caller.tenant_id, id)
+        .await?
+        .ok_or(ApiError::NotFound("endpoint"))?;
+    let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
+    Ok(EndpointView::new(endpoint, &subscriptions))
+}
+
+pub async fn get_one(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    Path(endpoint_id): Path<String>,
+) -> Result<Json<EndpointView>, ApiError> {
+    caller.require(Scope::Admin)?;
+    Ok(Json(load(&state, &caller, &endpoint_id).await?))
+}
+
+pub async fn get_secret(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    Path(endpoint_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Admin)?;
+    let id: EndpointId = parse_path_id(&endpoint_id)?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let secret = endpoints::get_secret(&client, caller.tenant_id, id)
+        .await?
+        .ok_or(ApiError::NotFound("endpoint"))?;
+    Ok(Json(json!({ "secret": secret })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddSubscriptionRequest {
+    event_type: String,
+}
+
+#[derive(Debug, Serialize)]
+struct SubscriptionView {
+    id: SubscriptionId,
+    event_type: String,
+    created_at: DateTime<Utc>,
+}
+
+fn subscription_views(rows: Vec<SubscriptionRecord>) -> Value {
+    let views: Vec<SubscriptionView> = rows
+        .into_iter()
+        .map(|row| SubscriptionView {
+            id: row.id,
+            event_type: row.event_type_pattern,
+            created_at: row.created_at,
+        })
+        .collect();
+    json!({ "data": views })
+}
+
+pub async fn add_subscription(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    Path(endpoint_id): Path<String>,
+    ApiJson(request): ApiJson<AddSubscriptionRequest>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Scope::Admin)?;
+    let id: EndpointId = parse_path_id(&endpoint_id)?;
+    let pattern = EventTypePattern::parse(&request.event_type)?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    endpoints::get_endpoint(&client, caller.tenant_id, id)
+        .await?
+        .ok_or(ApiError::NotFound("endpoint"))?;
+    endpoints::insert_subscription(&client, caller.tenant_id, id, &pattern).await?;
+    let rows = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
+    Ok((StatusCode::CREATED, Json(subscription_views(rows))))
+}
+
+pub async fn list_subscriptions(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    Path(endpoint_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Admin)?;
+    let id: EndpointId = parse_path_id(&endpoint_id)?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    endpoints::get_endpoint(&client, caller.tenant_id, id)
+        .await?
+        .ok_or(ApiError::NotFound("endpoint"))?;
+    Ok(Json(subscription_views(
+        endpoints::list_subscriptions(&client, caller.tenant_id, id).await?,
+    )))
+}

@@ -1,0 +1,182 @@
+//! The outbox publisher: claims outbox rows in short transactions
+//! (`FOR UPDATE SKIP LOCKED`, so any number run in parallel), publishes them as
+//! persistent messages with publisher confirms — all of a batch sent before any
+//! confirm is awaited — and marks a row published only after its confirm. Rows
+//! the broker refused are released for another try; rows of a publisher that
+//! died are reclaimed when their claim expires.
+//!
+//! Invariant: the publisher knows nothing of HTTP, endpoints or tenants'
+//! payloads; it moves opaque envelopes from Postgres to RabbitMQ.
+mod session;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use relayops_shared::config::{BrokerConfig, PublisherConfig};
+use relayops_shared::db::DbError;
+use relayops_shared::db::Pool;
+use relayops_shared::repo::{outbox, recovery};
+use relayops_shared::telemetry::error_chain;
+use serde::Serialize;
+use tokio::sync::{Mutex, Notify};
+
+pub use session::PublishError;
+use session::Session;
+
+/// What one batch or one drain did.
+#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct PublishReport {
+    pub batches: u64,
+    pub published: u64,
+    /// Refused by the broker (nack, unroutable) and released for another try.
+    pub released: u64,
+    /// Expired claims of other publishers made claimable again.
+    pub reclaimed: u64,
+    /// Stranded deliveries (expired worker lease, overdue retry) re-enqueued.
+    pub requeued: u64,
+}
+
+impl PublishReport {
+    fn add(&mut self, other: PublishReport) {
+        self.batches += other.batches;
+        self.published += other.published;
+        self.released += other.released;
+        self.reclaimed += other.reclaimed;
+        self.requeued += other.requeued;
+    }
+}
+
+pub struct Publisher {
+    pool: Pool,
+    broker: BrokerConfig,
+    config: PublisherConfig,
+    /// Claim owner; unique per process so a claim can be told apart.
+    owner: String,
+    session: Mutex<Option<Session>>,
+}
+
+impl Publisher {
+    pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
+        let owner = format!("publisher-{}", uuid_suffix());
+        Self {
+            pool,
+            broker,
+            config,
+            owner,
+            session: Mutex::new(None),
+        }
+    }
+
+    /// Claims one batch, publishes it and settles it. Returns what it did.
+    pub async fn publish_batch(&self) -> Result<PublishReport, PublishError> {
+        let client = self.pool.get().await.map_err(DbError::from)?;
+        let messages = outbox::claim_batch(
+            &client,
+            &self.owner,
+            self.config.batch_size,
+            self.config.claim_ttl,
+        )
+        .await?;
+        if messages.is_empty() {
+            return Ok(PublishReport::default());
+        }
+        let mut guard = self.session.lock().await;
+        let session = match guard.as_ref() {
+            Some(session) if session.is_usable() => session,
+            _ => guard.insert(Session::open(&self.broker).await?),
+        };
+        let results = session
+            .publish_confirmed(&messages, self.config.confirm_timeout)
+            .await;
+        if results.broken {
+            // Leave the rest claimed (reclaimed after the TTL) and reconnect next time.
+            *guard = None;
+        }
+        drop(guard);
+        let published = outbox::mark_published(&client, &self.owner, &results.confirmed).await?;
+        let released =
+            outbox::release(&client, &self.owner, &results.refused, "refused by broker").await?;
+        Ok(PublishReport {
+            batches: 1,
+            published,
+            released,
+            ..Default::default()
+        })
+    }
+
+    /// Reclaims expired claims, then publishes batches until the outbox is empty
+    /// or the next batch might not finish before `deadline`.
+    pub async fn drain(&self, deadline: Option<Instant>) -> Result<PublishReport, PublishError> {
+        let mut report = self.recover().await?;
+        let mut slowest_batch = Duration::ZERO;
+        loop {
+            if let Some(deadline) = deadline {
+                // Never start a batch we cannot expect to finish.
+                let needed = slowest_batch.max(Duration::from_millis(200)) * 2;
+                if deadline.saturating_duration_since(Instant::now()) < needed {
+                    break;
+                }
+            }
+            let started = Instant::now();
+            let batch = self.publish_batch().await?;
+            slowest_batch = slowest_batch.max(started.elapsed());
+            report.add(batch);
+            if batch.published + batch.released == 0 || batch.released > 0 {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    /// The recovery pass: reclaims expired outbox claims and re-enqueues
+    /// stranded deliveries (see `repo::recovery`).
+    pub async fn recover(&self) -> Result<PublishReport, PublishError> {
+        let mut client = self.pool.get().await.map_err(DbError::from)?;
+        let reclaimed = outbox::reclaim_expired(&client).await?;
+        let tx = client.transaction().await.map_err(DbError::from)?;
+        let requeued =
+            recovery::requeue_stranded(&tx, self.config.recovery_grace, self.config.batch_size)
+                .await?;
+        tx.commit().await.map_err(DbError::from)?;
+        if requeued > 0 {
+            tracing::info!(requeued, "stranded deliveries re-enqueued");
+        }
+        Ok(PublishReport {
+            reclaimed,
+            requeued,
+            ..Default::default()
+        })
+    }
+
+    /// The long-lived loop (local runner): drains whenever woken, and at least
+    /// every idle interval. Errors are logged and retried with a growing pause.
+    pub async fn run(self: Arc<Self>, wakeup: Arc<Notify>) {
+        let mut failures: u32 = 0;
+        loop {
+            match self.drain(None).await {
+                Ok(report) => {
+                    failures = 0;
+                    if report != PublishReport::default() {
+                        tracing::debug!(?report, "outbox drained");
+                    }
+                    let _ =
+                        tokio::time::timeout(self.config.idle_interval, wakeup.notified()).await;
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let pause = Duration::from_millis(200 * 2u64.pow(failures.min(5)));
+                    tracing::warn!(error = %error_chain(&error), pause_ms = pause.as_millis() as u64, "publisher tick failed");
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+}
+
+fn uuid_suffix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{nanos:08x}", std::process::id())
+}

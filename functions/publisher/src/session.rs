@@ -1,0 +1,128 @@
+//! One AMQP connection and confirm-mode channel, and pipelined publishing.
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::publisher_confirm::Confirmation;
+use lapin::{BasicProperties, Channel, Connection};
+use relayops_shared::broker::{self, BrokerError, Topology};
+use relayops_shared::config::BrokerConfig;
+use relayops_shared::db::DbError;
+use relayops_shared::repo::outbox::OutboxMessage;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error(transparent)]
+    Database(#[from] DbError),
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    #[error("enabling publisher confirms failed")]
+    ConfirmSelect(#[source] lapin::Error),
+}
+
+pub struct Session {
+    connection: Connection,
+    channel: Channel,
+    topology: Topology,
+}
+
+/// How a batch came out: confirmed ids, refused ids, and whether the channel
+/// broke (ids in neither list stay claimed until their claim expires).
+#[derive(Debug, Default)]
+pub struct BatchResults {
+    pub confirmed: Vec<i64>,
+    pub refused: Vec<i64>,
+    pub broken: bool,
+}
+
+impl Session {
+    pub async fn open(config: &BrokerConfig) -> Result<Self, PublishError> {
+        let connection = broker::connect(config, "relayops-publisher").await?;
+        let channel = broker::open_channel(&connection).await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(PublishError::ConfirmSelect)?;
+        let topology = Topology::new(config);
+        topology.declare(&channel).await?;
+        Ok(Self {
+            connection,
+            channel,
+            topology,
+        })
+    }
+
+    pub fn is_usable(&self) -> bool {
+        self.connection.status().connected() && self.channel.status().connected()
+    }
+
+    /// Sends every message, then awaits the confirms together.
+    pub async fn publish_confirmed(
+        &self,
+        messages: &[OutboxMessage],
+        confirm_timeout: Duration,
+    ) -> BatchResults {
+        let mut results = BatchResults::default();
+        let mut pending = Vec::with_capacity(messages.len());
+        for message in messages {
+            let body = serde_json::to_vec(&message.envelope).unwrap_or_default();
+            let properties = BasicProperties::default()
+                // 2 = persistent: the broker writes it to disk before confirming.
+                .with_delivery_mode(2)
+                .with_content_type("application/json".into())
+                .with_message_id(message.id.to_string().into());
+            // mandatory: an unroutable message comes back instead of vanishing.
+            let options = BasicPublishOptions {
+                mandatory: true,
+                ..Default::default()
+            };
+            match self
+                .channel
+                .basic_publish(
+                    &self.topology.exchange,
+                    &self.topology.ready_routing_key,
+                    options,
+                    &body,
+                    properties,
+                )
+                .await
+            {
+                Ok(confirm) => pending.push((message.id, confirm)),
+                Err(error) => {
+                    tracing::warn!(error = %error, "publish failed; channel considered broken");
+                    results.broken = true;
+                    break;
+                }
+            }
+        }
+        let confirms = tokio::time::timeout(
+            confirm_timeout,
+            join_all(
+                pending
+                    .into_iter()
+                    .map(|(id, confirm)| async move { (id, confirm.await) }),
+            ),
+        )
+        .await;
+        let Ok(confirms) = confirms else {
+            tracing::warn!("publisher confirms timed out; rows stay claimed until reclaimed");
+            results.broken = true;
+            return results;
+        };
+        for (id, confirmation) in confirms {
+            match confirmation {
+                Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => {
+                    results.confirmed.push(id)
+                }
+                Ok(Confirmation::Ack(Some(_))) | Ok(Confirmation::Nack(_)) => {
+                    results.refused.push(id)
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error, "confirm failed");
+                    results.broken = true;
+                }
+            }
+        }
+        results
+    }
+}

@@ -1,0 +1,122 @@
+//! `relayops`: the local runner. One binary, every role, the same code the
+//! Lambdas and the worker container run:
+//!
+//! - `migrate` applies the schema; `bootstrap` creates a tenant, an admin user
+//!   and an API key (printed once, as JSON on stdout).
+//! - `api` serves every HTTP function on one port, routed as API Gateway
+//!   would, and runs the outbox publisher loop (woken in-process by ingest).
+//! - `worker` consumes and delivers; `simulator` is the test receiver.
+//! - `all` is api + worker + simulator in one process.
+mod roles;
+
+use clap::{Parser, Subcommand};
+use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
+use relayops_shared::config::DatabaseConfig;
+use relayops_shared::{db, telemetry};
+
+#[derive(Parser)]
+#[command(
+    name = "relayops",
+    version,
+    about = "RelayOps webhook delivery platform, local runner"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply pending database migrations.
+    Migrate,
+    /// Create a tenant, its admin user and an API key; prints the key once.
+    Bootstrap {
+        #[arg(long, default_value = "Demo tenant")]
+        tenant: String,
+        #[arg(long, default_value = "admin@example.com")]
+        email: String,
+        /// The admin's password (prefer the environment variable).
+        #[arg(long, env = "RELAYOPS_BOOTSTRAP_PASSWORD", hide_env_values = true)]
+        password: String,
+    },
+    /// All HTTP functions on one port, plus the outbox publisher loop.
+    Api,
+    /// The delivery worker.
+    Worker,
+    /// The webhook receiver simulator.
+    Simulator,
+    /// api + worker + simulator in one process.
+    All,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    telemetry::init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Migrate => {
+            let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
+            let applied = roles::migrate(&pool).await?;
+            println!(
+                "{}",
+                serde_json::json!({ "applied": applied, "latest": db::migrate::latest_version() })
+            );
+        }
+        Command::Bootstrap {
+            tenant,
+            email,
+            password,
+        } => {
+            let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
+            roles::migrate(&pool).await?;
+            let request = BootstrapRequest {
+                tenant_name: &tenant,
+                admin_email: &email,
+                admin_password: &password,
+            };
+            let created = bootstrap_tenant(&pool, &request).await?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "tenant_id": created.tenant_id,
+                    "user_id": created.user_id,
+                    "api_key_id": created.api_key_id,
+                    "api_key": created.api_key.expose(),
+                })
+            );
+        }
+        Command::Api => {
+            roles::run(roles::Roles {
+                api: true,
+                worker: false,
+                simulator: false,
+            })
+            .await?
+        }
+        Command::Worker => {
+            roles::run(roles::Roles {
+                api: false,
+                worker: true,
+                simulator: false,
+            })
+            .await?
+        }
+        Command::Simulator => {
+            roles::run(roles::Roles {
+                api: false,
+                worker: false,
+                simulator: true,
+            })
+            .await?
+        }
+        Command::All => {
+            roles::run(roles::Roles {
+                api: true,
+                worker: true,
+                simulator: true,
+            })
+            .await?
+        }
+    }
+    Ok(())
+}

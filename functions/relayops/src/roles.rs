@@ -1,0 +1,127 @@
+//! Starting the long-lived roles in one process and stopping them on Ctrl-C.
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::{Json, Router};
+use relayops_publisher::Publisher;
+use relayops_shared::api::{not_found_fallback, ApiState};
+use relayops_shared::config::{
+    BrokerConfig, DatabaseConfig, ListenConfig, PublisherConfig, WorkerConfig,
+};
+use relayops_shared::db::{self, Pool};
+use relayops_worker::Worker;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+pub struct Roles {
+    pub api: bool,
+    pub worker: bool,
+    pub simulator: bool,
+}
+
+pub async fn migrate(pool: &Pool) -> anyhow::Result<Vec<String>> {
+    let mut client = pool.get().await?;
+    Ok(db::migrate::run(&mut client).await?)
+}
+
+/// Every HTTP function mounted together, as API Gateway routes them.
+pub fn api_router(state: ApiState) -> Router {
+    Router::new()
+        .merge(relayops_ingest::routes())
+        .merge(relayops_query::routes())
+        .merge(relayops_replay::routes())
+        .merge(relayops_manage::routes())
+        .route(
+            "/health/live",
+            get(|| async { Json(json!({ "status": "live" })) }),
+        )
+        .route("/health/ready", get(ready))
+        .fallback(not_found_fallback)
+        .with_state(state)
+}
+
+async fn ready(
+    axum::extract::State(state): axum::extract::State<ApiState>,
+) -> (axum::http::StatusCode, Json<Value>) {
+    let database = match state.pool.get().await {
+        Ok(client) => match db::migrate::is_current(&client).await {
+            Ok(true) => "ok",
+            Ok(false) => "migrations pending",
+            Err(_) => "unreachable",
+        },
+        Err(_) => "unreachable",
+    };
+    let status = if database == "ok" {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(
+            json!({ "status": if database == "ok" { "ready" } else { "unready" }, "postgres": database }),
+        ),
+    )
+}
+
+pub async fn run(roles: Roles) -> anyhow::Result<()> {
+    let listen = ListenConfig::from_env()?;
+    let mut tasks = JoinSet::new();
+
+    if roles.simulator {
+        let listener = tokio::net::TcpListener::bind(listen.simulator).await?;
+        tracing::info!(address = %listen.simulator, "simulator listening");
+        let app = relayops_simulator::router(relayops_simulator::Simulator::new());
+        tasks.spawn(async move {
+            axum::serve(listener, app)
+                .await
+                .map_err(anyhow::Error::from)
+        });
+    }
+    if roles.api || roles.worker {
+        let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
+        migrate(&pool).await?;
+        let broker = BrokerConfig::from_env()?;
+        if roles.api {
+            let wakeup = Arc::new(Notify::new());
+            let publisher = Arc::new(Publisher::new(
+                pool.clone(),
+                broker.clone(),
+                PublisherConfig::from_env()?,
+            ));
+            let notify = Arc::clone(&wakeup);
+            tasks.spawn(async move {
+                publisher.run(notify).await;
+                Ok(())
+            });
+            let state = ApiState::new(pool.clone()).with_wakeup(wakeup);
+            let listener = tokio::net::TcpListener::bind(listen.api).await?;
+            tracing::info!(address = %listen.api, "api listening");
+            let app = api_router(state);
+            tasks.spawn(async move {
+                axum::serve(listener, app)
+                    .await
+                    .map_err(anyhow::Error::from)
+            });
+        }
+        if roles.worker {
+            let worker = Worker::new(pool.clone(), broker, WorkerConfig::from_env()?)?;
+            tasks.spawn(async move {
+                worker.run().await;
+                Ok(())
+            });
+        }
+    }
+
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("shutting down"),
+        Some(ended) = tasks.join_next() => {
+            // A role never ends on its own; if one does, stop the process.
+            ended??;
+            anyhow::bail!("a role stopped unexpectedly");
+        }
+    }
+    tasks.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! The replay function: `POST /v1/deliveries/{id}/replay` puts a dead or failed
+//! delivery back to pending with a new outbox row, in one transaction. Anything
+//! else is a 409 naming the current status.
+//!
+//! Invariant: replay never talks to RabbitMQ; like ingest, its output is the outbox.
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use relayops_shared::api::{not_found_fallback, parse_path_id, ApiError, ApiState, Authenticated};
+use relayops_shared::auth::Scope;
+use relayops_shared::db::DbError;
+use relayops_shared::ids::DeliveryId;
+use relayops_shared::repo::replay::{self, ReplayOutcome};
+use serde_json::{json, Value};
+
+/// The function's routes, for mounting beside others (the local runner).
+pub fn routes() -> Router<ApiState> {
+    Router::new().route("/v1/deliveries/{delivery_id}/replay", post(replay_one))
+}
+
+/// The function on its own, as its Lambda serves it.
+pub fn router(state: ApiState) -> Router {
+    routes().fallback(not_found_fallback).with_state(state)
+}
+
+async fn replay_one(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    Path(delivery_id): Path<String>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Scope::Admin)?;
+    let delivery_id: DeliveryId = parse_path_id(&delivery_id)?;
+    let mut client = state.pool.get().await.map_err(DbError::from)?;
+    let tx = client.transaction().await.map_err(DbError::from)?;
+    match replay::replay_delivery(&tx, caller.tenant_id, delivery_id).await? {
+        ReplayOutcome::Replayed => {
+            tx.commit().await.map_err(DbError::from)?;
+            state.wake_publisher();
+            tracing::info!(tenant_id = %caller.tenant_id, delivery_id = %delivery_id, "delivery replayed");
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({ "id": delivery_id, "status": "pending" })),
+            ))
+        }
+        ReplayOutcome::NotFound => Err(ApiError::NotFound("delivery")),
+        ReplayOutcome::NotReplayable(status) => Err(ApiError::Conflict(format!(
+            "delivery {delivery_id} is {}; only dead or failed deliveries can be replayed",
+            status.as_str()
+        ))),
+    }
+}

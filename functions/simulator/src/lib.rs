@@ -1,0 +1,141 @@
+//! The simulator: a real webhook receiver whose path picks its behaviour, which
+//! verifies each request's Standard Webhooks signature against the secrets
+//! registered with it and records what it received.
+//!
+//! | path | answers |
+//! |---|---|
+//! | `POST /sim/ok` | 200 |
+//! | `POST /sim/status/{code}` | that status (e.g. 410, 500, 503) |
+//! | `POST /sim/slow/{ms}` | 200 after `ms` milliseconds |
+//! | `POST /sim/retry-after/{secs}` | 429 with `Retry-After: secs` |
+//! | `POST /sim/flaky/{n}` | 503 for the first `n` requests of a delivery id, then 200 |
+//! | `POST /sim/timeout` | never answers in time |
+//! | `POST /_sim/secrets` `{"secret": "whsec_…"}` | registers a secret to verify with |
+//! | `GET /_sim/received` | everything received, oldest first |
+//!
+//! Invariant: the simulator knows nothing of RelayOps' database or broker; it
+//! sees only what any receiver would see.
+mod record;
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+pub use record::{Received, Simulator};
+
+pub fn router(simulator: Simulator) -> Router {
+    Router::new()
+        .route("/sim/ok", post(ok))
+        .route("/sim/status/{code}", post(status))
+        .route("/sim/slow/{ms}", post(slow))
+        .route("/sim/retry-after/{secs}", post(retry_after))
+        .route("/sim/flaky/{failures}", post(flaky))
+        .route("/sim/timeout", post(timeout))
+        .route("/_sim/secrets", post(register_secret))
+        .route("/_sim/received", get(list_received))
+        .with_state(simulator)
+}
+
+async fn ok(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) -> Response {
+    sim.record("/sim/ok", &headers, &body, 200);
+    (StatusCode::OK, "ok").into_response()
+}
+
+async fn status(
+    State(sim): State<Simulator>,
+    Path(code): Path<u16>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
+    sim.record(
+        &format!("/sim/status/{code}"),
+        &headers,
+        &body,
+        status.as_u16(),
+    );
+    (status, format!("simulated {}", status.as_u16())).into_response()
+}
+
+async fn slow(
+    State(sim): State<Simulator>,
+    Path(ms): Path<u64>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    tokio::time::sleep(Duration::from_millis(ms.min(600_000))).await;
+    sim.record(&format!("/sim/slow/{ms}"), &headers, &body, 200);
+    (StatusCode::OK, "slow ok").into_response()
+}
+
+async fn retry_after(
+    State(sim): State<Simulator>,
+    Path(secs): Path<u64>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    sim.record(&format!("/sim/retry-after/{secs}"), &headers, &body, 429);
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [("retry-after", secs.to_string())],
+        "slow down",
+    )
+        .into_response()
+}
+
+async fn flaky(
+    State(sim): State<Simulator>,
+    Path(failures): Path<u32>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let seen = sim.count_for_delivery(&headers);
+    let status = if seen <= failures {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    sim.record(
+        &format!("/sim/flaky/{failures}"),
+        &headers,
+        &body,
+        status.as_u16(),
+    );
+    (status, "flaky").into_response()
+}
+
+async fn timeout(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) -> Response {
+    sim.record("/sim/timeout", &headers, &body, 0);
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    StatusCode::OK.into_response()
+}
+
+#[derive(Deserialize)]
+struct SecretRequest {
+    secret: String,
+}
+
+async fn register_secret(
+    State(sim): State<Simulator>,
+    Json(request): Json<SecretRequest>,
+) -> Response {
+    match sim.register_secret(&request.secret) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(message) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({ "detail": message })),
+        )
+            .into_response(),
+    }
+}
+
+async fn list_received(State(sim): State<Simulator>) -> Json<Vec<Received>> {
+    Json(sim.received())
+}

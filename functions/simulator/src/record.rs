@@ -1,0 +1,146 @@
+//! What the simulator remembers: registered secrets, every request received
+//! (with its signature check), and per-delivery counters for scripted failures.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use chrono::{DateTime, Utc};
+use relayops_shared::domain::SigningSecret;
+use relayops_shared::signing;
+use serde::Serialize;
+use tokio::sync::watch;
+
+/// One request as the simulator saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Received {
+    pub path: String,
+    pub delivery_id: Option<String>,
+    pub webhook_id: Option<String>,
+    pub event_type: Option<String>,
+    pub attempt: Option<u32>,
+    pub body: serde_json::Value,
+    /// `None` when no secret is registered; otherwise whether any verified.
+    pub signature_valid: Option<bool>,
+    /// Seconds between the `webhook-timestamp` and arrival.
+    pub timestamp_skew_secs: Option<i64>,
+    pub answered_status: u16,
+    pub received_at: DateTime<Utc>,
+}
+
+#[derive(Default)]
+struct Inner {
+    secrets: Vec<SigningSecret>,
+    received: Vec<Received>,
+    per_delivery: HashMap<String, u32>,
+}
+
+/// Cheap to clone; all clones share one record.
+#[derive(Clone)]
+pub struct Simulator {
+    inner: Arc<Mutex<Inner>>,
+    count: Arc<watch::Sender<usize>>,
+}
+
+impl Default for Simulator {
+    fn default() -> Self {
+        Self {
+            inner: Arc::default(),
+            count: Arc::new(watch::channel(0).0),
+        }
+    }
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+}
+
+impl Simulator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data; keep going.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn register_secret(&self, text: &str) -> Result<(), String> {
+        let secret = SigningSecret::parse(text).map_err(|error| error.to_string())?;
+        self.lock().secrets.push(secret);
+        Ok(())
+    }
+
+    /// How many requests this delivery id has made so far, this one included.
+    pub fn count_for_delivery(&self, headers: &HeaderMap) -> u32 {
+        let key = header(headers, signing::HEADER_DELIVERY_ID).unwrap_or_default();
+        let mut inner = self.lock();
+        let count = inner.per_delivery.entry(key).or_insert(0);
+        *count += 1;
+        *count
+    }
+
+    pub fn record(&self, path: &str, headers: &HeaderMap, body: &[u8], answered_status: u16) {
+        let now = Utc::now();
+        let webhook_id = header(headers, signing::HEADER_ID);
+        let timestamp =
+            header(headers, signing::HEADER_TIMESTAMP).and_then(|t| t.parse::<i64>().ok());
+        let signature = header(headers, signing::HEADER_SIGNATURE);
+        let mut inner = self.lock();
+        let signature_valid =
+            (!inner.secrets.is_empty()).then(|| match (&webhook_id, timestamp, &signature) {
+                (Some(id), Some(ts), Some(sig)) => inner
+                    .secrets
+                    .iter()
+                    .any(|secret| signing::verify(secret, id, ts, body, sig)),
+                _ => false,
+            });
+        inner.received.push(Received {
+            path: path.to_owned(),
+            delivery_id: header(headers, signing::HEADER_DELIVERY_ID),
+            webhook_id,
+            event_type: header(headers, signing::HEADER_EVENT_TYPE),
+            attempt: header(headers, signing::HEADER_ATTEMPT).and_then(|a| a.parse().ok()),
+            body: serde_json::from_slice(body).unwrap_or(serde_json::Value::Null),
+            signature_valid,
+            timestamp_skew_secs: timestamp.map(|ts| now.timestamp() - ts),
+            answered_status,
+            received_at: now,
+        });
+        let total = inner.received.len();
+        drop(inner);
+        self.count.send_replace(total);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.lock().received.clone()
+    }
+
+    /// Waits until `done` holds for what was received, or `limit` passes;
+    /// returns the final record either way.
+    pub async fn wait_until(
+        &self,
+        limit: Duration,
+        done: impl Fn(&[Received]) -> bool,
+    ) -> Vec<Received> {
+        let mut changes = self.count.subscribe();
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let received = self.received();
+            if done(&received) {
+                return received;
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                return self.received();
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The AMQP side of the worker: connect, declare the topology, consume the
+//! ready queue with manual acks and a bounded prefetch, hand each message to
+//! the [`Processor`] on its own task, and ack/nack after it settles. A lost
+//! connection is re-established with a growing pause; unacked messages return
+//! to the queue by themselves.
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
+};
+use lapin::types::FieldTable;
+use relayops_shared::broker::{self, BrokerError, Topology};
+use relayops_shared::config::{BrokerConfig, WorkerConfig};
+use relayops_shared::db::Pool;
+use relayops_shared::telemetry::error_chain;
+
+use crate::process::{Disposition, Processor};
+use crate::sender::{Sender, SenderError};
+
+/// Pause before requeueing after a failure on our side, so a database outage
+/// does not become a hot redelivery loop.
+const REQUEUE_PAUSE: Duration = Duration::from_millis(500);
+
+pub struct Worker {
+    broker: BrokerConfig,
+    config: WorkerConfig,
+    processor: Processor,
+}
+
+impl Worker {
+    pub fn new(
+        pool: Pool,
+        broker: BrokerConfig,
+        config: WorkerConfig,
+    ) -> Result<Self, SenderError> {
+        let sender = Sender::new(&config)?;
+        let processor = Processor::new(pool, sender, config.clone());
+        Ok(Self {
+            broker,
+            config,
+            processor,
+        })
+    }
+
+    /// Consumes until the process ends, reconnecting as needed.
+    pub async fn run(&self) {
+        let mut failures: u32 = 0;
+        loop {
+            match self.consume().await {
+                Ok(()) => {
+                    failures = 0;
+                    tracing::warn!("consumer stream ended; reconnecting");
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(error = %error_chain(&error), "worker connection failed; reconnecting");
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250 * 2u64.pow(failures.min(5)))).await;
+        }
+    }
+
+    async fn consume(&self) -> Result<(), BrokerError> {
+        let connection = broker::connect(&self.broker, "relayops-worker").await?;
+        let channel = broker::open_channel(&connection).await?;
+        let topology = Topology::new(&self.broker);
+        topology.declare(&channel).await?;
+        // Prefetch bounds the messages (and so the HTTP requests) in flight per worker.
+        channel
+            .basic_qos(self.config.concurrency, BasicQosOptions::default())
+            .await
+            .map_err(BrokerError::Channel)?;
+        let mut consumer = channel
+            .basic_consume(
+                &topology.ready_queue,
+                &self.config.worker_id,
+                BasicConsumeOptions::default(), // manual acks: no_ack = false
+                FieldTable::default(),
+            )
+            .await
+            .map_err(BrokerError::Channel)?;
+        tracing::info!(queue = %topology.ready_queue, prefetch = self.config.concurrency, "worker consuming");
+        while let Some(next) = consumer.next().await {
+            let delivery = next.map_err(BrokerError::Channel)?;
+            let processor = self.processor.clone();
+            tokio::spawn(async move { settle(&processor, delivery).await });
+        }
+        Ok(())
+    }
+}
+
+async fn settle(processor: &Processor, delivery: Delivery) {
+    let disposition = processor.process(&delivery.data).await;
+    let result = match disposition {
+        Disposition::Ack => delivery.acker.ack(BasicAckOptions::default()).await,
+        Disposition::Requeue => {
+            tokio::time::sleep(REQUEUE_PAUSE).await;
+            delivery
+                .acker
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await
+        }
+        Disposition::Reject => {
+            delivery
+                .acker
+                .reject(BasicRejectOptions { requeue: false })
+                .await
+        }
+    };
+    if let Err(error) = result {
+        // The channel is gone; the broker will redeliver the message.
+        tracing::warn!(error = %error, ?disposition, "could not settle message with the broker");
+    }
+}

@@ -1,0 +1,19 @@
+//! The delivery worker: a long-lived RabbitMQ consumer (manual acks, bounded
+//! prefetch). For each message it claims the delivery row, sends the signed
+//! HTTP request, records the attempt and the next state in one transaction, and
+//! only then acks.
+//!
+//! - [`consumer`]: the AMQP side (connect, consume, ack/nack, reconnect).
+//! - [`process`]: one message from envelope to settled row.
+//! - [`sender`]: the outbound HTTP client and request signing.
+//! - [`verdict`]: what an HTTP result means (delivered / retry / permanent).
+//!
+//! Invariant: the worker never creates deliveries or outbox rows for new
+//! events; it only settles the deliveries it was handed.
+pub mod consumer;
+pub mod policy;
+pub mod process;
+pub mod sender;
+pub mod verdict;
+
+pub use consumer::Worker;

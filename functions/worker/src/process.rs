@@ -1,0 +1,206 @@
+//! One queue message, from envelope to settled delivery row. The order is the
+//! at-least-once contract: claim the row, send, record the attempt and the next
+//! state in one transaction, and only then ack. If recording fails after the
+//! receiver answered, the message is requeued and the lease left to expire: the
+//! delivery is sent again later with the same delivery id (an uncertain side
+//! effect the receiver can deduplicate).
+use std::time::Duration;
+
+use chrono::Utc;
+use relayops_shared::broker::QueueMessage;
+use relayops_shared::config::WorkerConfig;
+use relayops_shared::db::{DbError, Pool};
+use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
+use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, DeliveryJob, Settled};
+use relayops_shared::repo::endpoints;
+use relayops_shared::telemetry::error_chain;
+
+use crate::policy::RetryPolicy;
+use crate::sender::{Exchange, Sender};
+use crate::verdict::{classify, SendResult, Verdict};
+
+/// What to tell the broker about a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Done with it (settled, or nothing to do).
+    Ack,
+    /// A transient failure on our side: deliver the message again.
+    Requeue,
+    /// Not a message we can ever process.
+    Reject,
+}
+
+#[derive(Clone)]
+pub struct Processor {
+    pool: Pool,
+    sender: Sender,
+    config: WorkerConfig,
+}
+
+impl Processor {
+    pub fn new(pool: Pool, sender: Sender, config: WorkerConfig) -> Self {
+        Self {
+            pool,
+            sender,
+            config,
+        }
+    }
+
+    pub async fn process(&self, body: &[u8]) -> Disposition {
+        let task = match serde_json::from_slice::<QueueMessage>(body) {
+            Ok(QueueMessage::DeliveryV1(task)) => task,
+            Err(error) => {
+                tracing::error!(error = %error, "unreadable queue message rejected");
+                return Disposition::Reject;
+            }
+        };
+        match self.deliver(task.tenant_id, task.delivery_id).await {
+            Ok(disposition) => disposition,
+            Err(error) => {
+                tracing::warn!(
+                    tenant_id = %task.tenant_id, delivery_id = %task.delivery_id,
+                    error = %error_chain(&error), "database failure; message requeued"
+                );
+                Disposition::Requeue
+            }
+        }
+    }
+
+    async fn deliver(
+        &self,
+        tenant: relayops_shared::ids::TenantId,
+        delivery: relayops_shared::ids::DeliveryId,
+    ) -> Result<Disposition, DbError> {
+        let client = self.pool.get().await?;
+        let job = match deliveries::claim(
+            &client,
+            tenant,
+            delivery,
+            &self.config.worker_id,
+            self.config.lease,
+        )
+        .await?
+        {
+            ClaimOutcome::Claimed(job) => job,
+            ClaimOutcome::NotClaimable { status, .. } => {
+                tracing::debug!(tenant_id = %tenant, delivery_id = %delivery, status = status.map(|s| s.as_str()), "not claimable; message dropped");
+                return Ok(Disposition::Ack);
+            }
+        };
+        drop(client);
+        if !job.endpoint_enabled {
+            let client = self.pool.get().await?;
+            deliveries::settle_without_attempt(
+                &client,
+                &job,
+                &self.config.worker_id,
+                DeliveryStatus::Failed,
+                "endpoint disabled",
+            )
+            .await?;
+            return Ok(Disposition::Ack);
+        }
+
+        let started_at = Utc::now();
+        let exchange = self.sender.send(&job).await;
+        let verdict = classify(&exchange.result);
+        let policy =
+            RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
+        let (outcome, wait) = decide(&verdict, &policy, job.attempt_number as u32);
+        log_attempt(&job, &exchange, outcome);
+
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let record = AttemptRecord {
+            outcome,
+            http_status: http_status(&exchange.result),
+            error: exchange.error.as_deref(),
+            request_headers: exchange.request_headers.clone(),
+            response_body: exchange.response_body.as_deref(),
+            latency_ms: exchange.latency.as_millis().min(i32::MAX as u128) as i32,
+            started_at,
+            next_attempt_at: wait
+                .and_then(|wait| chrono::Duration::from_std(wait).ok())
+                .map(|wait| Utc::now() + wait),
+        };
+        if deliveries::record_attempt(&tx, &job, &self.config.worker_id, &record).await?
+            == Settled::LeaseLost
+        {
+            tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id, "lease lost before recording; another worker owns the delivery");
+            return Ok(Disposition::Ack);
+        }
+        if verdict
+            == (Verdict::Permanent {
+                disable_endpoint: true,
+            })
+        {
+            endpoints::disable_endpoint(
+                &tx,
+                job.tenant_id,
+                job.endpoint_id,
+                "receiver answered 410 Gone",
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Disposition::Ack)
+    }
+}
+
+/// The attempt's outcome and, for a retry, the wait before the next one.
+fn decide(
+    verdict: &Verdict,
+    policy: &RetryPolicy,
+    attempt_number: u32,
+) -> (AttemptOutcome, Option<Duration>) {
+    match verdict {
+        Verdict::Delivered => (AttemptOutcome::Delivered, None),
+        Verdict::Permanent { .. } => (AttemptOutcome::Failed, None),
+        Verdict::Retryable { not_before } => match policy.next_wait(attempt_number, *not_before) {
+            Some(wait) => (AttemptOutcome::Retry, Some(wait)),
+            None => (AttemptOutcome::Dead, None),
+        },
+    }
+}
+
+fn http_status(result: &SendResult) -> Option<i32> {
+    match result {
+        SendResult::Answered { status, .. } => Some(i32::from(*status)),
+        SendResult::NoAnswer { .. } => None,
+    }
+}
+
+fn log_attempt(job: &DeliveryJob, exchange: &Exchange, outcome: AttemptOutcome) {
+    tracing::info!(
+        tenant_id = %job.tenant_id,
+        delivery_id = %job.delivery_id,
+        event_id = %job.event_id,
+        endpoint_id = %job.endpoint_id,
+        attempt = job.attempt_number,
+        outcome = outcome.as_str(),
+        http_status = http_status(&exchange.result),
+        latency_ms = exchange.latency.as_millis() as u64,
+        error = exchange.error.as_deref(),
+        "delivery attempt"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exhausted_retries_become_dead_and_permanent_failures_never_retry() {
+        let policy = RetryPolicy::for_endpoint(Some(2), None);
+        let retry = Verdict::Retryable { not_before: None };
+        assert_eq!(decide(&retry, &policy, 1).0, AttemptOutcome::Retry);
+        assert_eq!(decide(&retry, &policy, 2), (AttemptOutcome::Dead, None));
+        let permanent = Verdict::Permanent {
+            disable_endpoint: false,
+        };
+        assert_eq!(
+            decide(&permanent, &policy, 1),
+            (AttemptOutcome::Failed, None)
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! Retryable versus permanent, as a type. The worker's routing uses it, and so
+//! does anything that reports failures.
+use std::time::Duration;
+
+/// What one HTTP exchange came to, as far as the receiver is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendResult {
+    /// The receiver answered with this status.
+    Answered {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
+    /// No answer: connection refused/reset, DNS, TLS, or timeout.
+    NoAnswer { timed_out: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// 2xx.
+    Delivered,
+    /// 429, 5xx, timeouts and connection errors: worth another attempt, no
+    /// sooner than `not_before` when the receiver said so.
+    Retryable { not_before: Option<Duration> },
+    /// Other 4xx: the receiver refuses this request; retrying will not help.
+    /// 410 Gone also disables the endpoint.
+    Permanent { disable_endpoint: bool },
+}
+
+pub fn classify(result: &SendResult) -> Verdict {
+    match *result {
+        SendResult::Answered {
+            status: 200..=299, ..
+        } => Verdict::Delivered,
+        SendResult::Answered {
+            status: 429 | 503,
+            retry_after,
+        } => Verdict::Retryable {
+            not_before: retry_after,
+        },
+        SendResult::Answered { status: 410, .. } => Verdict::Permanent {
+            disable_endpoint: true,
+        },
+        SendResult::Answered {
+            status: 400..=499, ..
+        } => Verdict::Permanent {
+            disable_endpoint: false,
+        },
+        // 5xx, and 1xx/3xx (redirects are not followed) are treated as transient.
+        SendResult::Answered { .. } | SendResult::NoAnswer { .. } => {
+            Verdict::Retryable { not_before: None }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(status: u16) -> SendResult {
+        SendResult::Answered {
+            status,
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn statuses_are_classified_as_the_spec_says() {
+        assert_eq!(classify(&answered(200)), Verdict::Delivered);
+        assert_eq!(classify(&answered(204)), Verdict::Delivered);
+        assert_eq!(
+            classify(&answered(500)),
+            Verdict::Retryable { not_before: None }
+        );
+        assert_eq!(
+            classify(&answered(302)),
+            Verdict::Retryable { not_before: None }
+        );
+        assert_eq!(
+            classify(&answered(400)),
+            Verdict::Permanent {
+                disable_endpoint: false
+            }
+        );
+        assert_eq!(
+            classify(&answered(410)),
+            Verdict::Permanent {
+                disable_endpoint: true
+            }
+        );
+        assert_eq!(
+            classify(&SendResult::NoAnswer { timed_out: true }),
+            Verdict::Retryable { not_before: None }
+        );
+        let limited = SendResult::Answered {
+            status: 429,
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(
+            classify(&limited),
+            Verdict::Retryable {
+                not_before: Some(Duration::from_secs(7))
+            }
+        );
+    }
+}

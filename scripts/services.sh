@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Installs (when missing) and starts (when not running) PostgreSQL, RabbitMQ and
+# Redis from Debian packages, then waits until each answers. Idempotent: a
+# service that already answers is left alone. Also creates the `relayops`
+# Postgres role the README, tests and demo use.
+#
+# Environment knobs: RELAYOPS_SKIP_INSTALL=1 to never call apt-get.
+set -euo pipefail
+
+log() { printf '[services] %s\n' "$*" >&2; }
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+as_postgres() {
+  if [ "$(id -u)" = "0" ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi
+}
+
+pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; }
+rabbit_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }
+redis_up() { [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = "PONG" ]; }
+
+missing=()
+command -v pg_ctlcluster >/dev/null 2>&1 && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql postgresql-contrib)
+command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "${RELAYOPS_SKIP_INSTALL:-0}" = "1" ]; then
+    log "missing packages: ${missing[*]} (RELAYOPS_SKIP_INSTALL=1, not installing)"; exit 1
+  fi
+  log "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Debian's maintainer scripts try to start services through policy-rc.d/systemd,
+  # which a container may not have; we start them ourselves below.
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+wait_for() { # name, check-fn, seconds
+  local name=$1 check=$2 limit=$3 i=0
+  until $check; do
+    i=$((i + 1))
+    if [ "$i" -gt $((limit * 10)) ]; then log "$name did not come up within ${limit}s"; return 1; fi
+    sleep 0.1
+  done
+  log "$name is up"
+}
+
+# PostgreSQL
+if ! pg_up; then
+  ver=$(ls /usr/lib/postgresql | sort -n | tail -1)
+  if ! pg_lsclusters -h 2>/dev/null | awk '{print $1" "$2}' | grep -q "^$ver main$"; then
+    $SUDO pg_createcluster "$ver" main >/dev/null
+  fi
+  log "starting postgresql $ver"
+  $SUDO pg_ctlcluster "$ver" main start || true
+fi
+wait_for postgresql pg_up 60
+
+# The relayops role: owns the demo database and creates one database per test.
+as_postgres psql -q -v ON_ERROR_STOP=1 -h /var/run/postgresql <<'SQL' >/dev/null
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'relayops') THEN
+    CREATE ROLE relayops LOGIN CREATEDB PASSWORD 'relayops';
+  END IF;
+END $$;
+SQL
+if ! as_postgres psql -h /var/run/postgresql -tAc "SELECT 1 FROM pg_database WHERE datname='relayops'" | grep -q 1; then
+  as_postgres createdb -h /var/run/postgresql -O relayops relayops
+fi
+
+# RabbitMQ
+if ! rabbit_up; then
+  log "starting rabbitmq"
+  $SUDO rabbitmq-server -detached >/dev/null 2>&1 || true
+fi
+wait_for rabbitmq rabbit_up 90
+# The port opens before the broker accepts work; wait for the application itself.
+if command -v rabbitmqctl >/dev/null 2>&1; then
+  $SUDO rabbitmqctl await_startup --timeout 90 >/dev/null 2>&1 || $SUDO rabbitmqctl wait --timeout 90 >/dev/null 2>&1 || true
+fi
+
+# Redis
+if ! redis_up; then
+  log "starting redis"
+  $SUDO redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no >/dev/null
+fi
+wait_for redis redis_up 30
+
+log "all services are up"

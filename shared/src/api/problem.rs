@@ -1,0 +1,147 @@
+//! The API layer's error type and its RFC 7807 (`application/problem+json`)
+//! body. Client errors say what is wrong; server errors are logged with their
+//! cause chain and answered with an opaque 500 (or 503 when worth retrying).
+use std::error::Error as StdError;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::db::DbError;
+use crate::domain::ValidationError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Validation(#[from] ValidationError),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("missing or invalid credentials")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("service temporarily unavailable")]
+    Unavailable {
+        retry_after_secs: u64,
+        source: Option<Box<dyn StdError + Send + Sync>>,
+    },
+    #[error("internal error")]
+    Internal(#[source] Box<dyn StdError + Send + Sync>),
+}
+
+impl ApiError {
+    pub fn internal(error: impl StdError + Send + Sync + 'static) -> Self {
+        Self::Internal(Box::new(error))
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            Self::Validation(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "validation",
+                "Invalid request",
+            ),
+            Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad-request", "Malformed request"),
+            Self::UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+            ),
+            Self::PayloadTooLarge(_) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Request body too large",
+            ),
+            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
+            Self::Unavailable { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "Service unavailable",
+            ),
+            Self::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal server error",
+            ),
+        }
+    }
+}
+
+/// Constraint names become client messages here and nowhere else.
+impl From<DbError> for ApiError {
+    fn from(error: DbError) -> Self {
+        if error.is_unavailable() {
+            return Self::Unavailable {
+                retry_after_secs: 1,
+                source: Some(Box::new(error)),
+            };
+        }
+        match error.constraint() {
+            Some("user_accounts_email_key") => {
+                Self::Conflict("a user with this email already exists".into())
+            }
+            Some("api_keys_key_prefix_key" | "api_keys_key_hash_key") => {
+                Self::Conflict("key collision; please retry".into())
+            }
+            _ => Self::internal(error),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, kind, title) = self.parts();
+        let detail = match &self {
+            Self::Internal(source) => {
+                tracing::error!(error = %crate::telemetry::error_chain(source.as_ref()), "request failed");
+                "an internal error occurred; it has been logged".to_owned()
+            }
+            Self::Unavailable {
+                source: Some(source),
+                ..
+            } => {
+                tracing::warn!(error = %crate::telemetry::error_chain(source.as_ref()), "dependency unavailable");
+                "a dependency is temporarily unavailable; retry later".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let body = json!({
+            "type": format!("https://relayops.dev/problems/{kind}"),
+            "title": title,
+            "status": status.as_u16(),
+            "detail": detail,
+        });
+        let mut response = (status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Self::Unavailable {
+            retry_after_secs, ..
+        } = self
+        {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Router fallback: unknown paths get a problem body too.
+pub async fn not_found_fallback() -> ApiError {
+    ApiError::NotFound("route")
+}

@@ -1,0 +1,5 @@
+//! Credentials: API keys (only a hash stored) and password hashing.
+pub mod api_key;
+pub mod password;
+
+pub use api_key::{ApiKeySecret, Scope};

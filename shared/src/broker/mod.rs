@@ -1,0 +1,42 @@
+//! RabbitMQ: connecting (lapin on tokio), the topology every role declares
+//! idempotently at start-up, and the versioned message envelope.
+pub mod envelope;
+mod topology;
+
+use lapin::{Channel, Connection, ConnectionProperties};
+
+pub use envelope::{DeliveryTask, QueueMessage};
+pub use topology::Topology;
+
+use crate::config::BrokerConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("cannot connect to RabbitMQ")]
+    Connect(#[source] lapin::Error),
+    #[error("cannot open a RabbitMQ channel")]
+    Channel(#[source] lapin::Error),
+    #[error("declaring the RabbitMQ topology failed")]
+    Topology(#[source] lapin::Error),
+}
+
+/// Opens a connection whose I/O runs on the current tokio runtime.
+pub async fn connect(
+    config: &BrokerConfig,
+    connection_name: &str,
+) -> Result<Connection, BrokerError> {
+    let properties = ConnectionProperties::default()
+        .with_connection_name(connection_name.into())
+        .with_executor(tokio_executor_trait::Tokio::current())
+        .with_reactor(tokio_reactor_trait::Tokio);
+    Connection::connect(&config.url, properties)
+        .await
+        .map_err(BrokerError::Connect)
+}
+
+pub async fn open_channel(connection: &Connection) -> Result<Channel, BrokerError> {
+    connection
+        .create_channel()
+        .await
+        .map_err(BrokerError::Channel)
+}

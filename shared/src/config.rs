@@ -1,0 +1,225 @@
+//! Typed configuration from `RELAYOPS_*` environment variables, validated at
+//! start-up. Every key, its default and its meaning is listed in
+//! `docs/CONFIGURATION.md`; keep the two in step. Secrets are never logged.
+use std::str::FromStr;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+#[error("configuration {key}: {message}")]
+pub struct ConfigError {
+    key: String,
+    message: String,
+}
+
+fn key(name: &str) -> String {
+    format!("RELAYOPS_{name}")
+}
+
+/// A required variable.
+fn required(name: &str) -> Result<String, ConfigError> {
+    std::env::var(key(name)).map_err(|_| ConfigError {
+        key: key(name),
+        message: "is required".into(),
+    })
+}
+
+/// An optional variable parsed as `T`, or `default` when unset.
+fn parsed<T: FromStr>(name: &str, default: T) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(key(name)) {
+        Ok(text) => text.trim().parse().map_err(|error| ConfigError {
+            key: key(name),
+            message: format!("`{text}` is invalid: {error}"),
+        }),
+        Err(_) => Ok(default),
+    }
+}
+
+fn positive<T: FromStr + PartialOrd + Default>(name: &str, default: T) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    let value = parsed(name, default)?;
+    if value <= T::default() {
+        return Err(ConfigError {
+            key: key(name),
+            message: "must be greater than zero".into(),
+        });
+    }
+    Ok(value)
+}
+
+fn millis(name: &str, default_ms: u64) -> Result<Duration, ConfigError> {
+    positive(name, default_ms).map(Duration::from_millis)
+}
+
+/// Postgres.
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    /// `RELAYOPS_DATABASE_URL`, e.g. `postgres://relayops:relayops@127.0.0.1:5432/relayops`.
+    pub url: String,
+    /// `RELAYOPS_DB_POOL_SIZE` (default 16): connections per process.
+    pub pool_size: usize,
+}
+
+impl DatabaseConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Self {
+            url: required("DATABASE_URL")?,
+            pool_size: positive("DB_POOL_SIZE", 16)?,
+        })
+    }
+}
+
+/// RabbitMQ.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// `RELAYOPS_AMQP_URL`, e.g. `amqp://guest:guest@127.0.0.1:5672/%2f`.
+    pub url: String,
+    /// `RELAYOPS_QUEUE_NAMESPACE` (default `relayops`): prefix of every exchange
+    /// and queue name, so several installations (or tests) share one broker.
+    pub namespace: String,
+    /// `RELAYOPS_QUEUE_EXPIRES_MS` (default unset): deletes queues unused for this
+    /// long. Only for throwaway namespaces such as tests.
+    pub queue_expires_ms: Option<u32>,
+}
+
+impl BrokerConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let expires: u32 = parsed("QUEUE_EXPIRES_MS", 0)?;
+        Ok(Self {
+            url: required("AMQP_URL")?,
+            namespace: parsed("QUEUE_NAMESPACE", "relayops".to_owned())?,
+            queue_expires_ms: (expires > 0).then_some(expires),
+        })
+    }
+}
+
+/// The outbox publisher.
+#[derive(Debug, Clone)]
+pub struct PublisherConfig {
+    /// `RELAYOPS_PUBLISHER_BATCH_SIZE` (default 200): rows claimed per batch.
+    pub batch_size: i64,
+    /// `RELAYOPS_PUBLISHER_CLAIM_TTL_MS` (default 30000): how long a claim holds
+    /// before another publisher may take the rows over.
+    pub claim_ttl: Duration,
+    /// `RELAYOPS_PUBLISHER_IDLE_MS` (default 500): the longest a long-lived
+    /// publisher sleeps when nothing woke it.
+    pub idle_interval: Duration,
+    /// `RELAYOPS_PUBLISHER_CONFIRM_TIMEOUT_MS` (default 10000): a batch whose
+    /// confirms do not arrive in time is left claimed and reclaimed later.
+    pub confirm_timeout: Duration,
+    /// `RELAYOPS_RECOVERY_GRACE_MS` (default 5000): how long after its due time
+    /// a scheduled retry may go without being picked up before the recovery pass
+    /// re-enqueues it.
+    pub recovery_grace: Duration,
+}
+
+impl Default for PublisherConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 200,
+            claim_ttl: Duration::from_secs(30),
+            idle_interval: Duration::from_millis(500),
+            confirm_timeout: Duration::from_secs(10),
+            recovery_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PublisherConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let default = Self::default();
+        Ok(Self {
+            batch_size: positive("PUBLISHER_BATCH_SIZE", default.batch_size)?,
+            claim_ttl: millis("PUBLISHER_CLAIM_TTL_MS", 30_000)?,
+            idle_interval: millis("PUBLISHER_IDLE_MS", 500)?,
+            confirm_timeout: millis("PUBLISHER_CONFIRM_TIMEOUT_MS", 10_000)?,
+            recovery_grace: millis("RECOVERY_GRACE_MS", 5_000)?,
+        })
+    }
+}
+
+/// The delivery worker.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// `RELAYOPS_WORKER_CONCURRENCY` (default 64): RabbitMQ prefetch, and so the
+    /// most deliveries one worker sends at once.
+    pub concurrency: u16,
+    /// `RELAYOPS_HTTP_TIMEOUT_MS` (default 15000): whole-request timeout.
+    pub request_timeout: Duration,
+    /// `RELAYOPS_HTTP_CONNECT_TIMEOUT_MS` (default 5000).
+    pub connect_timeout: Duration,
+    /// `RELAYOPS_RESPONSE_BODY_LIMIT` (default 4096): bytes of a receiver's
+    /// response kept (and read) at most.
+    pub response_body_limit: usize,
+    /// `RELAYOPS_HTTP_POOL_PER_HOST` (default 32): idle connections kept per host.
+    pub pool_per_host: usize,
+    /// `RELAYOPS_LEASE_MS` (default: request timeout + 30 s): how long a claim on
+    /// a delivery holds before recovery may take it over.
+    pub lease: Duration,
+    /// `RELAYOPS_WORKER_ID` (default: host name + random suffix): the lease owner.
+    pub worker_id: String,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 64,
+            request_timeout: Duration::from_secs(15),
+            connect_timeout: Duration::from_secs(5),
+            response_body_limit: 4096,
+            pool_per_host: 32,
+            lease: Duration::from_secs(45),
+            worker_id: default_worker_id(),
+        }
+    }
+}
+
+fn default_worker_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".to_owned());
+    format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+impl WorkerConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let request_timeout = millis("HTTP_TIMEOUT_MS", 15_000)?;
+        let lease_default = request_timeout + Duration::from_secs(30);
+        let lease = millis("LEASE_MS", lease_default.as_millis() as u64)?;
+        if lease <= request_timeout {
+            return Err(ConfigError {
+                key: key("LEASE_MS"),
+                message: "must be longer than RELAYOPS_HTTP_TIMEOUT_MS".into(),
+            });
+        }
+        Ok(Self {
+            concurrency: positive("WORKER_CONCURRENCY", 64)?,
+            request_timeout,
+            connect_timeout: millis("HTTP_CONNECT_TIMEOUT_MS", 5_000)?,
+            response_body_limit: positive("RESPONSE_BODY_LIMIT", 4096)?,
+            pool_per_host: positive("HTTP_POOL_PER_HOST", 32)?,
+            lease,
+            worker_id: parsed("WORKER_ID", default_worker_id())?,
+        })
+    }
+}
+
+/// HTTP listeners of the local runner.
+#[derive(Debug, Clone)]
+pub struct ListenConfig {
+    /// `RELAYOPS_API_LISTEN` (default `127.0.0.1:8080`).
+    pub api: std::net::SocketAddr,
+    /// `RELAYOPS_SIMULATOR_LISTEN` (default `127.0.0.1:8090`).
+    pub simulator: std::net::SocketAddr,
+}
+
+impl ListenConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Self {
+            api: parsed("API_LISTEN", ([127, 0, 0, 1], 8080).into())?,
+            simulator: parsed("SIMULATOR_LISTEN", ([127, 0, 0, 1], 8090).into())?,
+        })
+    }
+}

@@ -1,0 +1,86 @@
+//! The repository layer's error type. SQLSTATEs and constraint names are mapped
+//! here and nowhere else.
+use tokio_postgres::error::SqlState;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("invalid database configuration")]
+    Config(#[source] tokio_postgres::Error),
+    #[error("database pool: {0}")]
+    Pool(String),
+    /// The database could not be reached or is overloaded; worth retrying later.
+    #[error("database unavailable")]
+    Unavailable(#[source] tokio_postgres::Error),
+    /// A unique constraint refused the write.
+    #[error("unique constraint `{constraint}` violated")]
+    UniqueViolation {
+        constraint: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// A foreign key refused the write (the referenced row is gone).
+    #[error("foreign key `{constraint}` violated")]
+    ForeignKeyViolation {
+        constraint: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error("database query failed")]
+    Query(#[source] tokio_postgres::Error),
+    #[error("migration {version} failed: {message}")]
+    Migration { version: String, message: String },
+}
+
+impl DbError {
+    /// True when the failure is transient (connection, pool, overload).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Pool(_) | Self::Unavailable(_))
+    }
+
+    /// The constraint name, for unique/foreign-key violations.
+    pub fn constraint(&self) -> Option<&str> {
+        match self {
+            Self::UniqueViolation { constraint, .. }
+            | Self::ForeignKeyViolation { constraint, .. } => Some(constraint),
+            _ => None,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(source: tokio_postgres::Error) -> Self {
+        let Some(db) = source.as_db_error() else {
+            // No server error: the connection broke or could not be made.
+            return if source.is_closed() || source.to_string().contains("connect") {
+                Self::Unavailable(source)
+            } else {
+                Self::Query(source)
+            };
+        };
+        let code = db.code().clone();
+        let constraint = db.constraint().unwrap_or_default().to_owned();
+        if code == SqlState::UNIQUE_VIOLATION {
+            Self::UniqueViolation { constraint, source }
+        } else if code == SqlState::FOREIGN_KEY_VIOLATION {
+            Self::ForeignKeyViolation { constraint, source }
+        } else if code == SqlState::TOO_MANY_CONNECTIONS
+            || code == SqlState::ADMIN_SHUTDOWN
+            || code == SqlState::CANNOT_CONNECT_NOW
+            || code == SqlState::T_R_SERIALIZATION_FAILURE
+            || code == SqlState::T_R_DEADLOCK_DETECTED
+        {
+            Self::Unavailable(source)
+        } else {
+            Self::Query(source)
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for DbError {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        match error {
+            deadpool_postgres::PoolError::Backend(source) => source.into(),
+            other => Self::Pool(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The states of a delivery and the outcomes of one attempt, as stored in the
+//! database (`deliveries.status`, `delivery_attempts.outcome`).
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    /// Waiting for its first (or replayed) attempt.
+    Pending,
+    /// Leased by a worker that is sending it now.
+    InProgress,
+    /// Waiting for a retry at `next_attempt_at`.
+    Scheduled,
+    /// The receiver answered 2xx.
+    Delivered,
+    /// Terminal: the receiver refused it (4xx other than 429) or the endpoint is gone.
+    Failed,
+    /// Terminal: retries exhausted; also sent to the operations dead-letter queue.
+    Dead,
+}
+
+impl DeliveryStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::InProgress => "in_progress",
+            Self::Scheduled => "scheduled",
+            Self::Delivered => "delivered",
+            Self::Failed => "failed",
+            Self::Dead => "dead",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "pending" => Self::Pending,
+            "in_progress" => Self::InProgress,
+            "scheduled" => Self::Scheduled,
+            "delivered" => Self::Delivered,
+            "failed" => Self::Failed,
+            "dead" => Self::Dead,
+            _ => return None,
+        })
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::Delivered | Self::Failed | Self::Dead)
+    }
+}
+
+/// What one attempt led to; also the delivery's next status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Delivered,
+    Retry,
+    Failed,
+    Dead,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Delivered => "delivered",
+            Self::Retry => "retry",
+            Self::Failed => "failed",
+            Self::Dead => "dead",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "delivered" => Self::Delivered,
+            "retry" => Self::Retry,
+            "failed" => Self::Failed,
+            "dead" => Self::Dead,
+            _ => return None,
+        })
+    }
+
+    /// The delivery status this outcome leaves behind.
+    pub fn next_status(&self) -> DeliveryStatus {
+        match self {
+            Self::Delivered => DeliveryStatus::Delivered,
+            Self::Retry => DeliveryStatus::Scheduled,
+            Self::Failed => DeliveryStatus::Failed,
+            Self::Dead => DeliveryStatus::Dead,
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The shared crate: everything the RelayOps functions have in common.
+//!
+//! - [`domain`]: parsed, trusted domain values (no I/O).
+//! - [`ids`]: prefixed ID newtypes (`evt_…`, `dlv_…`).
+//! - [`db`]: the Postgres pool and migration runner; [`repo`]: the only code that
+//!   runs SQL, every function scoped by tenant.
+//! - [`broker`]: RabbitMQ connection, topology and the versioned queue envelope.
+//! - [`auth`], [`signing`]: API keys, password hashing, Standard Webhooks signatures.
+//! - [`api`]: what every HTTP function shares (state, auth extractor, problem bodies).
+//! - [`config`], [`telemetry`]: environment configuration and JSON logs.
+pub mod api;
+pub mod auth;
+pub mod bootstrap;
+pub mod broker;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod ids;
+pub mod repo;
+pub mod signing;
+pub mod telemetry;

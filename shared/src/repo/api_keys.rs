@@ -1,0 +1,95 @@
+//! API keys: only the prefix and a hash are stored.
+use deadpool_postgres::GenericClient;
+
+use crate::auth::{ApiKeySecret, Scope};
+use crate::db::DbError;
+use crate::ids::{ApiKeyId, TenantId, UserId};
+
+const INSERT_API_KEY: &str =
+    "INSERT INTO relayops.api_keys (id, tenant_id, name, key_prefix, key_hash, scopes, created_by)
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+/// Not tenant-scoped: this lookup is how a request's tenant is found.
+const FIND_BY_PREFIX: &str = "SELECT id, tenant_id, key_hash, scopes FROM relayops.api_keys
+     WHERE key_prefix = $1 AND revoked_at IS NULL";
+
+/// Writes at most once a minute per key, so a busy key does not write per request.
+const TOUCH_LAST_USED: &str = "UPDATE relayops.api_keys SET last_used_at = now()
+     WHERE id = $1 AND tenant_id = $2 AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')";
+
+pub struct NewApiKey<'a> {
+    pub name: &'a str,
+    pub secret: &'a ApiKeySecret,
+    pub scopes: &'a [Scope],
+    pub created_by: Option<UserId>,
+}
+
+pub async fn insert_api_key(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    key: &NewApiKey<'_>,
+) -> Result<ApiKeyId, DbError> {
+    let id = ApiKeyId::new();
+    let scopes: Vec<&str> = key.scopes.iter().map(Scope::as_str).collect();
+    let hash = key.secret.hash().to_vec();
+    client
+        .execute(
+            INSERT_API_KEY,
+            &[
+                &id.as_uuid(),
+                &tenant.as_uuid(),
+                &key.name,
+                &key.secret.prefix(),
+                &hash,
+                &scopes,
+                &key.created_by.map(|user| user.as_uuid()),
+            ],
+        )
+        .await?;
+    Ok(id)
+}
+
+/// An active key whose hash matched the presented key.
+#[derive(Debug, Clone)]
+pub struct VerifiedApiKey {
+    pub id: ApiKeyId,
+    pub tenant_id: TenantId,
+    pub scopes: Vec<Scope>,
+}
+
+/// Finds the key by its prefix and compares hashes in constant time.
+pub async fn verify(
+    client: &impl GenericClient,
+    presented: &ApiKeySecret,
+) -> Result<Option<VerifiedApiKey>, DbError> {
+    let Some(row) = client
+        .query_opt(FIND_BY_PREFIX, &[&presented.prefix()])
+        .await?
+    else {
+        return Ok(None);
+    };
+    let stored_hash: Vec<u8> = row.get("key_hash");
+    if !presented.matches(&stored_hash) {
+        return Ok(None);
+    }
+    let scopes: Vec<String> = row.get("scopes");
+    Ok(Some(VerifiedApiKey {
+        id: ApiKeyId::from_uuid(row.get("id")),
+        tenant_id: TenantId::from_uuid(row.get("tenant_id")),
+        scopes: scopes
+            .iter()
+            .filter_map(|scope| Scope::parse(scope))
+            .collect(),
+    }))
+}
+
+pub async fn touch_last_used(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    key: ApiKeyId,
+) -> Result<(), DbError> {
+    client
+        .execute(TOUCH_LAST_USED, &[&key.as_uuid(), &tenant.as_uuid()])
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,50 @@
+//! Reading a delivery's attempt history (attempts are written by
+//! [`deliveries::record_attempt`](super::deliveries::record_attempt) only).
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+
+use crate::db::DbError;
+use crate::ids::{AttemptId, DeliveryId, TenantId};
+
+const LIST_ATTEMPTS: &str = "SELECT id, attempt_number, outcome, http_status, error, request_headers, response_body,
+            latency_ms, started_at, finished_at
+     FROM relayops.delivery_attempts WHERE tenant_id = $1 AND delivery_id = $2 ORDER BY attempt_number";
+
+#[derive(Debug, Clone)]
+pub struct AttemptRecordRow {
+    pub id: AttemptId,
+    pub attempt_number: i32,
+    pub outcome: String,
+    pub http_status: Option<i32>,
+    pub error: Option<String>,
+    pub request_headers: serde_json::Value,
+    pub response_body: Option<String>,
+    pub latency_ms: i32,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+pub async fn list_attempts(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    delivery: DeliveryId,
+) -> Result<Vec<AttemptRecordRow>, DbError> {
+    let rows = client
+        .query(LIST_ATTEMPTS, &[&tenant.as_uuid(), &delivery.as_uuid()])
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| AttemptRecordRow {
+            id: AttemptId::from_uuid(row.get("id")),
+            attempt_number: row.get("attempt_number"),
+            outcome: row.get("outcome"),
+            http_status: row.get("http_status"),
+            error: row.get("error"),
+            request_headers: row.get("request_headers"),
+            response_body: row.get("response_body"),
+            latency_ms: row.get("latency_ms"),
+            started_at: row.get("started_at"),
+            finished_at: row.get("finished_at"),
+        })
+        .collect())
+}

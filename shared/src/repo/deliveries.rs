@@ -1,0 +1,294 @@
+//! Deliveries: the worker's claim (a lease with owner and expiry) and the
+//! single transaction that records an attempt with the delivery's next state;
+//! and the tenant-scoped reads operators use.
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use crate::db::DbError;
+use crate::domain::{AttemptOutcome, DeliveryStatus};
+use crate::ids::{AttemptId, DeliveryId, EndpointId, EventId, TenantId};
+
+/// Takes the lease if the delivery is due: pending, a retry whose time has
+/// come, or in progress under a lease that expired (its worker died). Terminal
+/// rows and rows leased by a live worker are left alone.
+const CLAIM: &str = "UPDATE relayops.deliveries d
+     SET status = 'in_progress', lease_owner = $3,
+         lease_expires_at = now() + $4::bigint * interval '1 millisecond', updated_at = now()
+     FROM relayops.events e, relayops.webhook_endpoints ep
+     WHERE d.tenant_id = $1 AND d.id = $2
+       AND e.tenant_id = d.tenant_id AND e.id = d.event_id
+       AND ep.tenant_id = d.tenant_id AND ep.id = d.endpoint_id
+       AND (d.status = 'pending'
+            OR (d.status = 'scheduled' AND d.next_attempt_at <= now())
+            OR (d.status = 'in_progress' AND d.lease_expires_at < now()))
+     RETURNING d.attempt_count, d.event_id, d.endpoint_id, e.event_type, e.payload::text AS body,
+               ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
+               CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret";
+
+const CURRENT_STATE: &str =
+    "SELECT status, next_attempt_at FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
+
+/// Only the lease holder may settle the delivery.
+const SETTLE: &str = "UPDATE relayops.deliveries
+     SET status = $3, attempt_count = $4, next_attempt_at = $5,
+         lease_owner = NULL, lease_expires_at = NULL,
+         last_http_status = $6, last_error = $7,
+         delivered_at = CASE WHEN $3 = 'delivered' THEN now() ELSE delivered_at END,
+         updated_at = now()
+     WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $8";
+
+const INSERT_ATTEMPT: &str =
+    "INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
+         http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+/// Settles without an attempt (e.g. the endpoint was disabled after fan-out).
+const SETTLE_WITHOUT_ATTEMPT: &str = "UPDATE relayops.deliveries
+     SET status = $3, last_error = $4, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+     WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $5";
+
+const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempt_count, next_attempt_at,
+     last_http_status, last_error, delivered_at, created_at, updated_at";
+
+/// Everything the worker needs to send one attempt.
+#[derive(Debug, Clone)]
+pub struct DeliveryJob {
+    pub tenant_id: TenantId,
+    pub delivery_id: DeliveryId,
+    pub event_id: EventId,
+    pub endpoint_id: EndpointId,
+    pub event_type: String,
+    /// The payload exactly as it will be sent and signed.
+    pub body: String,
+    pub url: String,
+    pub endpoint_enabled: bool,
+    pub timeout_ms: Option<i32>,
+    /// The endpoint's retry policy; `None` means the platform default.
+    pub max_attempts: Option<i32>,
+    pub retry_schedule_secs: Option<Vec<i32>>,
+    pub secret: String,
+    pub previous_secret: Option<String>,
+    /// The number this attempt will get.
+    pub attempt_number: i32,
+}
+
+#[derive(Debug)]
+pub enum ClaimOutcome {
+    Claimed(Box<DeliveryJob>),
+    /// Not due, terminal, leased by a live worker, or gone (`None`).
+    NotClaimable {
+        status: Option<DeliveryStatus>,
+        next_attempt_at: Option<DateTime<Utc>>,
+    },
+}
+
+/// Worker path: ids come from the queue message, not from a client.
+pub async fn claim(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    delivery: DeliveryId,
+    worker_id: &str,
+    lease: Duration,
+) -> Result<ClaimOutcome, DbError> {
+    let lease_ms = lease.as_millis() as i64;
+    let claimed = client
+        .query_opt(
+            CLAIM,
+            &[
+                &tenant.as_uuid(),
+                &delivery.as_uuid(),
+                &worker_id,
+                &lease_ms,
+            ],
+        )
+        .await?;
+    let Some(row) = claimed else {
+        let state = client
+            .query_opt(CURRENT_STATE, &[&tenant.as_uuid(), &delivery.as_uuid()])
+            .await?;
+        return Ok(ClaimOutcome::NotClaimable {
+            status: state
+                .as_ref()
+                .and_then(|row| DeliveryStatus::parse(row.get("status"))),
+            next_attempt_at: state.as_ref().and_then(|row| row.get("next_attempt_at")),
+        });
+    };
+    let attempt_count: i32 = row.get("attempt_count");
+    Ok(ClaimOutcome::Claimed(Box::new(DeliveryJob {
+        tenant_id: tenant,
+        delivery_id: delivery,
+        event_id: EventId::from_uuid(row.get("event_id")),
+        endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
+        event_type: row.get("event_type"),
+        body: row.get("body"),
+        url: row.get("url"),
+        endpoint_enabled: row.get("enabled"),
+        timeout_ms: row.get("timeout_ms"),
+        max_attempts: row.get("max_attempts"),
+        retry_schedule_secs: row.get("retry_schedule_secs"),
+        secret: row.get("secret"),
+        previous_secret: row.get("previous_secret"),
+        attempt_number: attempt_count + 1,
+    })))
+}
+
+/// One attempt's record and the delivery's next state.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord<'a> {
+    pub outcome: AttemptOutcome,
+    pub http_status: Option<i32>,
+    pub error: Option<&'a str>,
+    pub request_headers: serde_json::Value,
+    pub response_body: Option<&'a str>,
+    pub latency_ms: i32,
+    pub started_at: DateTime<Utc>,
+    /// For `Retry`: when the next attempt is due.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
+/// Whether the worker still held the lease when it settled.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Settled {
+    Recorded,
+    LeaseLost,
+}
+
+/// Records the attempt and the delivery's new state. Must run in a transaction
+/// (the caller's): either both are written or neither.
+pub async fn record_attempt(
+    tx: &impl GenericClient,
+    job: &DeliveryJob,
+    worker_id: &str,
+    attempt: &AttemptRecord<'_>,
+) -> Result<Settled, DbError> {
+    let status = attempt.outcome.next_status().as_str();
+    let updated = tx
+        .execute(
+            SETTLE,
+            &[
+                &job.tenant_id.as_uuid(),
+                &job.delivery_id.as_uuid(),
+                &status,
+                &job.attempt_number,
+                &attempt.next_attempt_at,
+                &attempt.http_status,
+                &attempt.error,
+                &worker_id,
+            ],
+        )
+        .await?;
+    if updated == 0 {
+        return Ok(Settled::LeaseLost);
+    }
+    tx.execute(
+        INSERT_ATTEMPT,
+        &[
+            &AttemptId::new().as_uuid(),
+            &job.tenant_id.as_uuid(),
+            &job.delivery_id.as_uuid(),
+            &job.attempt_number,
+            &attempt.outcome.as_str(),
+            &attempt.http_status,
+            &attempt.error,
+            &attempt.request_headers,
+            &attempt.response_body,
+            &attempt.latency_ms,
+            &worker_id,
+            &attempt.started_at,
+        ],
+    )
+    .await?;
+    Ok(Settled::Recorded)
+}
+
+pub async fn settle_without_attempt(
+    client: &impl GenericClient,
+    job: &DeliveryJob,
+    worker_id: &str,
+    status: DeliveryStatus,
+    reason: &str,
+) -> Result<Settled, DbError> {
+    let updated = client
+        .execute(
+            SETTLE_WITHOUT_ATTEMPT,
+            &[
+                &job.tenant_id.as_uuid(),
+                &job.delivery_id.as_uuid(),
+                &status.as_str(),
+                &reason,
+                &worker_id,
+            ],
+        )
+        .await?;
+    Ok(if updated == 0 {
+        Settled::LeaseLost
+    } else {
+        Settled::Recorded
+    })
+}
+
+/// A delivery as operators see it.
+#[derive(Debug, Clone)]
+pub struct DeliveryRecord {
+    pub id: DeliveryId,
+    pub event_id: EventId,
+    pub endpoint_id: EndpointId,
+    pub status: String,
+    pub attempt_count: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub last_http_status: Option<i32>,
+    pub last_error: Option<String>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl DeliveryRecord {
+    fn from_row(row: &Row) -> Self {
+        Self {
+            id: DeliveryId::from_uuid(row.get("id")),
+            event_id: EventId::from_uuid(row.get("event_id")),
+            endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
+            status: row.get("status"),
+            attempt_count: row.get("attempt_count"),
+            next_attempt_at: row.get("next_attempt_at"),
+            last_http_status: row.get("last_http_status"),
+            last_error: row.get("last_error"),
+            delivered_at: row.get("delivered_at"),
+            created_at: row.get("created_at"),
+            updated_at: row.get("updated_at"),
+        }
+    }
+}
+
+pub async fn get_delivery(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    id: DeliveryId,
+) -> Result<Option<DeliveryRecord>, DbError> {
+    let sql = format!(
+        "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2"
+    );
+    let row = client
+        .query_opt(&sql, &[&tenant.as_uuid(), &id.as_uuid()])
+        .await?;
+    Ok(row.as_ref().map(DeliveryRecord::from_row))
+}
+
+pub async fn list_for_event(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    event: EventId,
+) -> Result<Vec<DeliveryRecord>, DbError> {
+    let sql = format!(
+        "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND event_id = $2
+         ORDER BY created_at, id"
+    );
+    let rows = client
+        .query(&sql, &[&tenant.as_uuid(), &event.as_uuid()])
+        .await?;
+    Ok(rows.iter().map(DeliveryRecord::from_row).collect())
+}

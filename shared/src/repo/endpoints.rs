@@ -1,0 +1,204 @@
+//! Webhook endpoints and their subscriptions, always within one tenant.
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use crate::db::DbError;
+use crate::domain::{EndpointUrl, EventTypePattern, SigningSecret};
+use crate::ids::{EndpointId, SubscriptionId, TenantId};
+
+const ENDPOINT_COLUMNS: &str = "id, url, description, enabled, disabled_reason, rate_limit_per_sec,
+     rate_limit_burst, max_in_flight, max_attempts, timeout_ms, created_at, updated_at";
+
+const INSERT_SUBSCRIPTION: &str =
+    "INSERT INTO relayops.endpoint_subscriptions (id, tenant_id, endpoint_id, event_type_pattern)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (endpoint_id, event_type_pattern) DO NOTHING";
+
+const LIST_SUBSCRIPTIONS: &str =
+    "SELECT id, event_type_pattern, created_at FROM relayops.endpoint_subscriptions
+     WHERE tenant_id = $1 AND endpoint_id = $2 ORDER BY event_type_pattern";
+
+/// An endpoint as operators see it (the secret is fetched separately).
+#[derive(Debug, Clone)]
+pub struct EndpointRecord {
+    pub id: EndpointId,
+    pub url: String,
+    pub description: String,
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+    pub rate_limit_per_sec: Option<i32>,
+    pub rate_limit_burst: Option<i32>,
+    pub max_in_flight: Option<i32>,
+    pub max_attempts: Option<i32>,
+    pub timeout_ms: Option<i32>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl EndpointRecord {
+    fn from_row(row: &Row) -> Self {
+        Self {
+            id: EndpointId::from_uuid(row.get("id")),
+            url: row.get("url"),
+            description: row.get("description"),
+            enabled: row.get("enabled"),
+            disabled_reason: row.get("disabled_reason"),
+            rate_limit_per_sec: row.get("rate_limit_per_sec"),
+            rate_limit_burst: row.get("rate_limit_burst"),
+            max_in_flight: row.get("max_in_flight"),
+            max_attempts: row.get("max_attempts"),
+            timeout_ms: row.get("timeout_ms"),
+            created_at: row.get("created_at"),
+            updated_at: row.get("updated_at"),
+        }
+    }
+}
+
+pub struct NewEndpoint<'a> {
+    pub url: &'a EndpointUrl,
+    pub description: &'a str,
+    pub secret: &'a SigningSecret,
+    pub enabled: bool,
+    pub rate_limit_per_sec: Option<i32>,
+    pub rate_limit_burst: Option<i32>,
+    pub max_in_flight: Option<i32>,
+    pub max_attempts: Option<i32>,
+    pub timeout_ms: Option<i32>,
+}
+
+pub async fn insert_endpoint(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    endpoint: &NewEndpoint<'_>,
+) -> Result<EndpointRecord, DbError> {
+    let sql = format!(
+        "INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, description, secret, enabled,
+             rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         RETURNING {ENDPOINT_COLUMNS}"
+    );
+    let row = client
+        .query_one(
+            &sql,
+            &[
+                &EndpointId::new().as_uuid(),
+                &tenant.as_uuid(),
+                &endpoint.url.as_str(),
+                &endpoint.description,
+                &endpoint.secret.expose(),
+                &endpoint.enabled,
+                &endpoint.rate_limit_per_sec,
+                &endpoint.rate_limit_burst,
+                &endpoint.max_in_flight,
+                &endpoint.max_attempts,
+                &endpoint.timeout_ms,
+            ],
+        )
+        .await?;
+    Ok(EndpointRecord::from_row(&row))
+}
+
+pub async fn get_endpoint(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    id: EndpointId,
+) -> Result<Option<EndpointRecord>, DbError> {
+    let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM relayops.webhook_endpoints WHERE tenant_id = $1 AND id = $2");
+    let row = client
+        .query_opt(&sql, &[&tenant.as_uuid(), &id.as_uuid()])
+        .await?;
+    Ok(row.as_ref().map(EndpointRecord::from_row))
+}
+
+pub async fn list_endpoints(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    limit: i64,
+) -> Result<Vec<EndpointRecord>, DbError> {
+    let sql = format!(
+        "SELECT {ENDPOINT_COLUMNS} FROM relayops.webhook_endpoints WHERE tenant_id = $1
+         ORDER BY created_at DESC, id DESC LIMIT $2"
+    );
+    let rows = client.query(&sql, &[&tenant.as_uuid(), &limit]).await?;
+    Ok(rows.iter().map(EndpointRecord::from_row).collect())
+}
+
+pub async fn get_secret(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    id: EndpointId,
+) -> Result<Option<String>, DbError> {
+    let row = client
+        .query_opt(
+            "SELECT secret FROM relayops.webhook_endpoints WHERE tenant_id = $1 AND id = $2",
+            &[&tenant.as_uuid(), &id.as_uuid()],
+        )
+        .await?;
+    Ok(row.map(|row| row.get(0)))
+}
+
+#[derive(Debug, Clone)]
+pub struct SubscriptionRecord {
+    pub id: SubscriptionId,
+    pub event_type_pattern: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Adds a subscription; subscribing twice to one pattern is a no-op.
+pub async fn insert_subscription(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    endpoint: EndpointId,
+    pattern: &EventTypePattern,
+) -> Result<(), DbError> {
+    client
+        .execute(
+            INSERT_SUBSCRIPTION,
+            &[
+                &SubscriptionId::new().as_uuid(),
+                &tenant.as_uuid(),
+                &endpoint.as_uuid(),
+                &pattern.as_str(),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+pub async fn list_subscriptions(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    endpoint: EndpointId,
+) -> Result<Vec<SubscriptionRecord>, DbError> {
+    let rows = client
+        .query(
+            LIST_SUBSCRIPTIONS,
+            &[&tenant.as_uuid(), &endpoint.as_uuid()],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| SubscriptionRecord {
+            id: SubscriptionId::from_uuid(row.get("id")),
+            event_type_pattern: row.get("event_type_pattern"),
+            created_at: row.get("created_at"),
+        })
+        .collect())
+}
+
+const DISABLE: &str = "UPDATE relayops.webhook_endpoints SET enabled = false, disabled_reason = $3, updated_at = now()
+     WHERE tenant_id = $1 AND id = $2";
+
+/// Disables an endpoint (e.g. it answered 410 Gone); new events skip it.
+pub async fn disable_endpoint(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    id: EndpointId,
+    reason: &str,
+) -> Result<(), DbError> {
+    client
+        .execute(DISABLE, &[&tenant.as_uuid(), &id.as_uuid(), &reason])
+        .await?;
+    Ok(())
+}

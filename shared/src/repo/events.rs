@@ -1,0 +1,216 @@
+//! Ingest's one transaction: the event, a delivery per matching enabled
+//! endpoint, and an outbox row per delivery; and reading events back.
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::broker::envelope::{DeliveryTask, QueueMessage};
+use crate::db::DbError;
+use crate::domain::{EventPayload, EventType, IdempotencyKey};
+use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+
+/// A conflicting idempotency key leaves no row, so the caller can tell.
+const INSERT_EVENT: &str = "INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+     RETURNING received_at";
+
+const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_key, e.request_hash, e.received_at,
+            (SELECT count(*) FROM relayops.deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_id = e.id) AS deliveries
+     FROM relayops.events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2";
+
+/// One delivery per enabled endpoint of the tenant with a subscription that
+/// matches: exactly, by `prefix.*`, or `*` (the rule of `EventTypePattern::matches`).
+const INSERT_DELIVERIES: &str =
+    "INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
+     SELECT gen_random_uuid(), ep.tenant_id, $2, ep.id
+     FROM relayops.webhook_endpoints ep
+     WHERE ep.tenant_id = $1 AND ep.enabled
+       AND EXISTS (
+         SELECT 1 FROM relayops.endpoint_subscriptions s
+         WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
+           AND (s.event_type_pattern = $3
+                OR s.event_type_pattern = '*'
+                OR (right(s.event_type_pattern, 2) = '.*'
+                    AND starts_with($3, left(s.event_type_pattern, -1)))))
+     RETURNING id, endpoint_id";
+
+const INSERT_OUTBOX: &str = "INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
+     SELECT $1, delivery_id, envelope FROM unnest($2::uuid[], $3::jsonb[]) AS batch (delivery_id, envelope)";
+
+const GET_EVENT: &str =
+    "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
+     WHERE tenant_id = $1 AND id = $2";
+
+const LIST_EVENTS: &str =
+    "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
+     WHERE tenant_id = $1 ORDER BY received_at DESC, id DESC LIMIT $2";
+
+pub struct NewEvent<'a> {
+    pub event_type: &'a EventType,
+    pub payload: &'a EventPayload,
+    pub idempotency_key: Option<&'a IdempotencyKey>,
+}
+
+impl NewEvent<'_> {
+    /// What makes two requests "the same" for idempotency.
+    fn request_hash(&self) -> Vec<u8> {
+        let mut hasher = Sha256::new();
+        hasher.update(self.event_type.as_str().as_bytes());
+        hasher.update([0]);
+        hasher.update(serde_json::to_vec(self.payload.as_json()).unwrap_or_default());
+        hasher.finalize().to_vec()
+    }
+}
+
+/// What ingest answers: the same for the original request and its repeats.
+#[derive(Debug, Clone)]
+pub struct EventReceipt {
+    pub id: EventId,
+    pub event_type: String,
+    pub idempotency_key: Option<String>,
+    pub received_at: DateTime<Utc>,
+    pub deliveries: i64,
+}
+
+#[derive(Debug)]
+pub enum IngestOutcome {
+    Created(EventReceipt),
+    /// The idempotency key was used before for the same request.
+    Duplicate(EventReceipt),
+    /// The idempotency key was used before for a different request.
+    KeyReused {
+        original: EventId,
+    },
+}
+
+/// Runs inside the caller's transaction; the caller commits.
+pub async fn insert_event_with_deliveries(
+    tx: &impl GenericClient,
+    tenant: TenantId,
+    event: &NewEvent<'_>,
+) -> Result<IngestOutcome, DbError> {
+    let id = EventId::new();
+    let request_hash = event.request_hash();
+    let payload = Value::Object(event.payload.as_json().clone());
+    let key = event.idempotency_key.map(IdempotencyKey::as_str);
+    let inserted = tx
+        .query_opt(
+            INSERT_EVENT,
+            &[
+                &id.as_uuid(),
+                &tenant.as_uuid(),
+                &event.event_type.as_str(),
+                &payload,
+                &key,
+                &request_hash,
+            ],
+        )
+        .await?;
+    let Some(inserted) = inserted else {
+        return find_duplicate(tx, tenant, key.unwrap_or_default(), &request_hash).await;
+    };
+
+    let deliveries = tx
+        .query(
+            INSERT_DELIVERIES,
+            &[&tenant.as_uuid(), &id.as_uuid(), &event.event_type.as_str()],
+        )
+        .await?;
+    let mut delivery_ids: Vec<Uuid> = Vec::with_capacity(deliveries.len());
+    let mut envelopes: Vec<Value> = Vec::with_capacity(deliveries.len());
+    for row in &deliveries {
+        let delivery_id: Uuid = row.get("id");
+        let task = DeliveryTask {
+            tenant_id: tenant,
+            delivery_id: DeliveryId::from_uuid(delivery_id),
+            event_id: id,
+            endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
+        };
+        delivery_ids.push(delivery_id);
+        envelopes.push(QueueMessage::DeliveryV1(task).to_json());
+    }
+    if !delivery_ids.is_empty() {
+        tx.execute(
+            INSERT_OUTBOX,
+            &[&tenant.as_uuid(), &delivery_ids, &envelopes],
+        )
+        .await?;
+    }
+    Ok(IngestOutcome::Created(EventReceipt {
+        id,
+        event_type: event.event_type.as_str().to_owned(),
+        idempotency_key: key.map(str::to_owned),
+        received_at: inserted.get("received_at"),
+        deliveries: deliveries.len() as i64,
+    }))
+}
+
+async fn find_duplicate(
+    tx: &impl GenericClient,
+    tenant: TenantId,
+    key: &str,
+    request_hash: &[u8],
+) -> Result<IngestOutcome, DbError> {
+    let row = tx
+        .query_one(FIND_BY_IDEMPOTENCY_KEY, &[&tenant.as_uuid(), &key])
+        .await?;
+    let id = EventId::from_uuid(row.get("id"));
+    let stored_hash: Vec<u8> = row.get("request_hash");
+    if stored_hash != request_hash {
+        return Ok(IngestOutcome::KeyReused { original: id });
+    }
+    Ok(IngestOutcome::Duplicate(EventReceipt {
+        id,
+        event_type: row.get("event_type"),
+        idempotency_key: row.get("idempotency_key"),
+        received_at: row.get("received_at"),
+        deliveries: row.get("deliveries"),
+    }))
+}
+
+#[derive(Debug, Clone)]
+pub struct EventRecord {
+    pub id: EventId,
+    pub event_type: String,
+    pub payload: Value,
+    pub idempotency_key: Option<String>,
+    pub received_at: DateTime<Utc>,
+}
+
+impl EventRecord {
+    fn from_row(row: &Row) -> Self {
+        Self {
+            id: EventId::from_uuid(row.get("id")),
+            event_type: row.get("event_type"),
+            payload: row.get("payload"),
+            idempotency_key: row.get("idempotency_key"),
+            received_at: row.get("received_at"),
+        }
+    }
+}
+
+pub async fn get_event(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    id: EventId,
+) -> Result<Option<EventRecord>, DbError> {
+    let row = client
+        .query_opt(GET_EVENT, &[&tenant.as_uuid(), &id.as_uuid()])
+        .await?;
+    Ok(row.as_ref().map(EventRecord::from_row))
+}
+
+pub async fn list_events(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    limit: i64,
+) -> Result<Vec<EventRecord>, DbError> {
+    let rows = client
+        .query(LIST_EVENTS, &[&tenant.as_uuid(), &limit])
+        .await?;
+    Ok(rows.iter().map(EventRecord::from_row).collect())
+}

@@ -1,0 +1,20 @@
+//! Repositories: the only code that runs SQL against business tables. Every
+//! function that reads or writes tenant data takes the authenticated
+//! [`TenantId`](crate::ids::TenantId) and filters by it, so another tenant's row
+//! is simply not found. The exceptions are named as such: the API-key lookup
+//! (it is how the tenant is found) and the publisher/worker paths, which act on
+//! ids taken from the outbox, never from a client.
+//!
+//! SQL lives as named constants beside the function that runs it; functions take
+//! a generic client so they work inside a caller's transaction.
+pub mod api_keys;
+pub mod attempts;
+pub mod deliveries;
+pub mod endpoints;
+pub mod events;
+pub mod outbox;
+pub mod recovery;
+pub mod replay;
+pub mod tenants;
+
+pub use deadpool_postgres::GenericClient;

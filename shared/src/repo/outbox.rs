@@ -1,0 +1,100 @@
+//! The outbox, from the publisher's side: claim a batch (short transaction,
+//! `FOR UPDATE SKIP LOCKED`, so publishers run in parallel), mark rows published
+//! only after the broker confirmed them, release what failed, and reclaim the
+//! claims of publishers that died. Not tenant-scoped: rows are never chosen by a
+//! client.
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+
+use crate::db::DbError;
+
+const CLAIM_BATCH: &str = "UPDATE relayops.outbox_messages o
+     SET status = 'claimed', claimed_by = $1,
+         claim_expires_at = now() + $3::bigint * interval '1 millisecond',
+         publish_attempts = o.publish_attempts + 1
+     WHERE o.id IN (
+         SELECT id FROM relayops.outbox_messages
+         WHERE status = 'pending' AND available_at <= now()
+         ORDER BY id
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED)
+     RETURNING o.id, o.envelope";
+
+const MARK_PUBLISHED: &str = "UPDATE relayops.outbox_messages
+     SET status = 'published', published_at = now(), claimed_by = NULL, claim_expires_at = NULL, last_error = NULL
+     WHERE id = ANY($1) AND status = 'claimed' AND claimed_by = $2";
+
+const RELEASE: &str = "UPDATE relayops.outbox_messages
+     SET status = 'pending', claimed_by = NULL, claim_expires_at = NULL, last_error = $3
+     WHERE id = ANY($1) AND status = 'claimed' AND claimed_by = $2";
+
+const RECLAIM_EXPIRED: &str = "UPDATE relayops.outbox_messages
+     SET status = 'pending', claimed_by = NULL, claim_expires_at = NULL, last_error = 'claim expired'
+     WHERE status = 'claimed' AND claim_expires_at < now()";
+
+const COUNT_PENDING: &str =
+    "SELECT count(*) FROM relayops.outbox_messages WHERE status IN ('pending', 'claimed')";
+
+#[derive(Debug, Clone)]
+pub struct OutboxMessage {
+    pub id: i64,
+    pub envelope: serde_json::Value,
+}
+
+pub async fn claim_batch(
+    client: &impl GenericClient,
+    owner: &str,
+    limit: i64,
+    ttl: Duration,
+) -> Result<Vec<OutboxMessage>, DbError> {
+    let ttl_ms = ttl.as_millis() as i64;
+    let rows = client
+        .query(CLAIM_BATCH, &[&owner, &limit, &ttl_ms])
+        .await?;
+    let mut messages: Vec<OutboxMessage> = rows
+        .iter()
+        .map(|row| OutboxMessage {
+            id: row.get("id"),
+            envelope: row.get("envelope"),
+        })
+        .collect();
+    // RETURNING does not keep the subquery's order; publish oldest first.
+    messages.sort_by_key(|message| message.id);
+    Ok(messages)
+}
+
+/// Marks confirmed rows published; rows whose claim was taken over are skipped.
+pub async fn mark_published(
+    client: &impl GenericClient,
+    owner: &str,
+    ids: &[i64],
+) -> Result<u64, DbError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(client.execute(MARK_PUBLISHED, &[&ids, &owner]).await?)
+}
+
+/// Gives rows back for another try (the broker refused them).
+pub async fn release(
+    client: &impl GenericClient,
+    owner: &str,
+    ids: &[i64],
+    error: &str,
+) -> Result<u64, DbError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(client.execute(RELEASE, &[&ids, &owner, &error]).await?)
+}
+
+/// Makes rows claimed by a publisher that died (claim expired) claimable again.
+pub async fn reclaim_expired(client: &impl GenericClient) -> Result<u64, DbError> {
+    Ok(client.execute(RECLAIM_EXPIRED, &[]).await?)
+}
+
+/// Rows not yet published (the backlog).
+pub async fn backlog(client: &impl GenericClient) -> Result<i64, DbError> {
+    Ok(client.query_one(COUNT_PENDING, &[]).await?.get(0))
+}

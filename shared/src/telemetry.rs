@@ -1,0 +1,41 @@
+//! Logging: JSON lines via tracing-subscriber, filtered by `RELAYOPS_LOG`
+//! (falling back to `RUST_LOG`, then `info`). Field names are the same
+//! everywhere: tenant_id, event_id, delivery_id, endpoint_id, attempt, outcome,
+//! http_status, latency_ms. Logs go to stderr, so command output on stdout
+//! (a bootstrap's API key) stays machine-readable. Secrets, signatures and payload bodies are never logged.
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber once; later calls are no-ops (tests call it freely).
+pub fn init() {
+    let filter = std::env::var("RELAYOPS_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "info,lapin=warn,h2=warn,hyper=warn".to_owned());
+    let json = std::env::var("RELAYOPS_LOG_FORMAT")
+        .map(|format| format != "text")
+        .unwrap_or(true);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new(filter))
+        .with_target(true)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init()
+    } else {
+        builder.compact().try_init()
+    };
+}
+
+/// An error and its causes on one line, for logs (`a: b: c`).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
