@@ -1,1 +1,431 @@
-//! placeholder
+//! `TestEnv`: one isolated RelayOps for one test, on real services. Each test
+//! gets its own Postgres database (created, migrated, and dropped afterwards)
+//! and its own RabbitMQ namespace (queues expire once unused), and runs the real
+//! API router, publisher loop, worker and simulator in-process on loopback
+//! ports chosen by the OS. Services come from `scripts/services.sh`.
+//!
+//! Connection settings: `RELAYOPS_TEST_DATABASE_URL` (a role allowed to create
+//! databases) and `RELAYOPS_TEST_AMQP_URL`; the defaults match the script.
+use std::time::Duration;
+
+use relayops_publisher::Publisher;
+use relayops_shared::api::ApiState;
+use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
+use relayops_shared::config::{BrokerConfig, DatabaseConfig, PublisherConfig, WorkerConfig};
+use relayops_shared::db::{self, Pool};
+use relayops_shared::ids::TenantId;
+use relayops_simulator::Simulator;
+use relayops_worker::Worker;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+pub use relayops_shared;
+
+const DEFAULT_DATABASE_URL: &str = "postgres://relayops:relayops@127.0.0.1:5432/relayops";
+const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// How long a test waits for a condition before failing.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// What to run; tests change the fields they care about.
+#[derive(Clone)]
+pub struct TestConfig {
+    pub run_publisher: bool,
+    pub run_worker: bool,
+    pub publisher: PublisherConfig,
+    pub worker: WorkerConfig,
+}
+
+impl Default for TestConfig {
+    fn default() -> Self {
+        Self {
+            run_publisher: true,
+            run_worker: true,
+            publisher: PublisherConfig {
+                idle_interval: Duration::from_millis(100),
+                claim_ttl: Duration::from_secs(2),
+                recovery_grace: Duration::from_millis(300),
+                ..PublisherConfig::default()
+            },
+            worker: WorkerConfig {
+                concurrency: 16,
+                request_timeout: Duration::from_secs(2),
+                lease: Duration::from_secs(3),
+                ..WorkerConfig::default()
+            },
+        }
+    }
+}
+
+/// An HTTP answer: status and JSON body (`Null` when the body is not JSON).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Value,
+    pub headers: reqwest::header::HeaderMap,
+}
+
+pub struct TestEnv {
+    pub api_url: String,
+    pub simulator_url: String,
+    pub simulator: Simulator,
+    pub pool: Pool,
+    pub broker: BrokerConfig,
+    pub tenant_id: TenantId,
+    pub api_key: String,
+    pub http: reqwest::Client,
+    pub config: TestConfig,
+    database_name: String,
+    admin_url: String,
+    tasks: Vec<JoinHandle<()>>,
+    worker: Option<JoinHandle<()>>,
+    wakeup: std::sync::Arc<Notify>,
+}
+
+fn unique_suffix() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
+}
+
+async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let address = listener.local_addr().expect("local address");
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    (format!("http://{address}"), task)
+}
+
+impl TestEnv {
+    pub async fn start() -> Self {
+        Self::start_with(TestConfig::default()).await
+    }
+
+    pub async fn start_with(config: TestConfig) -> Self {
+        relayops_shared::telemetry::init();
+        let admin_url = std::env::var("RELAYOPS_TEST_DATABASE_URL")
+            .unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
+        let amqp_url =
+            std::env::var("RELAYOPS_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.into());
+        let suffix = unique_suffix();
+        let database_name = format!("relayops_test_{suffix}");
+
+        let admin = db::connect_pool(&DatabaseConfig {
+            url: admin_url.clone(),
+            pool_size: 1,
+        })
+        .expect("admin pool");
+        let admin_client = admin
+            .get()
+            .await
+            .expect("Postgres is not reachable: run scripts/services.sh");
+        admin_client
+            .batch_execute(&format!("CREATE DATABASE {database_name}"))
+            .await
+            .expect("create test database");
+        drop(admin_client);
+
+        let mut url = url::Url::parse(&admin_url).expect("database url");
+        url.set_path(&database_name);
+        let pool = db::connect_pool(&DatabaseConfig {
+            url: url.to_string(),
+            pool_size: 8,
+        })
+        .expect("pool");
+        let mut client = pool.get().await.expect("test database connection");
+        db::migrate::run(&mut client).await.expect("migrations");
+        drop(client);
+
+        let broker = BrokerConfig {
+            url: amqp_url,
+            namespace: format!("test.{suffix}"),
+            queue_expires_ms: Some(120_000),
+        };
+        let request = BootstrapRequest {
+            tenant_name: "Test tenant",
+            admin_email: &format!("admin-{suffix}@example.com"),
+            admin_password: "test-password-1",
+        };
+        let tenant = bootstrap_tenant(&pool, &request).await.expect("bootstrap");
+
+        let simulator = Simulator::new();
+        let (simulator_url, simulator_task) =
+            spawn_http(relayops_simulator::router(simulator.clone())).await;
+        let wakeup = std::sync::Arc::new(Notify::new());
+        let state = ApiState::new(pool.clone()).with_wakeup(wakeup.clone());
+        let (api_url, api_task) = spawn_http(relayops::api_router(state)).await;
+        let tasks = vec![simulator_task, api_task];
+        let mut env = Self {
+            api_url,
+            simulator_url,
+            simulator,
+            pool,
+            broker,
+            tenant_id: tenant.tenant_id,
+            api_key: tenant.api_key.expose().to_owned(),
+            http: reqwest::Client::new(),
+            config: config.clone(),
+            database_name,
+            admin_url,
+            tasks,
+            worker: None,
+            wakeup,
+        };
+        if config.run_publisher {
+            env.start_publisher();
+        }
+        if config.run_worker {
+            env.start_worker();
+        }
+        env
+    }
+
+    /// Starts an outbox publisher loop (woken by this env's ingest).
+    pub fn start_publisher(&mut self) {
+        let publisher = Publisher::new(
+            self.pool.clone(),
+            self.broker.clone(),
+            self.config.publisher.clone(),
+        );
+        self.tasks.push(tokio::spawn(
+            std::sync::Arc::new(publisher).run(self.wakeup.clone()),
+        ));
+    }
+
+    /// Starts a worker with the test's worker config (replacing none).
+    pub fn start_worker(&mut self) {
+        let worker = Worker::new(
+            self.pool.clone(),
+            self.broker.clone(),
+            self.config.worker.clone(),
+        )
+        .expect("worker");
+        self.worker = Some(tokio::spawn(async move { worker.run().await }));
+    }
+
+    /// Kills the worker as a crash would: in-flight work is dropped unsettled.
+    pub async fn kill_worker(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.abort();
+            let _ = worker.await;
+        }
+    }
+
+    /// Another tenant on the same installation, with its own admin key.
+    pub async fn second_tenant(&self) -> (TenantId, String) {
+        let email = format!("other-{}@example.com", unique_suffix());
+        let request = BootstrapRequest {
+            tenant_name: "Other tenant",
+            admin_email: &email,
+            admin_password: "other-password-1",
+        };
+        let tenant = bootstrap_tenant(&self.pool, &request)
+            .await
+            .expect("second tenant");
+        (tenant.tenant_id, tenant.api_key.expose().to_owned())
+    }
+
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> Answer {
+        let mut request = self.http.request(method, format!("{}{path}", self.api_url));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        Answer::from(request.send().await.expect("API request")).await
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.request(reqwest::Method::GET, path, Some(&self.api_key), None)
+            .await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Answer {
+        self.request(reqwest::Method::POST, path, Some(&self.api_key), Some(body))
+            .await
+    }
+
+    /// Creates an endpoint at a simulator path and registers its secret with the
+    /// simulator, so the simulator verifies every signature. Extra fields
+    /// (e.g. `max_attempts`) are merged into the request.
+    pub async fn create_endpoint(
+        &self,
+        simulator_path: &str,
+        event_types: &[&str],
+        extra: Value,
+    ) -> Value {
+        let mut body = json!({ "url": format!("{}{simulator_path}", self.simulator_url), "event_types": event_types });
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        let answer = self.post("/v1/endpoints", body).await;
+        assert_eq!(
+            answer.status, 201,
+            "endpoint creation failed: {:?}",
+            answer.body
+        );
+        let secret = answer.body["secret"]
+            .as_str()
+            .expect("secret in creation response");
+        self.simulator
+            .register_secret(secret)
+            .expect("simulator accepts the secret");
+        answer.body
+    }
+
+    pub async fn post_event(&self, event_type: &str, payload: Value) -> Answer {
+        self.post(
+            "/v1/events",
+            json!({ "event_type": event_type, "payload": payload }),
+        )
+        .await
+    }
+
+    /// Rows in a table of this test's database (all tenants).
+    pub async fn count(&self, table: &str) -> i64 {
+        let client = self.pool.get().await.expect("connection");
+        client
+            .query_one(&format!("SELECT count(*) FROM relayops.{table}"), &[])
+            .await
+            .expect("count")
+            .get(0)
+    }
+
+    /// Polls the query API until the event's deliveries satisfy `done`.
+    pub async fn wait_for_deliveries(
+        &self,
+        event_id: &str,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let answer = self.get(&format!("/v1/events/{event_id}/deliveries")).await;
+            let deliveries = answer.body["data"].as_array().cloned().unwrap_or_default();
+            if done(&deliveries) {
+                return deliveries;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "deliveries never reached the expected state: {deliveries:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the event's single delivery has `status`; returns it.
+    pub async fn wait_for_status(&self, event_id: &str, status: &str) -> Value {
+        let deliveries = self
+            .wait_for_deliveries(event_id, |deliveries| {
+                deliveries.len() == 1 && deliveries[0]["status"] == status
+            })
+            .await;
+        deliveries[0].clone()
+    }
+
+    /// Polls a SQL condition (a query returning one boolean) until it holds.
+    pub async fn wait_for_sql(&self, what: &str, sql: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let client = self.pool.get().await.expect("connection");
+            let holds: bool = client
+                .query_one(sql, &[])
+                .await
+                .expect("condition query")
+                .get(0);
+            if holds {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for: {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Answer {
+    async fn from(response: reqwest::Response) -> Self {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let content_type = headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let bytes = response.bytes().await.unwrap_or_default();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Self {
+            status,
+            content_type,
+            body,
+            headers,
+        }
+    }
+
+    /// Asserts an RFC 7807 problem with this status; returns its detail.
+    pub fn expect_problem(&self, status: u16) -> String {
+        assert_eq!(self.status, status, "unexpected answer: {:?}", self.body);
+        assert_eq!(
+            self.content_type, "application/problem+json",
+            "problem content type"
+        );
+        assert_eq!(
+            self.body["status"], status,
+            "problem status field: {:?}",
+            self.body
+        );
+        let detail = self.body["detail"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            !detail.is_empty(),
+            "problem without a detail: {:?}",
+            self.body
+        );
+        detail
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        for task in self.tasks.drain(..).chain(self.worker.take()) {
+            task.abort();
+        }
+        self.pool.close();
+        // Drop the database from a separate thread: Drop cannot await, and this
+        // must also run when the test panicked. Tests use the multi-threaded
+        // runtime so that a connection still being opened by the pool can finish
+        // its handshake while this thread blocks; otherwise its backend sits in
+        // authentication and DROP DATABASE waits for it (up to 60 s).
+        let admin_url = self.admin_url.clone();
+        let name = self.database_name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok((client, connection)) =
+                    tokio_postgres::connect(&admin_url, tokio_postgres::NoTls).await
+                {
+                    tokio::spawn(connection);
+                    let _ = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}

@@ -37,6 +37,9 @@ pub struct CreateEndpointRequest {
     max_attempts: Option<i32>,
     #[serde(default)]
     timeout_ms: Option<i32>,
+    /// Seconds to wait before attempt 2, 3, …; the last step repeats.
+    #[serde(default)]
+    retry_schedule_secs: Option<Vec<i32>>,
 }
 
 fn enabled_by_default() -> bool {
@@ -53,6 +56,19 @@ fn in_range(
             field,
             format!("must be between {} and {}", range.start(), range.end()),
         )),
+        other => Ok(other),
+    }
+}
+
+fn parse_schedule(schedule: Option<Vec<i32>>) -> Result<Option<Vec<i32>>, ValidationError> {
+    let field = "retry_schedule_secs";
+    match schedule {
+        Some(steps) if steps.is_empty() || steps.len() > 49 => {
+            Err(ValidationError::new(field, "must list 1 to 49 waits"))
+        }
+        Some(steps) if steps.iter().any(|step| !(0..=86_400).contains(step)) => Err(
+            ValidationError::new(field, "each wait must be between 0 and 86400 seconds"),
+        ),
         other => Ok(other),
     }
 }
@@ -82,6 +98,7 @@ pub struct EndpointView {
     max_in_flight: Option<i32>,
     max_attempts: Option<i32>,
     timeout_ms: Option<i32>,
+    retry_schedule_secs: Option<Vec<i32>>,
     event_types: Vec<String>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -100,6 +117,7 @@ impl EndpointView {
             max_in_flight: endpoint.max_in_flight,
             max_attempts: endpoint.max_attempts,
             timeout_ms: endpoint.timeout_ms,
+            retry_schedule_secs: endpoint.retry_schedule_secs,
             event_types: subscriptions
                 .iter()
                 .map(|sub| sub.event_type_pattern.clone())
@@ -135,6 +153,7 @@ pub async fn create(
         max_in_flight: in_range("max_in_flight", request.max_in_flight, 1..=1_000)?,
         max_attempts: in_range("max_attempts", request.max_attempts, 1..=50)?,
         timeout_ms: in_range("timeout_ms", request.timeout_ms, 100..=60_000)?,
+        retry_schedule_secs: parse_schedule(request.retry_schedule_secs)?,
     };
 
     let mut client = state.pool.get().await.map_err(DbError::from)?;

@@ -7,7 +7,7 @@
 //!   would, and runs the outbox publisher loop (woken in-process by ingest).
 //! - `worker` consumes and delivers; `simulator` is the test receiver.
 //! - `all` is api + worker + simulator in one process.
-mod roles;
+use relayops::roles;
 
 use clap::{Parser, Subcommand};
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};

@@ -9,6 +9,7 @@
 //! | `POST /sim/slow/{ms}` | 200 after `ms` milliseconds |
 //! | `POST /sim/retry-after/{secs}` | 429 with `Retry-After: secs` |
 //! | `POST /sim/flaky/{n}` | 503 for the first `n` requests of a delivery id, then 200 |
+//! | `POST /sim/slow-once/{ms}` | 200 after `ms` milliseconds the first time a delivery id comes, at once after |
 //! | `POST /sim/timeout` | never answers in time |
 //! | `POST /_sim/secrets` `{"secret": "whsec_…"}` | registers a secret to verify with |
 //! | `GET /_sim/received` | everything received, oldest first |
@@ -35,6 +36,7 @@ pub fn router(simulator: Simulator) -> Router {
         .route("/sim/ok", post(ok))
         .route("/sim/status/{code}", post(status))
         .route("/sim/slow/{ms}", post(slow))
+        .route("/sim/slow-once/{ms}", post(slow_once))
         .route("/sim/retry-after/{secs}", post(retry_after))
         .route("/sim/flaky/{failures}", post(flaky))
         .route("/sim/timeout", post(timeout))
@@ -73,6 +75,19 @@ async fn slow(
     tokio::time::sleep(Duration::from_millis(ms.min(600_000))).await;
     sim.record(&format!("/sim/slow/{ms}"), &headers, &body, 200);
     (StatusCode::OK, "slow ok").into_response()
+}
+
+async fn slow_once(
+    State(sim): State<Simulator>,
+    Path(ms): Path<u64>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    sim.record(&format!("/sim/slow-once/{ms}"), &headers, &body, 200);
+    if sim.count_for_delivery(&headers) == 1 {
+        tokio::time::sleep(Duration::from_millis(ms.min(600_000))).await;
+    }
+    (StatusCode::OK, "ok").into_response()
 }
 
 async fn retry_after(

@@ -15,6 +15,7 @@ use relayops_shared::broker::{self, BrokerError, Topology};
 use relayops_shared::config::{BrokerConfig, WorkerConfig};
 use relayops_shared::db::Pool;
 use relayops_shared::telemetry::error_chain;
+use tokio::task::JoinSet;
 
 use crate::process::{Disposition, Processor};
 use crate::sender::{Sender, SenderError};
@@ -82,10 +83,19 @@ impl Worker {
             .await
             .map_err(BrokerError::Channel)?;
         tracing::info!(queue = %topology.ready_queue, prefetch = self.config.concurrency, "worker consuming");
-        while let Some(next) = consumer.next().await {
-            let delivery = next.map_err(BrokerError::Channel)?;
-            let processor = self.processor.clone();
-            tokio::spawn(async move { settle(&processor, delivery).await });
+        // In-flight messages belong to this connection: if it is dropped, so are
+        // they (unacked, so the broker redelivers them).
+        let mut in_flight = JoinSet::new();
+        loop {
+            tokio::select! {
+                next = consumer.next() => {
+                    let Some(next) = next else { break };
+                    let delivery = next.map_err(BrokerError::Channel)?;
+                    let processor = self.processor.clone();
+                    in_flight.spawn(async move { settle(&processor, delivery).await });
+                }
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            }
         }
         Ok(())
     }

@@ -58,7 +58,7 @@ mod tests {
             "ftp://example.com/",
             "https://user:pw@example.com/",
             "not a url",
-            "https:///nohost",
+            "https://",
             "https://example.com/#frag",
             "file:///etc/passwd",
         ] {

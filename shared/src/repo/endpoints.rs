@@ -8,7 +8,7 @@ use crate::domain::{EndpointUrl, EventTypePattern, SigningSecret};
 use crate::ids::{EndpointId, SubscriptionId, TenantId};
 
 const ENDPOINT_COLUMNS: &str = "id, url, description, enabled, disabled_reason, rate_limit_per_sec,
-     rate_limit_burst, max_in_flight, max_attempts, timeout_ms, created_at, updated_at";
+     rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, created_at, updated_at";
 
 const INSERT_SUBSCRIPTION: &str =
     "INSERT INTO relayops.endpoint_subscriptions (id, tenant_id, endpoint_id, event_type_pattern)
@@ -32,6 +32,7 @@ pub struct EndpointRecord {
     pub max_in_flight: Option<i32>,
     pub max_attempts: Option<i32>,
     pub timeout_ms: Option<i32>,
+    pub retry_schedule_secs: Option<Vec<i32>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -49,6 +50,7 @@ impl EndpointRecord {
             max_in_flight: row.get("max_in_flight"),
             max_attempts: row.get("max_attempts"),
             timeout_ms: row.get("timeout_ms"),
+            retry_schedule_secs: row.get("retry_schedule_secs"),
             created_at: row.get("created_at"),
             updated_at: row.get("updated_at"),
         }
@@ -65,6 +67,7 @@ pub struct NewEndpoint<'a> {
     pub max_in_flight: Option<i32>,
     pub max_attempts: Option<i32>,
     pub timeout_ms: Option<i32>,
+    pub retry_schedule_secs: Option<Vec<i32>>,
 }
 
 pub async fn insert_endpoint(
@@ -74,8 +77,8 @@ pub async fn insert_endpoint(
 ) -> Result<EndpointRecord, DbError> {
     let sql = format!(
         "INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, description, secret, enabled,
-             rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          RETURNING {ENDPOINT_COLUMNS}"
     );
     let row = client
@@ -93,6 +96,7 @@ pub async fn insert_endpoint(
                 &endpoint.max_in_flight,
                 &endpoint.max_attempts,
                 &endpoint.timeout_ms,
+                &endpoint.retry_schedule_secs,
             ],
         )
         .await?;

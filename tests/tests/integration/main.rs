@@ -1,1 +1,8 @@
-
+//! Integration tests against real Postgres, RabbitMQ and a real HTTP receiver.
+//! One test binary (fast to link); one module per area.
+mod auth;
+mod faults;
+mod ingest;
+mod pipeline;
+mod replay;
+mod retries;
