@@ -6,7 +6,8 @@
 //! - `api` serves every HTTP function on one port, routed as API Gateway
 //!   would, and runs the outbox publisher loop (woken in-process by ingest).
 //! - `worker` consumes and delivers; `simulator` is the test receiver.
-//! - `all` is api + worker + simulator in one process.
+//! - `all` is api + worker + simulator in one process; `demo` runs `all` and
+//!   then a scripted tour through the public API.
 use relayops::roles;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +48,12 @@ enum Command {
     Simulator,
     /// api + worker + simulator in one process.
     All,
+    /// Everything in one process, then a scripted tour: endpoints, events, deliveries.
+    Demo {
+        /// Keep running after the tour (Ctrl-C to stop).
+        #[arg(long)]
+        keep_running: bool,
+    },
 }
 
 #[tokio::main]
@@ -117,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
             })
             .await?
         }
+        Command::Demo { keep_running } => relayops::demo::run(keep_running).await?,
     }
     Ok(())
 }

@@ -65,7 +65,14 @@ async fn ready(
     )
 }
 
+/// Runs the roles until Ctrl-C (or until one of them fails).
 pub async fn run(roles: Roles) -> anyhow::Result<()> {
+    let tasks = start(roles).await?;
+    wait(tasks).await
+}
+
+/// Starts the roles on background tasks.
+pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> {
     let listen = ListenConfig::from_env()?;
     let mut tasks = JoinSet::new();
 
@@ -114,6 +121,11 @@ pub async fn run(roles: Roles) -> anyhow::Result<()> {
         }
     }
 
+    Ok(tasks)
+}
+
+/// Waits for Ctrl-C, then stops the roles.
+pub async fn wait(mut tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("shutting down"),
         Some(ended) = tasks.join_next() => {

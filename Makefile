@@ -1,0 +1,36 @@
+# RelayOps developer commands. The two that matter: `make demo` and `make test`.
+SHELL := /bin/bash
+export RELAYOPS_DATABASE_URL ?= postgres://relayops:relayops@127.0.0.1:5432/relayops
+export RELAYOPS_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/%2f
+export RELAYOPS_LOG ?= warn,relayops=info
+
+.PHONY: demo test services lint unit integration run clean-test-databases
+
+## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
+## every role in one process, endpoints at the simulator, events, delivery table.
+demo: services
+	cargo run -q -p relayops -- demo
+
+## The full check CI runs: services, formatting, clippy, then every test.
+test: services lint
+	@if cargo nextest --version >/dev/null 2>&1; then \
+	  cargo nextest run --workspace --no-fail-fast; \
+	else \
+	  cargo test --workspace --no-fail-fast; \
+	fi
+
+services:
+	bash scripts/services.sh
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+## `relayops all` in the foreground (API on :8080, simulator on :8090).
+run: services
+	cargo run -q -p relayops -- all
+
+## Removes test databases left behind by interrupted test runs.
+clean-test-databases:
+	psql "$(RELAYOPS_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'relayops_test_%'" \
+	  | while read -r db; do psql "$(RELAYOPS_DATABASE_URL)" -qc "DROP DATABASE \"$$db\" WITH (FORCE)"; done
