@@ -29,20 +29,13 @@ pub struct Bootstrapped {
     pub api_key: ApiKeySecret,
 }
 
-pub async fn bootstrap_tenant(
-    pool: &Pool,
-    request: &BootstrapRequest<'_>,
-) -> Result<Bootstrapped, BootstrapError> {
+pub async fn bootstrap_tenant(pool: &Pool, request: &BootstrapRequest<'_>) -> Result<Bootstrapped, BootstrapError> {
     let password_hash = hash_password(request.admin_password)?;
     let api_key = ApiKeySecret::generate();
     let mut client = pool.get().await.map_err(DbError::from)?;
     let tx = client.transaction().await.map_err(DbError::from)?;
     let tenant_id = tenants::insert_tenant(&tx, request.tenant_name).await?;
-    let user = NewUser {
-        email: request.admin_email,
-        password_hash: &password_hash,
-        role: "admin",
-    };
+    let user = NewUser { email: request.admin_email, password_hash: &password_hash, role: "admin" };
     let user_id = tenants::insert_user(&tx, tenant_id, &user).await?;
     let key = NewApiKey {
         name: "bootstrap admin key",
@@ -52,10 +45,5 @@ pub async fn bootstrap_tenant(
     };
     let api_key_id = api_keys::insert_api_key(&tx, tenant_id, &key).await?;
     tx.commit().await.map_err(DbError::from)?;
-    Ok(Bootstrapped {
-        tenant_id,
-        user_id,
-        api_key_id,
-        api_key,
-    })
+    Ok(Bootstrapped { tenant_id, user_id, api_key_id, api_key })
 }

@@ -17,10 +17,7 @@ fn key(name: &str) -> String {
 
 /// A required variable.
 fn required(name: &str) -> Result<String, ConfigError> {
-    std::env::var(key(name)).map_err(|_| ConfigError {
-        key: key(name),
-        message: "is required".into(),
-    })
+    std::env::var(key(name)).map_err(|_| ConfigError { key: key(name), message: "is required".into() })
 }
 
 /// An optional variable parsed as `T`, or `default` when unset.
@@ -29,10 +26,10 @@ where
     T::Err: std::fmt::Display,
 {
     match std::env::var(key(name)) {
-        Ok(text) => text.trim().parse().map_err(|error| ConfigError {
-            key: key(name),
-            message: format!("`{text}` is invalid: {error}"),
-        }),
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map_err(|error| ConfigError { key: key(name), message: format!("`{text}` is invalid: {error}") }),
         Err(_) => Ok(default),
     }
 }
@@ -43,10 +40,7 @@ where
 {
     let value = parsed(name, default)?;
     if value <= T::default() {
-        return Err(ConfigError {
-            key: key(name),
-            message: "must be greater than zero".into(),
-        });
+        return Err(ConfigError { key: key(name), message: "must be greater than zero".into() });
     }
     Ok(value)
 }
@@ -66,10 +60,7 @@ pub struct DatabaseConfig {
 
 impl DatabaseConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
-        Ok(Self {
-            url: required("DATABASE_URL")?,
-            pool_size: positive("DB_POOL_SIZE", 16)?,
-        })
+        Ok(Self { url: required("DATABASE_URL")?, pool_size: positive("DB_POOL_SIZE", 16)? })
     }
 }
 
@@ -111,7 +102,7 @@ pub struct PublisherConfig {
     /// `RELAYOPS_PUBLISHER_CONFIRM_TIMEOUT_MS` (default 10000): a batch whose
     /// confirms do not arrive in time is left claimed and reclaimed later.
     pub confirm_timeout: Duration,
-    /// `RELAYOPS_RECOVERY_GRACE_MS` (default 5000): how long after its due time
+    /// `RELAYOPS_RECOVERY_GRACE_MS` (default 60000): how long after its due time
     /// a scheduled retry may go without being picked up before the recovery pass
     /// re-enqueues it.
     pub recovery_grace: Duration,
@@ -124,7 +115,7 @@ impl Default for PublisherConfig {
             claim_ttl: Duration::from_secs(30),
             idle_interval: Duration::from_millis(500),
             confirm_timeout: Duration::from_secs(10),
-            recovery_grace: Duration::from_secs(5),
+            recovery_grace: Duration::from_secs(60),
         }
     }
 }
@@ -137,7 +128,7 @@ impl PublisherConfig {
             claim_ttl: millis("PUBLISHER_CLAIM_TTL_MS", 30_000)?,
             idle_interval: millis("PUBLISHER_IDLE_MS", 500)?,
             confirm_timeout: millis("PUBLISHER_CONFIRM_TIMEOUT_MS", 10_000)?,
-            recovery_grace: millis("RECOVERY_GRACE_MS", 5_000)?,
+            recovery_grace: millis("RECOVERY_GRACE_MS", 60_000)?,
         })
     }
 }

@@ -18,8 +18,7 @@ pub const HEADER_ATTEMPT: &str = "x-relayops-attempt";
 
 fn mac(secret: &SigningSecret, id: &str, timestamp: i64, body: &[u8]) -> Hmac<Sha256> {
     // HMAC accepts keys of any length, so this cannot fail.
-    let mut mac =
-        <Hmac<Sha256> as Mac>::new_from_slice(secret.key()).unwrap_or_else(|_| unreachable!());
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret.key()).unwrap_or_else(|_| unreachable!());
     mac.update(id.as_bytes());
     mac.update(b".");
     mac.update(timestamp.to_string().as_bytes());
@@ -32,12 +31,7 @@ fn mac(secret: &SigningSecret, id: &str, timestamp: i64, body: &[u8]) -> Hmac<Sh
 pub fn sign(secrets: &[&SigningSecret], id: &str, timestamp: i64, body: &[u8]) -> String {
     secrets
         .iter()
-        .map(|secret| {
-            format!(
-                "v1,{}",
-                STANDARD.encode(mac(secret, id, timestamp, body).finalize().into_bytes())
-            )
-        })
+        .map(|secret| format!("v1,{}", STANDARD.encode(mac(secret, id, timestamp, body).finalize().into_bytes())))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -45,19 +39,12 @@ pub fn sign(secrets: &[&SigningSecret], id: &str, timestamp: i64, body: &[u8]) -
 /// True when any `v1` signature in the header verifies with `secret`
 /// (constant-time comparison).
 pub fn verify(secret: &SigningSecret, id: &str, timestamp: i64, body: &[u8], header: &str) -> bool {
-    header
-        .split(' ')
-        .filter_map(|part| part.strip_prefix("v1,"))
-        .any(|encoded| {
-            STANDARD
-                .decode(encoded)
-                .map(|signature| {
-                    mac(secret, id, timestamp, body)
-                        .verify_slice(&signature)
-                        .is_ok()
-                })
-                .unwrap_or(false)
-        })
+    header.split(' ').filter_map(|part| part.strip_prefix("v1,")).any(|encoded| {
+        STANDARD
+            .decode(encoded)
+            .map(|signature| mac(secret, id, timestamp, body).verify_slice(&signature).is_ok())
+            .unwrap_or(false)
+    })
 }
 
 #[cfg(test)]
@@ -71,20 +58,8 @@ mod tests {
         let body = br#"{"test": 2432232314}"#;
         let header = sign(&[&secret], "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body);
         assert_eq!(header, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
-        assert!(verify(
-            &secret,
-            "msg_p5jXN8AQM9LWM0D4loKWxJek",
-            1614265330,
-            body,
-            &header
-        ));
-        assert!(!verify(
-            &secret,
-            "msg_p5jXN8AQM9LWM0D4loKWxJek",
-            1614265331,
-            body,
-            &header
-        ));
+        assert!(verify(&secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, &header));
+        assert!(!verify(&secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265331, body, &header));
     }
 
     #[test]

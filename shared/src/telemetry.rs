@@ -10,19 +10,13 @@ pub fn init() {
     let filter = std::env::var("RELAYOPS_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "info,lapin=warn,h2=warn,hyper=warn".to_owned());
-    let json = std::env::var("RELAYOPS_LOG_FORMAT")
-        .map(|format| format != "text")
-        .unwrap_or(true);
+    let json = std::env::var("RELAYOPS_LOG_FORMAT").map(|format| format != "text").unwrap_or(true);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new(filter))
         .with_target(true)
         .with_writer(std::io::stderr);
     let _ = if json {
-        builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .try_init()
+        builder.json().flatten_event(true).with_current_span(false).try_init()
     } else {
         builder.compact().try_init()
     };

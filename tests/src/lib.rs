@@ -45,7 +45,8 @@ impl Default for TestConfig {
             publisher: PublisherConfig {
                 idle_interval: Duration::from_millis(100),
                 claim_ttl: Duration::from_secs(2),
-                recovery_grace: Duration::from_millis(300),
+                // Long, so retries provably travel through the retry queues, not recovery.
+                recovery_grace: Duration::from_secs(30),
                 ..PublisherConfig::default()
             },
             worker: WorkerConfig {
@@ -89,9 +90,7 @@ fn unique_suffix() -> String {
 }
 
 async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind loopback");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let address = listener.local_addr().expect("local address");
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
@@ -106,44 +105,25 @@ impl TestEnv {
 
     pub async fn start_with(config: TestConfig) -> Self {
         relayops_shared::telemetry::init();
-        let admin_url = std::env::var("RELAYOPS_TEST_DATABASE_URL")
-            .unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
-        let amqp_url =
-            std::env::var("RELAYOPS_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.into());
+        let admin_url = std::env::var("RELAYOPS_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
+        let amqp_url = std::env::var("RELAYOPS_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.into());
         let suffix = unique_suffix();
         let database_name = format!("relayops_test_{suffix}");
 
-        let admin = db::connect_pool(&DatabaseConfig {
-            url: admin_url.clone(),
-            pool_size: 1,
-        })
-        .expect("admin pool");
-        let admin_client = admin
-            .get()
-            .await
-            .expect("Postgres is not reachable: run scripts/services.sh");
-        admin_client
-            .batch_execute(&format!("CREATE DATABASE {database_name}"))
-            .await
-            .expect("create test database");
+        let admin = db::connect_pool(&DatabaseConfig { url: admin_url.clone(), pool_size: 1 }).expect("admin pool");
+        let admin_client = admin.get().await.expect("Postgres is not reachable: run scripts/services.sh");
+        admin_client.batch_execute(&format!("CREATE DATABASE {database_name}")).await.expect("create test database");
         drop(admin_client);
 
         let mut url = url::Url::parse(&admin_url).expect("database url");
         url.set_path(&database_name);
-        let pool = db::connect_pool(&DatabaseConfig {
-            url: url.to_string(),
-            pool_size: 8,
-        })
-        .expect("pool");
+        let pool = db::connect_pool(&DatabaseConfig { url: url.to_string(), pool_size: 8 }).expect("pool");
         let mut client = pool.get().await.expect("test database connection");
         db::migrate::run(&mut client).await.expect("migrations");
         drop(client);
 
-        let broker = BrokerConfig {
-            url: amqp_url,
-            namespace: format!("test.{suffix}"),
-            queue_expires_ms: Some(120_000),
-        };
+        let broker =
+            BrokerConfig { url: amqp_url, namespace: format!("test.{suffix}"), queue_expires_ms: Some(120_000) };
         let request = BootstrapRequest {
             tenant_name: "Test tenant",
             admin_email: &format!("admin-{suffix}@example.com"),
@@ -152,8 +132,7 @@ impl TestEnv {
         let tenant = bootstrap_tenant(&pool, &request).await.expect("bootstrap");
 
         let simulator = Simulator::new();
-        let (simulator_url, simulator_task) =
-            spawn_http(relayops_simulator::router(simulator.clone())).await;
+        let (simulator_url, simulator_task) = spawn_http(relayops_simulator::router(simulator.clone())).await;
         let wakeup = std::sync::Arc::new(Notify::new());
         let state = ApiState::new(pool.clone()).with_wakeup(wakeup.clone());
         let (api_url, api_task) = spawn_http(relayops::api_router(state)).await;
@@ -185,24 +164,13 @@ impl TestEnv {
 
     /// Starts an outbox publisher loop (woken by this env's ingest).
     pub fn start_publisher(&mut self) {
-        let publisher = Publisher::new(
-            self.pool.clone(),
-            self.broker.clone(),
-            self.config.publisher.clone(),
-        );
-        self.tasks.push(tokio::spawn(
-            std::sync::Arc::new(publisher).run(self.wakeup.clone()),
-        ));
+        let publisher = Publisher::new(self.pool.clone(), self.broker.clone(), self.config.publisher.clone());
+        self.tasks.push(tokio::spawn(std::sync::Arc::new(publisher).run(self.wakeup.clone())));
     }
 
     /// Starts a worker with the test's worker config (replacing none).
     pub fn start_worker(&mut self) {
-        let worker = Worker::new(
-            self.pool.clone(),
-            self.broker.clone(),
-            self.config.worker.clone(),
-        )
-        .expect("worker");
+        let worker = Worker::new(self.pool.clone(), self.broker.clone(), self.config.worker.clone()).expect("worker");
         self.worker = Some(tokio::spawn(async move { worker.run().await }));
     }
 
@@ -217,24 +185,13 @@ impl TestEnv {
     /// Another tenant on the same installation, with its own admin key.
     pub async fn second_tenant(&self) -> (TenantId, String) {
         let email = format!("other-{}@example.com", unique_suffix());
-        let request = BootstrapRequest {
-            tenant_name: "Other tenant",
-            admin_email: &email,
-            admin_password: "other-password-1",
-        };
-        let tenant = bootstrap_tenant(&self.pool, &request)
-            .await
-            .expect("second tenant");
+        let request =
+            BootstrapRequest { tenant_name: "Other tenant", admin_email: &email, admin_password: "other-password-1" };
+        let tenant = bootstrap_tenant(&self.pool, &request).await.expect("second tenant");
         (tenant.tenant_id, tenant.api_key.expose().to_owned())
     }
 
-    pub async fn request(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        key: Option<&str>,
-        body: Option<Value>,
-    ) -> Answer {
+    pub async fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>, body: Option<Value>) -> Answer {
         let mut request = self.http.request(method, format!("{}{path}", self.api_url));
         if let Some(key) = key {
             request = request.bearer_auth(key);
@@ -246,67 +203,40 @@ impl TestEnv {
     }
 
     pub async fn get(&self, path: &str) -> Answer {
-        self.request(reqwest::Method::GET, path, Some(&self.api_key), None)
-            .await
+        self.request(reqwest::Method::GET, path, Some(&self.api_key), None).await
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Answer {
-        self.request(reqwest::Method::POST, path, Some(&self.api_key), Some(body))
-            .await
+        self.request(reqwest::Method::POST, path, Some(&self.api_key), Some(body)).await
     }
 
     /// Creates an endpoint at a simulator path and registers its secret with the
     /// simulator, so the simulator verifies every signature. Extra fields
     /// (e.g. `max_attempts`) are merged into the request.
-    pub async fn create_endpoint(
-        &self,
-        simulator_path: &str,
-        event_types: &[&str],
-        extra: Value,
-    ) -> Value {
+    pub async fn create_endpoint(&self, simulator_path: &str, event_types: &[&str], extra: Value) -> Value {
         let mut body = json!({ "url": format!("{}{simulator_path}", self.simulator_url), "event_types": event_types });
         if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
             body.extend(extra.clone());
         }
         let answer = self.post("/v1/endpoints", body).await;
-        assert_eq!(
-            answer.status, 201,
-            "endpoint creation failed: {:?}",
-            answer.body
-        );
-        let secret = answer.body["secret"]
-            .as_str()
-            .expect("secret in creation response");
-        self.simulator
-            .register_secret(secret)
-            .expect("simulator accepts the secret");
+        assert_eq!(answer.status, 201, "endpoint creation failed: {:?}", answer.body);
+        let secret = answer.body["secret"].as_str().expect("secret in creation response");
+        self.simulator.register_secret(secret).expect("simulator accepts the secret");
         answer.body
     }
 
     pub async fn post_event(&self, event_type: &str, payload: Value) -> Answer {
-        self.post(
-            "/v1/events",
-            json!({ "event_type": event_type, "payload": payload }),
-        )
-        .await
+        self.post("/v1/events", json!({ "event_type": event_type, "payload": payload })).await
     }
 
     /// Rows in a table of this test's database (all tenants).
     pub async fn count(&self, table: &str) -> i64 {
         let client = self.pool.get().await.expect("connection");
-        client
-            .query_one(&format!("SELECT count(*) FROM relayops.{table}"), &[])
-            .await
-            .expect("count")
-            .get(0)
+        client.query_one(&format!("SELECT count(*) FROM relayops.{table}"), &[]).await.expect("count").get(0)
     }
 
     /// Polls the query API until the event's deliveries satisfy `done`.
-    pub async fn wait_for_deliveries(
-        &self,
-        event_id: &str,
-        done: impl Fn(&[Value]) -> bool,
-    ) -> Vec<Value> {
+    pub async fn wait_for_deliveries(&self, event_id: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let answer = self.get(&format!("/v1/events/{event_id}/deliveries")).await;
@@ -325,9 +255,7 @@ impl TestEnv {
     /// Waits until the event's single delivery has `status`; returns it.
     pub async fn wait_for_status(&self, event_id: &str, status: &str) -> Value {
         let deliveries = self
-            .wait_for_deliveries(event_id, |deliveries| {
-                deliveries.len() == 1 && deliveries[0]["status"] == status
-            })
+            .wait_for_deliveries(event_id, |deliveries| deliveries.len() == 1 && deliveries[0]["status"] == status)
             .await;
         deliveries[0].clone()
     }
@@ -337,20 +265,57 @@ impl TestEnv {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let client = self.pool.get().await.expect("connection");
-            let holds: bool = client
-                .query_one(sql, &[])
-                .await
-                .expect("condition query")
-                .get(0);
+            let holds: bool = client.query_one(sql, &[]).await.expect("condition query").get(0);
             if holds {
                 return;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for: {what}"
-            );
+            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// Looking at the test's RabbitMQ namespace directly.
+impl TestEnv {
+    pub fn topology(&self) -> relayops_shared::broker::Topology {
+        relayops_shared::broker::Topology::new(&self.broker)
+    }
+
+    async fn channel(&self) -> (lapin::Connection, lapin::Channel) {
+        let connection = relayops_shared::broker::connect(&self.broker, "test-inspector").await.expect("broker");
+        let channel = connection.create_channel().await.expect("channel");
+        (connection, channel)
+    }
+
+    /// Messages ready in a queue (passive declare: the queue must exist).
+    pub async fn queue_depth(&self, queue: &str) -> u32 {
+        let (_connection, channel) = self.channel().await;
+        let options = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
+        let declared = channel.queue_declare(queue, options, Default::default()).await.expect("queue exists");
+        declared.message_count()
+    }
+
+    /// Messages waiting in any retry queue.
+    pub async fn retry_queue_depth(&self) -> u32 {
+        let mut total = 0;
+        for bucket in self.topology().retry_buckets {
+            total += self.queue_depth(&bucket.queue).await;
+        }
+        total
+    }
+
+    /// Takes (gets and acks) every message on the operations dead-letter queue.
+    pub async fn take_dead_letters(&self) -> Vec<Value> {
+        let (_connection, channel) = self.channel().await;
+        let queue = self.topology().dead_queue;
+        let mut letters = Vec::new();
+        while let Some(message) =
+            channel.basic_get(&queue, lapin::options::BasicGetOptions::default()).await.expect("basic.get")
+        {
+            letters.push(serde_json::from_slice(&message.delivery.data).unwrap_or(Value::Null));
+            message.delivery.acker.ack(Default::default()).await.expect("ack");
+        }
+        letters
     }
 }
 
@@ -365,32 +330,16 @@ impl Answer {
             .to_owned();
         let bytes = response.bytes().await.unwrap_or_default();
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Self {
-            status,
-            content_type,
-            body,
-            headers,
-        }
+        Self { status, content_type, body, headers }
     }
 
     /// Asserts an RFC 7807 problem with this status; returns its detail.
     pub fn expect_problem(&self, status: u16) -> String {
         assert_eq!(self.status, status, "unexpected answer: {:?}", self.body);
-        assert_eq!(
-            self.content_type, "application/problem+json",
-            "problem content type"
-        );
-        assert_eq!(
-            self.body["status"], status,
-            "problem status field: {:?}",
-            self.body
-        );
+        assert_eq!(self.content_type, "application/problem+json", "problem content type");
+        assert_eq!(self.body["status"], status, "problem status field: {:?}", self.body);
         let detail = self.body["detail"].as_str().unwrap_or_default().to_owned();
-        assert!(
-            !detail.is_empty(),
-            "problem without a detail: {:?}",
-            self.body
-        );
+        assert!(!detail.is_empty(), "problem without a detail: {:?}", self.body);
         detail
     }
 }
@@ -409,20 +358,13 @@ impl Drop for TestEnv {
         let admin_url = self.admin_url.clone();
         let name = self.database_name.clone();
         let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
             };
             runtime.block_on(async move {
-                if let Ok((client, connection)) =
-                    tokio_postgres::connect(&admin_url, tokio_postgres::NoTls).await
-                {
+                if let Ok((client, connection)) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls).await {
                     tokio::spawn(connection);
-                    let _ = client
-                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .await;
+                    let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
                 }
             });
         })

@@ -12,9 +12,7 @@ use chrono::{DateTime, Utc};
 use relayops_shared::api::{not_found_fallback, ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{
-    EventPayload, EventType, IdempotencyKey, ValidationError, MAX_PAYLOAD_BYTES,
-};
+use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, ValidationError, MAX_PAYLOAD_BYTES};
 use relayops_shared::ids::EventId;
 use relayops_shared::repo::events::{self, EventReceipt, IngestOutcome, NewEvent};
 use serde::{Deserialize, Serialize};
@@ -24,9 +22,7 @@ const MAX_BODY_BYTES: usize = MAX_PAYLOAD_BYTES + 16 * 1024;
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
-    Router::new()
-        .route("/v1/events", post(post_event))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+    Router::new().route("/v1/events", post(post_event)).layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
 /// The function on its own, as its Lambda serves it.
@@ -66,23 +62,18 @@ impl From<EventReceipt> for EventReceiptResponse {
 }
 
 /// The key may come in the body or the `Idempotency-Key` header; both must agree.
-fn idempotency_key(
-    headers: &HeaderMap,
-    body: Option<&str>,
-) -> Result<Option<IdempotencyKey>, ApiError> {
+fn idempotency_key(headers: &HeaderMap, body: Option<&str>) -> Result<Option<IdempotencyKey>, ApiError> {
     let header = match headers.get("idempotency-key") {
-        Some(value) => Some(value.to_str().map_err(|_| {
-            ValidationError::new("idempotency_key", "header must be printable ASCII")
-        })?),
+        Some(value) => Some(
+            value.to_str().map_err(|_| ValidationError::new("idempotency_key", "header must be printable ASCII"))?,
+        ),
         None => None,
     };
     let text = match (header, body) {
         (Some(header), Some(body)) if header != body => {
-            return Err(ValidationError::new(
-                "idempotency_key",
-                "the Idempotency-Key header and the body field differ",
+            return Err(
+                ValidationError::new("idempotency_key", "the Idempotency-Key header and the body field differ").into()
             )
-            .into())
         }
         (header, body) => header.or(body),
     };
@@ -102,11 +93,7 @@ async fn post_event(
 
     let mut client = state.pool.get().await.map_err(DbError::from)?;
     let tx = client.transaction().await.map_err(DbError::from)?;
-    let new_event = NewEvent {
-        event_type: &event_type,
-        payload: &payload,
-        idempotency_key: key.as_ref(),
-    };
+    let new_event = NewEvent { event_type: &event_type, payload: &payload, idempotency_key: key.as_ref() };
     let outcome = events::insert_event_with_deliveries(&tx, caller.tenant_id, &new_event).await?;
     match outcome {
         IngestOutcome::Created(receipt) => {

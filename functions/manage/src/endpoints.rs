@@ -52,10 +52,9 @@ fn in_range(
     range: std::ops::RangeInclusive<i32>,
 ) -> Result<Option<i32>, ValidationError> {
     match value {
-        Some(number) if !range.contains(&number) => Err(ValidationError::new(
-            field,
-            format!("must be between {} and {}", range.start(), range.end()),
-        )),
+        Some(number) if !range.contains(&number) => {
+            Err(ValidationError::new(field, format!("must be between {} and {}", range.start(), range.end())))
+        }
         other => Ok(other),
     }
 }
@@ -66,24 +65,18 @@ fn parse_schedule(schedule: Option<Vec<i32>>) -> Result<Option<Vec<i32>>, Valida
         Some(steps) if steps.is_empty() || steps.len() > 49 => {
             Err(ValidationError::new(field, "must list 1 to 49 waits"))
         }
-        Some(steps) if steps.iter().any(|step| !(0..=86_400).contains(step)) => Err(
-            ValidationError::new(field, "each wait must be between 0 and 86400 seconds"),
-        ),
+        Some(steps) if steps.iter().any(|step| !(0..=86_400).contains(step)) => {
+            Err(ValidationError::new(field, "each wait must be between 0 and 86400 seconds"))
+        }
         other => Ok(other),
     }
 }
 
 fn parse_patterns(texts: &[String]) -> Result<Vec<EventTypePattern>, ValidationError> {
     if texts.is_empty() || texts.len() > MAX_PATTERNS {
-        return Err(ValidationError::new(
-            "event_types",
-            format!("must list 1 to {MAX_PATTERNS} event types"),
-        ));
+        return Err(ValidationError::new("event_types", format!("must list 1 to {MAX_PATTERNS} event types")));
     }
-    texts
-        .iter()
-        .map(|text| EventTypePattern::parse(text))
-        .collect()
+    texts.iter().map(|text| EventTypePattern::parse(text)).collect()
 }
 
 #[derive(Debug, Serialize)]
@@ -118,10 +111,7 @@ impl EndpointView {
             max_attempts: endpoint.max_attempts,
             timeout_ms: endpoint.timeout_ms,
             retry_schedule_secs: endpoint.retry_schedule_secs,
-            event_types: subscriptions
-                .iter()
-                .map(|sub| sub.event_type_pattern.clone())
-                .collect(),
+            event_types: subscriptions.iter().map(|sub| sub.event_type_pattern.clone()).collect(),
             created_at: endpoint.created_at,
             updated_at: endpoint.updated_at,
         }
@@ -165,40 +155,30 @@ pub async fn create(
     let subscriptions = endpoints::list_subscriptions(&tx, caller.tenant_id, endpoint.id).await?;
     tx.commit().await.map_err(DbError::from)?;
 
-    let mut body = serde_json::to_value(EndpointView::new(endpoint, &subscriptions))
-        .map_err(ApiError::internal)?;
+    let mut body = serde_json::to_value(EndpointView::new(endpoint, &subscriptions)).map_err(ApiError::internal)?;
     // The secret is part of the creation response so the caller can configure
     // its receiver; afterwards it is only shown by the dedicated route.
     body["secret"] = json!(secret.expose());
     Ok((StatusCode::CREATED, Json(body)))
 }
 
-pub async fn list(
-    State(state): State<ApiState>,
-    caller: Authenticated,
-) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(state): State<ApiState>, caller: Authenticated) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Admin)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let rows = endpoints::list_endpoints(&client, caller.tenant_id, 500).await?;
     let mut views = Vec::with_capacity(rows.len());
     for endpoint in rows {
-        let subscriptions =
-            endpoints::list_subscriptions(&client, caller.tenant_id, endpoint.id).await?;
+        let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, endpoint.id).await?;
         views.push(EndpointView::new(endpoint, &subscriptions));
     }
     Ok(Json(json!({ "data": views })))
 }
 
-async fn load(
-    state: &ApiState,
-    caller: &Authenticated,
-    id: &str,
-) -> Result<EndpointView, ApiError> {
+async fn load(state: &ApiState, caller: &Authenticated, id: &str) -> Result<EndpointView, ApiError> {
     let id: EndpointId = parse_path_id(id)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
-    let endpoint = endpoints::get_endpoint(&client, caller.tenant_id, id)
-        .await?
-        .ok_or(ApiError::NotFound("endpoint"))?;
+    let endpoint =
+        endpoints::get_endpoint(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
     let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
     Ok(EndpointView::new(endpoint, &subscriptions))
 }
@@ -220,9 +200,7 @@ pub async fn get_secret(
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
-    let secret = endpoints::get_secret(&client, caller.tenant_id, id)
-        .await?
-        .ok_or(ApiError::NotFound("endpoint"))?;
+    let secret = endpoints::get_secret(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
     Ok(Json(json!({ "secret": secret })))
 }
 
@@ -242,11 +220,7 @@ struct SubscriptionView {
 fn subscription_views(rows: Vec<SubscriptionRecord>) -> Value {
     let views: Vec<SubscriptionView> = rows
         .into_iter()
-        .map(|row| SubscriptionView {
-            id: row.id,
-            event_type: row.event_type_pattern,
-            created_at: row.created_at,
-        })
+        .map(|row| SubscriptionView { id: row.id, event_type: row.event_type_pattern, created_at: row.created_at })
         .collect();
     json!({ "data": views })
 }
@@ -261,9 +235,7 @@ pub async fn add_subscription(
     let id: EndpointId = parse_path_id(&endpoint_id)?;
     let pattern = EventTypePattern::parse(&request.event_type)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
-    endpoints::get_endpoint(&client, caller.tenant_id, id)
-        .await?
-        .ok_or(ApiError::NotFound("endpoint"))?;
+    endpoints::get_endpoint(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
     endpoints::insert_subscription(&client, caller.tenant_id, id, &pattern).await?;
     let rows = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
     Ok((StatusCode::CREATED, Json(subscription_views(rows))))
@@ -277,10 +249,6 @@ pub async fn list_subscriptions(
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
-    endpoints::get_endpoint(&client, caller.tenant_id, id)
-        .await?
-        .ok_or(ApiError::NotFound("endpoint"))?;
-    Ok(Json(subscription_views(
-        endpoints::list_subscriptions(&client, caller.tenant_id, id).await?,
-    )))
+    endpoints::get_endpoint(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
+    Ok(Json(subscription_views(endpoints::list_subscriptions(&client, caller.tenant_id, id).await?)))
 }

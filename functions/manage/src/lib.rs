@@ -12,15 +12,9 @@ use relayops_shared::api::{not_found_fallback, ApiState};
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
     Router::new()
-        .route(
-            "/v1/endpoints",
-            post(endpoints::create).get(endpoints::list),
-        )
+        .route("/v1/endpoints", post(endpoints::create).get(endpoints::list))
         .route("/v1/endpoints/{endpoint_id}", get(endpoints::get_one))
-        .route(
-            "/v1/endpoints/{endpoint_id}/secret",
-            get(endpoints::get_secret),
-        )
+        .route("/v1/endpoints/{endpoint_id}/secret", get(endpoints::get_secret))
         .route(
             "/v1/endpoints/{endpoint_id}/subscriptions",
             post(endpoints::add_subscription).get(endpoints::list_subscriptions),

@@ -58,25 +58,13 @@ pub struct Publisher {
 impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
         let owner = format!("publisher-{}", uuid_suffix());
-        Self {
-            pool,
-            broker,
-            config,
-            owner,
-            session: Mutex::new(None),
-        }
+        Self { pool, broker, config, owner, session: Mutex::new(None) }
     }
 
     /// Claims one batch, publishes it and settles it. Returns what it did.
     pub async fn publish_batch(&self) -> Result<PublishReport, PublishError> {
         let client = self.pool.get().await.map_err(DbError::from)?;
-        let messages = outbox::claim_batch(
-            &client,
-            &self.owner,
-            self.config.batch_size,
-            self.config.claim_ttl,
-        )
-        .await?;
+        let messages = outbox::claim_batch(&client, &self.owner, self.config.batch_size, self.config.claim_ttl).await?;
         if messages.is_empty() {
             return Ok(PublishReport::default());
         }
@@ -85,23 +73,15 @@ impl Publisher {
             Some(session) if session.is_usable() => session,
             _ => guard.insert(Session::open(&self.broker).await?),
         };
-        let results = session
-            .publish_confirmed(&messages, self.config.confirm_timeout)
-            .await;
+        let results = session.publish_confirmed(&messages, self.config.confirm_timeout).await;
         if results.broken {
             // Leave the rest claimed (reclaimed after the TTL) and reconnect next time.
             *guard = None;
         }
         drop(guard);
         let published = outbox::mark_published(&client, &self.owner, &results.confirmed).await?;
-        let released =
-            outbox::release(&client, &self.owner, &results.refused, "refused by broker").await?;
-        Ok(PublishReport {
-            batches: 1,
-            published,
-            released,
-            ..Default::default()
-        })
+        let released = outbox::release(&client, &self.owner, &results.refused, "refused by broker").await?;
+        Ok(PublishReport { batches: 1, published, released, ..Default::default() })
     }
 
     /// Reclaims expired claims, then publishes batches until the outbox is empty
@@ -134,18 +114,12 @@ impl Publisher {
         let mut client = self.pool.get().await.map_err(DbError::from)?;
         let reclaimed = outbox::reclaim_expired(&client).await?;
         let tx = client.transaction().await.map_err(DbError::from)?;
-        let requeued =
-            recovery::requeue_stranded(&tx, self.config.recovery_grace, self.config.batch_size)
-                .await?;
+        let requeued = recovery::requeue_stranded(&tx, self.config.recovery_grace, self.config.batch_size).await?;
         tx.commit().await.map_err(DbError::from)?;
         if requeued > 0 {
             tracing::info!(requeued, "stranded deliveries re-enqueued");
         }
-        Ok(PublishReport {
-            reclaimed,
-            requeued,
-            ..Default::default()
-        })
+        Ok(PublishReport { reclaimed, requeued, ..Default::default() })
     }
 
     /// The long-lived loop (local runner): drains whenever woken, and at least
@@ -159,8 +133,7 @@ impl Publisher {
                     if report != PublishReport::default() {
                         tracing::debug!(?report, "outbox drained");
                     }
-                    let _ =
-                        tokio::time::timeout(self.config.idle_interval, wakeup.notified()).await;
+                    let _ = tokio::time::timeout(self.config.idle_interval, wakeup.notified()).await;
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
@@ -174,9 +147,7 @@ impl Publisher {
 }
 
 fn uuid_suffix() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     format!("{}-{nanos:08x}", std::process::id())
 }

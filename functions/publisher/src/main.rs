@@ -17,29 +17,15 @@ const SAFETY_MARGIN: Duration = Duration::from_secs(5);
 const FALLBACK_BUDGET: Duration = Duration::from_secs(50);
 
 fn deadline_from(context_deadline_ms: u64) -> Instant {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let remaining = Duration::from_millis(context_deadline_ms.saturating_sub(now_ms));
-    let budget = if remaining > SAFETY_MARGIN {
-        remaining - SAFETY_MARGIN
-    } else {
-        FALLBACK_BUDGET
-    };
+    let budget = if remaining > SAFETY_MARGIN { remaining - SAFETY_MARGIN } else { FALLBACK_BUDGET };
     Instant::now() + budget
 }
 
 async fn handle(publisher: &Publisher, event: LambdaEvent<Value>) -> Result<PublishReport, Error> {
-    let source = event
-        .payload
-        .get("source")
-        .and_then(Value::as_str)
-        .unwrap_or("unknown")
-        .to_owned();
-    let report = publisher
-        .drain(Some(deadline_from(event.context.deadline)))
-        .await?;
+    let source = event.payload.get("source").and_then(Value::as_str).unwrap_or("unknown").to_owned();
+    let report = publisher.drain(Some(deadline_from(event.context.deadline))).await?;
     tracing::info!(source, ?report, "publisher invocation done");
     Ok(report)
 }
@@ -48,11 +34,7 @@ async fn handle(publisher: &Publisher, event: LambdaEvent<Value>) -> Result<Publ
 async fn main() -> Result<(), Error> {
     telemetry::init();
     let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
-    let publisher = Arc::new(Publisher::new(
-        pool,
-        BrokerConfig::from_env()?,
-        PublisherConfig::from_env()?,
-    ));
+    let publisher = Arc::new(Publisher::new(pool, BrokerConfig::from_env()?, PublisherConfig::from_env()?));
     lambda_runtime::run(service_fn(move |event| {
         let publisher = Arc::clone(&publisher);
         async move { handle(&publisher, event).await }

@@ -5,10 +5,11 @@ use futures_util::future::join_all;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::publisher_confirm::Confirmation;
 use lapin::{BasicProperties, Channel, Connection};
-use relayops_shared::broker::{self, BrokerError, Topology};
+use relayops_shared::broker::{self, BrokerError, Destination, QueueMessage, Topology};
 use relayops_shared::config::BrokerConfig;
 use relayops_shared::db::DbError;
 use relayops_shared::repo::outbox::OutboxMessage;
+use serde::Deserialize;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -39,29 +40,28 @@ impl Session {
     pub async fn open(config: &BrokerConfig) -> Result<Self, PublishError> {
         let connection = broker::connect(config, "relayops-publisher").await?;
         let channel = broker::open_channel(&connection).await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(PublishError::ConfirmSelect)?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(PublishError::ConfirmSelect)?;
         let topology = Topology::new(config);
         topology.declare(&channel).await?;
-        Ok(Self {
-            connection,
-            channel,
-            topology,
-        })
+        Ok(Self { connection, channel, topology })
     }
 
     pub fn is_usable(&self) -> bool {
         self.connection.status().connected() && self.channel.status().connected()
     }
 
+    /// Work goes to the ready queue, dead letters to the operations DLQ. An
+    /// envelope this version cannot read (a newer writer) goes to the DLQ too,
+    /// where operators see it, rather than looping here.
+    fn route(&self, envelope: &serde_json::Value) -> (&str, &str) {
+        match QueueMessage::deserialize(envelope).map(|message| message.destination()) {
+            Ok(Destination::Ready) => (&self.topology.exchange, &self.topology.ready_routing_key),
+            Ok(Destination::DeadLetters) | Err(_) => (&self.topology.dead_exchange, ""),
+        }
+    }
+
     /// Sends every message, then awaits the confirms together.
-    pub async fn publish_confirmed(
-        &self,
-        messages: &[OutboxMessage],
-        confirm_timeout: Duration,
-    ) -> BatchResults {
+    pub async fn publish_confirmed(&self, messages: &[OutboxMessage], confirm_timeout: Duration) -> BatchResults {
         let mut results = BatchResults::default();
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
@@ -72,21 +72,9 @@ impl Session {
                 .with_content_type("application/json".into())
                 .with_message_id(message.id.to_string().into());
             // mandatory: an unroutable message comes back instead of vanishing.
-            let options = BasicPublishOptions {
-                mandatory: true,
-                ..Default::default()
-            };
-            match self
-                .channel
-                .basic_publish(
-                    &self.topology.exchange,
-                    &self.topology.ready_routing_key,
-                    options,
-                    &body,
-                    properties,
-                )
-                .await
-            {
+            let options = BasicPublishOptions { mandatory: true, ..Default::default() };
+            let (exchange, routing_key) = self.route(&message.envelope);
+            match self.channel.basic_publish(exchange, routing_key, options, &body, properties).await {
                 Ok(confirm) => pending.push((message.id, confirm)),
                 Err(error) => {
                     tracing::warn!(error = %error, "publish failed; channel considered broken");
@@ -97,11 +85,7 @@ impl Session {
         }
         let confirms = tokio::time::timeout(
             confirm_timeout,
-            join_all(
-                pending
-                    .into_iter()
-                    .map(|(id, confirm)| async move { (id, confirm.await) }),
-            ),
+            join_all(pending.into_iter().map(|(id, confirm)| async move { (id, confirm.await) })),
         )
         .await;
         let Ok(confirms) = confirms else {
@@ -111,12 +95,8 @@ impl Session {
         };
         for (id, confirmation) in confirms {
             match confirmation {
-                Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => {
-                    results.confirmed.push(id)
-                }
-                Ok(Confirmation::Ack(Some(_))) | Ok(Confirmation::Nack(_)) => {
-                    results.refused.push(id)
-                }
+                Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => results.confirmed.push(id),
+                Ok(Confirmation::Ack(Some(_))) | Ok(Confirmation::Nack(_)) => results.refused.push(id),
                 Err(error) => {
                     tracing::warn!(error = %error, "confirm failed");
                     results.broken = true;

@@ -19,23 +19,12 @@ struct Client {
 }
 
 impl Client {
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<(u16, Value)> {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.api))
-            .bearer_auth(&self.key);
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
+        let mut request = self.http.request(method, format!("{}{path}", self.api)).bearer_auth(&self.key);
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("calling {path}"))?;
+        let response = request.send().await.with_context(|| format!("calling {path}"))?;
         let status = response.status().as_u16();
         Ok((status, response.json().await.unwrap_or(Value::Null)))
     }
@@ -55,12 +44,7 @@ async fn wait_until_ready(http: &reqwest::Client, api: &str) -> anyhow::Result<(
 
 pub async fn run(keep_running: bool) -> anyhow::Result<()> {
     let listen = ListenConfig::from_env()?;
-    let tasks = roles::start(Roles {
-        api: true,
-        worker: true,
-        simulator: true,
-    })
-    .await?;
+    let tasks = roles::start(Roles { api: true, worker: true, simulator: true }).await?;
     let api = format!("http://{}", listen.api);
     let simulator = format!("http://{}", listen.simulator);
     let http = reqwest::Client::new();
@@ -68,17 +52,9 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
 
     let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
     let email = format!("demo-{}@example.com", chrono_free_stamp());
-    let request = BootstrapRequest {
-        tenant_name: "Demo tenant",
-        admin_email: &email,
-        admin_password: "demo-password",
-    };
+    let request = BootstrapRequest { tenant_name: "Demo tenant", admin_email: &email, admin_password: "demo-password" };
     let tenant = bootstrap_tenant(&pool, &request).await?;
-    let client = Client {
-        http,
-        api: api.clone(),
-        key: tenant.api_key.expose().to_owned(),
-    };
+    let client = Client { http, api: api.clone(), key: tenant.api_key.expose().to_owned() };
     println!("tenant {} with API key {}", tenant.tenant_id, client.key);
 
     let endpoints = [
@@ -91,24 +67,13 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
         if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
             body.extend(extra.clone());
         }
-        let (status, endpoint) = client
-            .call(reqwest::Method::POST, "/v1/endpoints", Some(body))
-            .await?;
+        let (status, endpoint) = client.call(reqwest::Method::POST, "/v1/endpoints", Some(body)).await?;
         if status != 201 {
             bail!("creating an endpoint failed ({status}): {endpoint}");
         }
         let secret = endpoint["secret"].as_str().unwrap_or_default();
-        client
-            .http
-            .post(format!("{simulator}/_sim/secrets"))
-            .json(&json!({ "secret": secret }))
-            .send()
-            .await?;
-        println!(
-            "endpoint {} -> {}",
-            endpoint["id"].as_str().unwrap_or("?"),
-            path
-        );
+        client.http.post(format!("{simulator}/_sim/secrets")).json(&json!({ "secret": secret })).send().await?;
+        println!("endpoint {} -> {}", endpoint["id"].as_str().unwrap_or("?"), path);
     }
 
     let events = [
@@ -118,9 +83,7 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
     ];
     let mut event_ids = Vec::new();
     for event in events {
-        let (status, receipt) = client
-            .call(reqwest::Method::POST, "/v1/events", Some(event))
-            .await?;
+        let (status, receipt) = client.call(reqwest::Method::POST, "/v1/events", Some(event)).await?;
         println!(
             "POST /v1/events -> {status} {} ({} deliveries)",
             receipt["id"].as_str().unwrap_or("?"),
@@ -136,30 +99,20 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
     for _ in 0..200 {
         rows.clear();
         for event_id in &event_ids {
-            let (_, list) = client
-                .call(
-                    reqwest::Method::GET,
-                    &format!("/v1/events/{event_id}/deliveries"),
-                    None,
-                )
-                .await?;
+            let (_, list) =
+                client.call(reqwest::Method::GET, &format!("/v1/events/{event_id}/deliveries"), None).await?;
             for delivery in list["data"].as_array().cloned().unwrap_or_default() {
                 rows.push((event_id.clone(), delivery));
             }
         }
-        let settled = rows
-            .iter()
-            .all(|(_, d)| matches!(d["status"].as_str(), Some("delivered" | "failed" | "dead")));
+        let settled = rows.iter().all(|(_, d)| matches!(d["status"].as_str(), Some("delivered" | "failed" | "dead")));
         if settled && !rows.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    println!(
-        "\n{:<38} {:<38} {:<10} {:>8} {:>6}",
-        "event", "delivery", "status", "attempts", "http"
-    );
+    println!("\n{:<38} {:<38} {:<10} {:>8} {:>6}", "event", "delivery", "status", "attempts", "http");
     for (event_id, delivery) in &rows {
         println!(
             "{:<38} {:<38} {:<10} {:>8} {:>6}",
@@ -170,26 +123,11 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
             delivery["last_http_status"].to_string(),
         );
     }
-    let received: Value = client
-        .http
-        .get(format!("{simulator}/_sim/received"))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let received: Value = client.http.get(format!("{simulator}/_sim/received")).send().await?.json().await?;
     let received = received.as_array().cloned().unwrap_or_default();
-    let valid = received
-        .iter()
-        .filter(|r| r["signature_valid"] == json!(true))
-        .count();
-    println!(
-        "\nthe simulator received {} requests; {valid} with a valid signature",
-        received.len()
-    );
-    println!(
-        "\ntry it yourself:\n  curl -s {api}/v1/events -H 'Authorization: Bearer {}'",
-        client.key
-    );
+    let valid = received.iter().filter(|r| r["signature_valid"] == json!(true)).count();
+    println!("\nthe simulator received {} requests; {valid} with a valid signature", received.len());
+    println!("\ntry it yourself:\n  curl -s {api}/v1/events -H 'Authorization: Bearer {}'", client.key);
 
     if keep_running {
         println!("\nrelayops is still running (Ctrl-C to stop)");
@@ -206,8 +144,5 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
 
 /// A unique-enough suffix for the demo admin's email, so the demo can run again.
 fn chrono_free_stamp() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
 }

@@ -16,11 +16,7 @@ use relayops_shared::config::DatabaseConfig;
 use relayops_shared::{db, telemetry};
 
 #[derive(Parser)]
-#[command(
-    name = "relayops",
-    version,
-    about = "RelayOps webhook delivery platform, local runner"
-)]
+#[command(name = "relayops", version, about = "RelayOps webhook delivery platform, local runner")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,23 +60,12 @@ async fn main() -> anyhow::Result<()> {
         Command::Migrate => {
             let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
             let applied = roles::migrate(&pool).await?;
-            println!(
-                "{}",
-                serde_json::json!({ "applied": applied, "latest": db::migrate::latest_version() })
-            );
+            println!("{}", serde_json::json!({ "applied": applied, "latest": db::migrate::latest_version() }));
         }
-        Command::Bootstrap {
-            tenant,
-            email,
-            password,
-        } => {
+        Command::Bootstrap { tenant, email, password } => {
             let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
             roles::migrate(&pool).await?;
-            let request = BootstrapRequest {
-                tenant_name: &tenant,
-                admin_email: &email,
-                admin_password: &password,
-            };
+            let request = BootstrapRequest { tenant_name: &tenant, admin_email: &email, admin_password: &password };
             let created = bootstrap_tenant(&pool, &request).await?;
             println!(
                 "{}",
@@ -92,38 +77,10 @@ async fn main() -> anyhow::Result<()> {
                 })
             );
         }
-        Command::Api => {
-            roles::run(roles::Roles {
-                api: true,
-                worker: false,
-                simulator: false,
-            })
-            .await?
-        }
-        Command::Worker => {
-            roles::run(roles::Roles {
-                api: false,
-                worker: true,
-                simulator: false,
-            })
-            .await?
-        }
-        Command::Simulator => {
-            roles::run(roles::Roles {
-                api: false,
-                worker: false,
-                simulator: true,
-            })
-            .await?
-        }
-        Command::All => {
-            roles::run(roles::Roles {
-                api: true,
-                worker: true,
-                simulator: true,
-            })
-            .await?
-        }
+        Command::Api => roles::run(roles::Roles { api: true, worker: false, simulator: false }).await?,
+        Command::Worker => roles::run(roles::Roles { api: false, worker: true, simulator: false }).await?,
+        Command::Simulator => roles::run(roles::Roles { api: false, worker: false, simulator: true }).await?,
+        Command::All => roles::run(roles::Roles { api: true, worker: true, simulator: true }).await?,
         Command::Demo { keep_running } => relayops::demo::run(keep_running).await?,
     }
     Ok(())

@@ -5,9 +5,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use relayops_publisher::Publisher;
 use relayops_shared::api::{not_found_fallback, ApiState};
-use relayops_shared::config::{
-    BrokerConfig, DatabaseConfig, ListenConfig, PublisherConfig, WorkerConfig,
-};
+use relayops_shared::config::{BrokerConfig, DatabaseConfig, ListenConfig, PublisherConfig, WorkerConfig};
 use relayops_shared::db::{self, Pool};
 use relayops_worker::Worker;
 use serde_json::{json, Value};
@@ -32,18 +30,13 @@ pub fn api_router(state: ApiState) -> Router {
         .merge(relayops_query::routes())
         .merge(relayops_replay::routes())
         .merge(relayops_manage::routes())
-        .route(
-            "/health/live",
-            get(|| async { Json(json!({ "status": "live" })) }),
-        )
+        .route("/health/live", get(|| async { Json(json!({ "status": "live" })) }))
         .route("/health/ready", get(ready))
         .fallback(not_found_fallback)
         .with_state(state)
 }
 
-async fn ready(
-    axum::extract::State(state): axum::extract::State<ApiState>,
-) -> (axum::http::StatusCode, Json<Value>) {
+async fn ready(axum::extract::State(state): axum::extract::State<ApiState>) -> (axum::http::StatusCode, Json<Value>) {
     let database = match state.pool.get().await {
         Ok(client) => match db::migrate::is_current(&client).await {
             Ok(true) => "ok",
@@ -52,17 +45,9 @@ async fn ready(
         },
         Err(_) => "unreachable",
     };
-    let status = if database == "ok" {
-        axum::http::StatusCode::OK
-    } else {
-        axum::http::StatusCode::SERVICE_UNAVAILABLE
-    };
-    (
-        status,
-        Json(
-            json!({ "status": if database == "ok" { "ready" } else { "unready" }, "postgres": database }),
-        ),
-    )
+    let status =
+        if database == "ok" { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(json!({ "status": if database == "ok" { "ready" } else { "unready" }, "postgres": database })))
 }
 
 /// Runs the roles until Ctrl-C (or until one of them fails).
@@ -80,11 +65,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let listener = tokio::net::TcpListener::bind(listen.simulator).await?;
         tracing::info!(address = %listen.simulator, "simulator listening");
         let app = relayops_simulator::router(relayops_simulator::Simulator::new());
-        tasks.spawn(async move {
-            axum::serve(listener, app)
-                .await
-                .map_err(anyhow::Error::from)
-        });
+        tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
     }
     if roles.api || roles.worker {
         let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
@@ -92,11 +73,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let broker = BrokerConfig::from_env()?;
         if roles.api {
             let wakeup = Arc::new(Notify::new());
-            let publisher = Arc::new(Publisher::new(
-                pool.clone(),
-                broker.clone(),
-                PublisherConfig::from_env()?,
-            ));
+            let publisher = Arc::new(Publisher::new(pool.clone(), broker.clone(), PublisherConfig::from_env()?));
             let notify = Arc::clone(&wakeup);
             tasks.spawn(async move {
                 publisher.run(notify).await;
@@ -106,11 +83,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");
             let app = api_router(state);
-            tasks.spawn(async move {
-                axum::serve(listener, app)
-                    .await
-                    .map_err(anyhow::Error::from)
-            });
+            tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
         }
         if roles.worker {
             let worker = Worker::new(pool.clone(), broker, WorkerConfig::from_env()?)?;

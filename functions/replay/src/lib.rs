@@ -1,8 +1,11 @@
-//! The replay function: `POST /v1/deliveries/{id}/replay` puts a dead or failed
-//! delivery back to pending with a new outbox row, in one transaction. Anything
-//! else is a 409 naming the current status.
+//! The replay function: dead or failed deliveries go back to pending with a new
+//! outbox row, in one transaction — one by id (`POST /v1/deliveries/{id}/replay`;
+//! any other status is a 409 naming it), or in bulk by filter (`POST
+//! /v1/replays`, with a dry run and a cap per call).
 //!
 //! Invariant: replay never talks to RabbitMQ; like ingest, its output is the outbox.
+mod bulk;
+
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
@@ -16,7 +19,9 @@ use serde_json::{json, Value};
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
-    Router::new().route("/v1/deliveries/{delivery_id}/replay", post(replay_one))
+    Router::new()
+        .route("/v1/deliveries/{delivery_id}/replay", post(replay_one))
+        .route("/v1/replays", post(bulk::replay_matching))
 }
 
 /// The function on its own, as its Lambda serves it.
@@ -38,10 +43,7 @@ async fn replay_one(
             tx.commit().await.map_err(DbError::from)?;
             state.wake_publisher();
             tracing::info!(tenant_id = %caller.tenant_id, delivery_id = %delivery_id, "delivery replayed");
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({ "id": delivery_id, "status": "pending" })),
-            ))
+            Ok((StatusCode::ACCEPTED, Json(json!({ "id": delivery_id, "status": "pending" }))))
         }
         ReplayOutcome::NotFound => Err(ApiError::NotFound("delivery")),
         ReplayOutcome::NotReplayable(status) => Err(ApiError::Conflict(format!(

@@ -50,39 +50,19 @@ async fn ok(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) -> Re
     (StatusCode::OK, "ok").into_response()
 }
 
-async fn status(
-    State(sim): State<Simulator>,
-    Path(code): Path<u16>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn status(State(sim): State<Simulator>, Path(code): Path<u16>, headers: HeaderMap, body: Bytes) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
-    sim.record(
-        &format!("/sim/status/{code}"),
-        &headers,
-        &body,
-        status.as_u16(),
-    );
+    sim.record(&format!("/sim/status/{code}"), &headers, &body, status.as_u16());
     (status, format!("simulated {}", status.as_u16())).into_response()
 }
 
-async fn slow(
-    State(sim): State<Simulator>,
-    Path(ms): Path<u64>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn slow(State(sim): State<Simulator>, Path(ms): Path<u64>, headers: HeaderMap, body: Bytes) -> Response {
     tokio::time::sleep(Duration::from_millis(ms.min(600_000))).await;
     sim.record(&format!("/sim/slow/{ms}"), &headers, &body, 200);
     (StatusCode::OK, "slow ok").into_response()
 }
 
-async fn slow_once(
-    State(sim): State<Simulator>,
-    Path(ms): Path<u64>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn slow_once(State(sim): State<Simulator>, Path(ms): Path<u64>, headers: HeaderMap, body: Bytes) -> Response {
     sim.record(&format!("/sim/slow-once/{ms}"), &headers, &body, 200);
     if sim.count_for_delivery(&headers) == 1 {
         tokio::time::sleep(Duration::from_millis(ms.min(600_000))).await;
@@ -90,39 +70,15 @@ async fn slow_once(
     (StatusCode::OK, "ok").into_response()
 }
 
-async fn retry_after(
-    State(sim): State<Simulator>,
-    Path(secs): Path<u64>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn retry_after(State(sim): State<Simulator>, Path(secs): Path<u64>, headers: HeaderMap, body: Bytes) -> Response {
     sim.record(&format!("/sim/retry-after/{secs}"), &headers, &body, 429);
-    (
-        StatusCode::TOO_MANY_REQUESTS,
-        [("retry-after", secs.to_string())],
-        "slow down",
-    )
-        .into_response()
+    (StatusCode::TOO_MANY_REQUESTS, [("retry-after", secs.to_string())], "slow down").into_response()
 }
 
-async fn flaky(
-    State(sim): State<Simulator>,
-    Path(failures): Path<u32>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn flaky(State(sim): State<Simulator>, Path(failures): Path<u32>, headers: HeaderMap, body: Bytes) -> Response {
     let seen = sim.count_for_delivery(&headers);
-    let status = if seen <= failures {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::OK
-    };
-    sim.record(
-        &format!("/sim/flaky/{failures}"),
-        &headers,
-        &body,
-        status.as_u16(),
-    );
+    let status = if seen <= failures { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    sim.record(&format!("/sim/flaky/{failures}"), &headers, &body, status.as_u16());
     (status, "flaky").into_response()
 }
 
@@ -137,17 +93,10 @@ struct SecretRequest {
     secret: String,
 }
 
-async fn register_secret(
-    State(sim): State<Simulator>,
-    Json(request): Json<SecretRequest>,
-) -> Response {
+async fn register_secret(State(sim): State<Simulator>, Json(request): Json<SecretRequest>) -> Response {
     match sim.register_secret(&request.secret) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(message) => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Json(json!({ "detail": message })),
-        )
-            .into_response(),
+        Err(message) => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({ "detail": message }))).into_response(),
     }
 }
 

@@ -44,18 +44,12 @@ pub struct Simulator {
 
 impl Default for Simulator {
     fn default() -> Self {
-        Self {
-            inner: Arc::default(),
-            count: Arc::new(watch::channel(0).0),
-        }
+        Self { inner: Arc::default(), count: Arc::new(watch::channel(0).0) }
     }
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned)
+    headers.get(name).and_then(|value| value.to_str().ok()).map(str::to_owned)
 }
 
 impl Simulator {
@@ -65,9 +59,7 @@ impl Simulator {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves plain data; keep going.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn register_secret(&self, text: &str) -> Result<(), String> {
@@ -88,18 +80,15 @@ impl Simulator {
     pub fn record(&self, path: &str, headers: &HeaderMap, body: &[u8], answered_status: u16) {
         let now = Utc::now();
         let webhook_id = header(headers, signing::HEADER_ID);
-        let timestamp =
-            header(headers, signing::HEADER_TIMESTAMP).and_then(|t| t.parse::<i64>().ok());
+        let timestamp = header(headers, signing::HEADER_TIMESTAMP).and_then(|t| t.parse::<i64>().ok());
         let signature = header(headers, signing::HEADER_SIGNATURE);
         let mut inner = self.lock();
-        let signature_valid =
-            (!inner.secrets.is_empty()).then(|| match (&webhook_id, timestamp, &signature) {
-                (Some(id), Some(ts), Some(sig)) => inner
-                    .secrets
-                    .iter()
-                    .any(|secret| signing::verify(secret, id, ts, body, sig)),
-                _ => false,
-            });
+        let signature_valid = (!inner.secrets.is_empty()).then(|| match (&webhook_id, timestamp, &signature) {
+            (Some(id), Some(ts), Some(sig)) => {
+                inner.secrets.iter().any(|secret| signing::verify(secret, id, ts, body, sig))
+            }
+            _ => false,
+        });
         inner.received.push(Received {
             path: path.to_owned(),
             delivery_id: header(headers, signing::HEADER_DELIVERY_ID),
@@ -123,11 +112,7 @@ impl Simulator {
 
     /// Waits until `done` holds for what was received, or `limit` passes;
     /// returns the final record either way.
-    pub async fn wait_until(
-        &self,
-        limit: Duration,
-        done: impl Fn(&[Received]) -> bool,
-    ) -> Vec<Received> {
+    pub async fn wait_until(&self, limit: Duration, done: impl Fn(&[Received]) -> bool) -> Vec<Received> {
         let mut changes = self.count.subscribe();
         let deadline = tokio::time::Instant::now() + limit;
         loop {
@@ -135,10 +120,7 @@ impl Simulator {
             if done(&received) {
                 return received;
             }
-            if tokio::time::timeout_at(deadline, changes.changed())
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
                 return self.received();
             }
         }

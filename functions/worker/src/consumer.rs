@@ -3,13 +3,12 @@
 //! the [`Processor`] on its own task, and ack/nack after it settles. A lost
 //! connection is re-established with a growing pause; unacked messages return
 //! to the queue by themselves.
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use relayops_shared::broker::{self, BrokerError, Topology};
 use relayops_shared::config::{BrokerConfig, WorkerConfig};
@@ -17,6 +16,7 @@ use relayops_shared::db::Pool;
 use relayops_shared::telemetry::error_chain;
 use tokio::task::JoinSet;
 
+use crate::delay::DelayPublisher;
 use crate::process::{Disposition, Processor};
 use crate::sender::{Sender, SenderError};
 
@@ -31,18 +31,10 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(
-        pool: Pool,
-        broker: BrokerConfig,
-        config: WorkerConfig,
-    ) -> Result<Self, SenderError> {
+    pub fn new(pool: Pool, broker: BrokerConfig, config: WorkerConfig) -> Result<Self, SenderError> {
         let sender = Sender::new(&config)?;
         let processor = Processor::new(pool, sender, config.clone());
-        Ok(Self {
-            broker,
-            config,
-            processor,
-        })
+        Ok(Self { broker, config, processor })
     }
 
     /// Consumes until the process ends, reconnecting as needed.
@@ -68,11 +60,9 @@ impl Worker {
         let channel = broker::open_channel(&connection).await?;
         let topology = Topology::new(&self.broker);
         topology.declare(&channel).await?;
+        let delays = Arc::new(DelayPublisher::open(&connection, topology.clone()).await?);
         // Prefetch bounds the messages (and so the HTTP requests) in flight per worker.
-        channel
-            .basic_qos(self.config.concurrency, BasicQosOptions::default())
-            .await
-            .map_err(BrokerError::Channel)?;
+        channel.basic_qos(self.config.concurrency, BasicQosOptions::default()).await.map_err(BrokerError::Channel)?;
         let mut consumer = channel
             .basic_consume(
                 &topology.ready_queue,
@@ -92,7 +82,8 @@ impl Worker {
                     let Some(next) = next else { break };
                     let delivery = next.map_err(BrokerError::Channel)?;
                     let processor = self.processor.clone();
-                    in_flight.spawn(async move { settle(&processor, delivery).await });
+                    let delays = Arc::clone(&delays);
+                    in_flight.spawn(async move { settle(&processor, &delays, delivery).await });
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
             }
@@ -101,26 +92,22 @@ impl Worker {
     }
 }
 
-async fn settle(processor: &Processor, delivery: Delivery) {
+async fn settle(processor: &Processor, delays: &DelayPublisher, delivery: Delivery) {
     let disposition = processor.process(&delivery.data).await;
     let result = match disposition {
         Disposition::Ack => delivery.acker.ack(BasicAckOptions::default()).await,
+        Disposition::Delay { wait } => {
+            if let Err(error) = delays.publish(&delivery.data, wait).await {
+                // The row is scheduled in Postgres; recovery re-enqueues it when overdue.
+                tracing::warn!(error = %error_chain(&error), "retry message not published; left to recovery");
+            }
+            delivery.acker.ack(BasicAckOptions::default()).await
+        }
         Disposition::Requeue => {
             tokio::time::sleep(REQUEUE_PAUSE).await;
-            delivery
-                .acker
-                .nack(BasicNackOptions {
-                    requeue: true,
-                    ..Default::default()
-                })
-                .await
+            delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
         }
-        Disposition::Reject => {
-            delivery
-                .acker
-                .reject(BasicRejectOptions { requeue: false })
-                .await
-        }
+        Disposition::Reject => delivery.acker.reject(BasicRejectOptions { requeue: false }).await,
     };
     if let Err(error) = result {
         // The channel is gone; the broker will redeliver the message.

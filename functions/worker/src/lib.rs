@@ -11,6 +11,7 @@
 //! Invariant: the worker never creates deliveries or outbox rows for new
 //! events; it only settles the deliveries it was handed.
 pub mod consumer;
+pub mod delay;
 pub mod policy;
 pub mod process;
 pub mod sender;

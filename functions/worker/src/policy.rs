@@ -20,10 +20,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            max_attempts: DEFAULT_SCHEDULE_SECS.len() as u32 + 1,
-            schedule_secs: DEFAULT_SCHEDULE_SECS.to_vec(),
-        }
+        Self { max_attempts: DEFAULT_SCHEDULE_SECS.len() as u32 + 1, schedule_secs: DEFAULT_SCHEDULE_SECS.to_vec() }
     }
 }
 
@@ -35,32 +32,18 @@ impl RetryPolicy {
             Some(secs) if !secs.is_empty() => secs.iter().map(|&s| s.max(0) as u32).collect(),
             _ => default.schedule_secs,
         };
-        let max_attempts = max_attempts
-            .map(|n| n.max(1) as u32)
-            .unwrap_or(default.max_attempts);
-        Self {
-            max_attempts,
-            schedule_secs,
-        }
+        let max_attempts = max_attempts.map(|n| n.max(1) as u32).unwrap_or(default.max_attempts);
+        Self { max_attempts, schedule_secs }
     }
 
     /// The wait before the attempt after `attempt_number`, or `None` when the
     /// attempts are used up. The last step of the schedule repeats if needed.
-    pub fn next_wait(
-        &self,
-        attempt_number: u32,
-        retry_after: Option<Duration>,
-    ) -> Option<Duration> {
+    pub fn next_wait(&self, attempt_number: u32, retry_after: Option<Duration>) -> Option<Duration> {
         if attempt_number >= self.max_attempts {
             return None;
         }
         let index = (attempt_number.max(1) - 1) as usize;
-        let step = self
-            .schedule_secs
-            .get(index)
-            .or(self.schedule_secs.last())
-            .copied()
-            .unwrap_or(5);
+        let step = self.schedule_secs.get(index).or(self.schedule_secs.last()).copied().unwrap_or(5);
         let jittered = jitter(Duration::from_secs(u64::from(step)));
         Some(match retry_after {
             Some(asked) => asked.min(RETRY_AFTER_CAP).max(jittered.min(asked)),
@@ -83,23 +66,15 @@ mod tests {
         let policy = RetryPolicy::default();
         assert_eq!(policy.max_attempts, 8);
         let first = policy.next_wait(1, None).unwrap();
-        assert!(
-            first >= Duration::from_secs(4) && first <= Duration::from_secs(6),
-            "{first:?}"
-        );
+        assert!(first >= Duration::from_secs(4) && first <= Duration::from_secs(6), "{first:?}");
         assert!(policy.next_wait(8, None).is_none());
     }
 
     #[test]
     fn retry_after_is_honoured_up_to_the_cap() {
         let policy = RetryPolicy::default();
-        assert_eq!(
-            policy.next_wait(1, Some(Duration::from_secs(60))),
-            Some(Duration::from_secs(60))
-        );
-        let capped = policy
-            .next_wait(1, Some(Duration::from_secs(100 * 3600)))
-            .unwrap();
+        assert_eq!(policy.next_wait(1, Some(Duration::from_secs(60))), Some(Duration::from_secs(60)));
+        let capped = policy.next_wait(1, Some(Duration::from_secs(100 * 3600))).unwrap();
         assert_eq!(capped, RETRY_AFTER_CAP);
     }
 

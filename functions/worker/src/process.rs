@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use relayops_shared::broker::QueueMessage;
+use relayops_shared::broker::{DeadLetter, QueueMessage};
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::{DbError, Pool};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
+use relayops_shared::ids::{DeliveryId, TenantId};
 use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, DeliveryJob, Settled};
-use relayops_shared::repo::endpoints;
+use relayops_shared::repo::{endpoints, outbox};
 use relayops_shared::telemetry::error_chain;
 
 use crate::policy::RetryPolicy;
@@ -24,6 +25,10 @@ use crate::verdict::{classify, SendResult, Verdict};
 pub enum Disposition {
     /// Done with it (settled, or nothing to do).
     Ack,
+    /// Publish the message again to come back after `wait` (zero: at once),
+    /// then ack: a retry was scheduled, or the message came back before its
+    /// retry was due.
+    Delay { wait: Duration },
     /// A transient failure on our side: deliver the message again.
     Requeue,
     /// Not a message we can ever process.
@@ -39,16 +44,16 @@ pub struct Processor {
 
 impl Processor {
     pub fn new(pool: Pool, sender: Sender, config: WorkerConfig) -> Self {
-        Self {
-            pool,
-            sender,
-            config,
-        }
+        Self { pool, sender, config }
     }
 
     pub async fn process(&self, body: &[u8]) -> Disposition {
         let task = match serde_json::from_slice::<QueueMessage>(body) {
             Ok(QueueMessage::DeliveryV1(task)) => task,
+            Ok(other) => {
+                tracing::error!(message = ?other.destination(), "message for another queue rejected");
+                return Disposition::Reject;
+            }
             Err(error) => {
                 tracing::error!(error = %error, "unreadable queue message rejected");
                 return Disposition::Reject;
@@ -66,49 +71,51 @@ impl Processor {
         }
     }
 
-    async fn deliver(
-        &self,
-        tenant: relayops_shared::ids::TenantId,
-        delivery: relayops_shared::ids::DeliveryId,
-    ) -> Result<Disposition, DbError> {
+    async fn deliver(&self, tenant: TenantId, delivery: DeliveryId) -> Result<Disposition, DbError> {
         let client = self.pool.get().await?;
-        let job = match deliveries::claim(
-            &client,
-            tenant,
-            delivery,
-            &self.config.worker_id,
-            self.config.lease,
-        )
-        .await?
-        {
+        let claim = deliveries::claim(&client, tenant, delivery, &self.config.worker_id, self.config.lease).await?;
+        drop(client);
+        let job = match claim {
             ClaimOutcome::Claimed(job) => job,
+            ClaimOutcome::NotClaimable { status: Some(DeliveryStatus::Scheduled), next_attempt_at: Some(due) } => {
+                // Early (a shorter bucket, or a duplicate): wait out the rest.
+                let remaining = (due - Utc::now()).to_std().unwrap_or_default().max(Duration::from_millis(1));
+                return Ok(Disposition::Delay { wait: remaining });
+            }
             ClaimOutcome::NotClaimable { status, .. } => {
-                tracing::debug!(tenant_id = %tenant, delivery_id = %delivery, status = status.map(|s| s.as_str()), "not claimable; message dropped");
+                tracing::debug!(tenant_id = %tenant, delivery_id = %delivery, status = status.map(|s| s.as_str()),
+                    "terminal, leased by a live worker, or gone; message dropped");
                 return Ok(Disposition::Ack);
             }
         };
-        drop(client);
         if !job.endpoint_enabled {
             let client = self.pool.get().await?;
-            deliveries::settle_without_attempt(
-                &client,
-                &job,
-                &self.config.worker_id,
-                DeliveryStatus::Failed,
-                "endpoint disabled",
-            )
-            .await?;
+            let reason = "endpoint disabled";
+            deliveries::settle_without_attempt(&client, &job, &self.config.worker_id, DeliveryStatus::Failed, reason)
+                .await?;
             return Ok(Disposition::Ack);
         }
 
         let started_at = Utc::now();
         let exchange = self.sender.send(&job).await;
         let verdict = classify(&exchange.result);
-        let policy =
-            RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
+        let policy = RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
         let (outcome, wait) = decide(&verdict, &policy, job.attempt_number as u32);
         log_attempt(&job, &exchange, outcome);
+        self.record(&job, &exchange, &verdict, outcome, wait, started_at).await
+    }
 
+    /// The attempt, the delivery's next state, a dead letter for operators and
+    /// the endpoint's disabling on 410: one transaction.
+    async fn record(
+        &self,
+        job: &DeliveryJob,
+        exchange: &Exchange,
+        verdict: &Verdict,
+        outcome: AttemptOutcome,
+        wait: Option<Duration>,
+        started_at: chrono::DateTime<Utc>,
+    ) -> Result<Disposition, DbError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let record = AttemptRecord {
@@ -119,40 +126,39 @@ impl Processor {
             response_body: exchange.response_body.as_deref(),
             latency_ms: exchange.latency.as_millis().min(i32::MAX as u128) as i32,
             started_at,
-            next_attempt_at: wait
-                .and_then(|wait| chrono::Duration::from_std(wait).ok())
-                .map(|wait| Utc::now() + wait),
+            next_attempt_at: wait.and_then(|wait| chrono::Duration::from_std(wait).ok()).map(|wait| Utc::now() + wait),
         };
-        if deliveries::record_attempt(&tx, &job, &self.config.worker_id, &record).await?
-            == Settled::LeaseLost
-        {
-            tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id, "lease lost before recording; another worker owns the delivery");
+        if deliveries::record_attempt(&tx, job, &self.config.worker_id, &record).await? == Settled::LeaseLost {
+            tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
+                "lease lost before recording; another worker owns the delivery");
             return Ok(Disposition::Ack);
         }
-        if verdict
-            == (Verdict::Permanent {
-                disable_endpoint: true,
-            })
-        {
-            endpoints::disable_endpoint(
-                &tx,
-                job.tenant_id,
-                job.endpoint_id,
-                "receiver answered 410 Gone",
-            )
-            .await?;
+        if outcome == AttemptOutcome::Dead {
+            let letter = DeadLetter {
+                tenant_id: job.tenant_id,
+                delivery_id: job.delivery_id,
+                event_id: job.event_id,
+                endpoint_id: job.endpoint_id,
+                attempts: job.attempt_number,
+                last_http_status: record.http_status,
+                reason: exchange.error.clone().unwrap_or_else(|| "retries exhausted".to_owned()),
+            };
+            outbox::insert_message(&tx, job.tenant_id, Some(job.delivery_id), &QueueMessage::DeadLetterV1(letter))
+                .await?;
+        }
+        if *verdict == (Verdict::Permanent { disable_endpoint: true }) {
+            endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, "receiver answered 410 Gone").await?;
         }
         tx.commit().await?;
-        Ok(Disposition::Ack)
+        Ok(match wait {
+            Some(wait) => Disposition::Delay { wait },
+            None => Disposition::Ack,
+        })
     }
 }
 
 /// The attempt's outcome and, for a retry, the wait before the next one.
-fn decide(
-    verdict: &Verdict,
-    policy: &RetryPolicy,
-    attempt_number: u32,
-) -> (AttemptOutcome, Option<Duration>) {
+fn decide(verdict: &Verdict, policy: &RetryPolicy, attempt_number: u32) -> (AttemptOutcome, Option<Duration>) {
     match verdict {
         Verdict::Delivered => (AttemptOutcome::Delivered, None),
         Verdict::Permanent { .. } => (AttemptOutcome::Failed, None),
@@ -195,12 +201,7 @@ mod tests {
         let retry = Verdict::Retryable { not_before: None };
         assert_eq!(decide(&retry, &policy, 1).0, AttemptOutcome::Retry);
         assert_eq!(decide(&retry, &policy, 2), (AttemptOutcome::Dead, None));
-        let permanent = Verdict::Permanent {
-            disable_endpoint: false,
-        };
-        assert_eq!(
-            decide(&permanent, &policy, 1),
-            (AttemptOutcome::Failed, None)
-        );
+        let permanent = Verdict::Permanent { disable_endpoint: false };
+        assert_eq!(decide(&permanent, &policy, 1), (AttemptOutcome::Failed, None));
     }
 }

@@ -51,20 +51,12 @@ impl Sender {
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
             .map_err(SenderError::Client)?;
-        Ok(Self {
-            client,
-            default_timeout: config.request_timeout,
-            body_limit: config.response_body_limit,
-        })
+        Ok(Self { client, default_timeout: config.request_timeout, body_limit: config.response_body_limit })
     }
 
     fn headers(&self, job: &DeliveryJob) -> Result<HeaderMap, SenderError> {
-        let current = SigningSecret::parse(&job.secret)
-            .map_err(|error| SenderError::Secret(error.message))?;
-        let previous = job
-            .previous_secret
-            .as_deref()
-            .and_then(|text| SigningSecret::parse(text).ok());
+        let current = SigningSecret::parse(&job.secret).map_err(|error| SenderError::Secret(error.message))?;
+        let previous = job.previous_secret.as_deref().and_then(|text| SigningSecret::parse(text).ok());
         let mut secrets = vec![&current];
         secrets.extend(previous.as_ref());
         let id = job.delivery_id.to_string();
@@ -105,25 +97,13 @@ impl Sender {
             }
         };
         let request_headers = recorded_headers(&headers);
-        let timeout = job
-            .timeout_ms
-            .map(|ms| Duration::from_millis(ms.max(1) as u64))
-            .unwrap_or(self.default_timeout);
-        let sent = self
-            .client
-            .post(&job.url)
-            .headers(headers)
-            .timeout(timeout)
-            .body(job.body.clone())
-            .send()
-            .await;
+        let timeout = job.timeout_ms.map(|ms| Duration::from_millis(ms.max(1) as u64)).unwrap_or(self.default_timeout);
+        let sent = self.client.post(&job.url).headers(headers).timeout(timeout).body(job.body.clone()).send().await;
         let mut response = match sent {
             Ok(response) => response,
             Err(error) => {
                 return Exchange {
-                    result: SendResult::NoAnswer {
-                        timed_out: error.is_timeout(),
-                    },
+                    result: SendResult::NoAnswer { timed_out: error.is_timeout() },
                     request_headers,
                     response_body: None,
                     error: Some(describe(&error)),
@@ -132,17 +112,12 @@ impl Sender {
             }
         };
         let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(parse_retry_after);
+        let retry_after = response.headers().get(RETRY_AFTER).and_then(parse_retry_after);
         let mut body = Vec::new();
         let mut body_error = None;
         while body.len() < self.body_limit {
             match response.chunk().await {
-                Ok(Some(chunk)) => {
-                    body.extend_from_slice(&chunk[..chunk.len().min(self.body_limit - body.len())])
-                }
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk[..chunk.len().min(self.body_limit - body.len())]),
                 Ok(None) => break,
                 Err(error) => {
                     body_error = Some(describe(&error));
@@ -151,10 +126,7 @@ impl Sender {
             }
         }
         Exchange {
-            result: SendResult::Answered {
-                status,
-                retry_after,
-            },
+            result: SendResult::Answered { status, retry_after },
             request_headers,
             response_body: Some(String::from_utf8_lossy(&body).into_owned()),
             error: body_error,
@@ -168,12 +140,7 @@ fn recorded_headers(headers: &HeaderMap) -> Value {
     let map: Map<String, Value> = headers
         .iter()
         .filter(|(name, _)| name.as_str() != signing::HEADER_SIGNATURE)
-        .map(|(name, value)| {
-            (
-                name.to_string(),
-                Value::String(value.to_str().unwrap_or_default().to_owned()),
-            )
-        })
+        .map(|(name, value)| (name.to_string(), Value::String(value.to_str().unwrap_or_default().to_owned())))
         .collect();
     Value::Object(map)
 }
@@ -213,10 +180,7 @@ mod tests {
 
     #[test]
     fn retry_after_accepts_seconds_and_http_dates() {
-        assert_eq!(
-            parse_retry_after(&HeaderValue::from_static("7")),
-            Some(Duration::from_secs(7))
-        );
+        assert_eq!(parse_retry_after(&HeaderValue::from_static("7")), Some(Duration::from_secs(7)));
         let past = HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT");
         assert_eq!(parse_retry_after(&past), Some(Duration::ZERO));
         assert_eq!(parse_retry_after(&HeaderValue::from_static("soon")), None);

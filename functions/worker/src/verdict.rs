@@ -6,10 +6,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendResult {
     /// The receiver answered with this status.
-    Answered {
-        status: u16,
-        retry_after: Option<Duration>,
-    },
+    Answered { status: u16, retry_after: Option<Duration> },
     /// No answer: connection refused/reset, DNS, TLS, or timeout.
     NoAnswer { timed_out: bool },
 }
@@ -28,27 +25,12 @@ pub enum Verdict {
 
 pub fn classify(result: &SendResult) -> Verdict {
     match *result {
-        SendResult::Answered {
-            status: 200..=299, ..
-        } => Verdict::Delivered,
-        SendResult::Answered {
-            status: 429 | 503,
-            retry_after,
-        } => Verdict::Retryable {
-            not_before: retry_after,
-        },
-        SendResult::Answered { status: 410, .. } => Verdict::Permanent {
-            disable_endpoint: true,
-        },
-        SendResult::Answered {
-            status: 400..=499, ..
-        } => Verdict::Permanent {
-            disable_endpoint: false,
-        },
+        SendResult::Answered { status: 200..=299, .. } => Verdict::Delivered,
+        SendResult::Answered { status: 429 | 503, retry_after } => Verdict::Retryable { not_before: retry_after },
+        SendResult::Answered { status: 410, .. } => Verdict::Permanent { disable_endpoint: true },
+        SendResult::Answered { status: 400..=499, .. } => Verdict::Permanent { disable_endpoint: false },
         // 5xx, and 1xx/3xx (redirects are not followed) are treated as transient.
-        SendResult::Answered { .. } | SendResult::NoAnswer { .. } => {
-            Verdict::Retryable { not_before: None }
-        }
+        SendResult::Answered { .. } | SendResult::NoAnswer { .. } => Verdict::Retryable { not_before: None },
     }
 }
 
@@ -57,49 +39,19 @@ mod tests {
     use super::*;
 
     fn answered(status: u16) -> SendResult {
-        SendResult::Answered {
-            status,
-            retry_after: None,
-        }
+        SendResult::Answered { status, retry_after: None }
     }
 
     #[test]
     fn statuses_are_classified_as_the_spec_says() {
         assert_eq!(classify(&answered(200)), Verdict::Delivered);
         assert_eq!(classify(&answered(204)), Verdict::Delivered);
-        assert_eq!(
-            classify(&answered(500)),
-            Verdict::Retryable { not_before: None }
-        );
-        assert_eq!(
-            classify(&answered(302)),
-            Verdict::Retryable { not_before: None }
-        );
-        assert_eq!(
-            classify(&answered(400)),
-            Verdict::Permanent {
-                disable_endpoint: false
-            }
-        );
-        assert_eq!(
-            classify(&answered(410)),
-            Verdict::Permanent {
-                disable_endpoint: true
-            }
-        );
-        assert_eq!(
-            classify(&SendResult::NoAnswer { timed_out: true }),
-            Verdict::Retryable { not_before: None }
-        );
-        let limited = SendResult::Answered {
-            status: 429,
-            retry_after: Some(Duration::from_secs(7)),
-        };
-        assert_eq!(
-            classify(&limited),
-            Verdict::Retryable {
-                not_before: Some(Duration::from_secs(7))
-            }
-        );
+        assert_eq!(classify(&answered(500)), Verdict::Retryable { not_before: None });
+        assert_eq!(classify(&answered(302)), Verdict::Retryable { not_before: None });
+        assert_eq!(classify(&answered(400)), Verdict::Permanent { disable_endpoint: false });
+        assert_eq!(classify(&answered(410)), Verdict::Permanent { disable_endpoint: true });
+        assert_eq!(classify(&SendResult::NoAnswer { timed_out: true }), Verdict::Retryable { not_before: None });
+        let limited = SendResult::Answered { status: 429, retry_after: Some(Duration::from_secs(7)) };
+        assert_eq!(classify(&limited), Verdict::Retryable { not_before: Some(Duration::from_secs(7)) });
     }
 }

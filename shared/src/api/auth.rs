@@ -23,10 +23,7 @@ impl Authenticated {
         if self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope) {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(format!(
-                "this API key lacks the `{}` scope",
-                scope.as_str()
-            )))
+            Err(ApiError::Forbidden(format!("this API key lacks the `{}` scope", scope.as_str())))
         }
     }
 }
@@ -34,10 +31,7 @@ impl Authenticated {
 impl FromRequestParts<ApiState> for Authenticated {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &ApiState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
         let presented = parts
             .headers
             .get(AUTHORIZATION)
@@ -46,9 +40,7 @@ impl FromRequestParts<ApiState> for Authenticated {
             .and_then(|token| ApiKeySecret::from_presented(token.trim()))
             .ok_or(ApiError::Unauthorized)?;
         let client = state.pool.get().await.map_err(crate::db::DbError::from)?;
-        let key = api_keys::verify(&client, &presented)
-            .await?
-            .ok_or(ApiError::Unauthorized)?;
+        let key = api_keys::verify(&client, &presented).await?.ok_or(ApiError::Unauthorized)?;
         drop(client);
         // Bookkeeping only: never delays or fails the request.
         let pool = state.pool.clone();
@@ -58,10 +50,6 @@ impl FromRequestParts<ApiState> for Authenticated {
                 let _ = api_keys::touch_last_used(&client, tenant, id).await;
             }
         });
-        Ok(Self {
-            tenant_id: key.tenant_id,
-            key_id: key.id,
-            scopes: key.scopes,
-        })
+        Ok(Self { tenant_id: key.tenant_id, key_id: key.id, scopes: key.scopes })
     }
 }

@@ -27,9 +27,7 @@ where
 fn rejection_to_problem(rejection: JsonRejection) -> ApiError {
     let text = rejection.body_text();
     match rejection {
-        JsonRejection::JsonDataError(_) => {
-            ApiError::Validation(crate::domain::ValidationError::new("body", text))
-        }
+        JsonRejection::JsonDataError(_) => ApiError::Validation(crate::domain::ValidationError::new("body", text)),
         JsonRejection::MissingJsonContentType(_) => {
             ApiError::UnsupportedMediaType("expected `Content-Type: application/json`".into())
         }

@@ -55,6 +55,5 @@ pub fn parse_path_id<T>(text: &str) -> Result<T, ApiError>
 where
     T: std::str::FromStr<Err = crate::ids::IdParseError>,
 {
-    text.parse()
-        .map_err(|error: crate::ids::IdParseError| ApiError::BadRequest(error.to_string()))
+    text.parse().map_err(|error: crate::ids::IdParseError| ApiError::BadRequest(error.to_string()))
 }

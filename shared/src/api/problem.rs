@@ -29,10 +29,7 @@ pub enum ApiError {
     #[error("{0}")]
     Conflict(String),
     #[error("service temporarily unavailable")]
-    Unavailable {
-        retry_after_secs: u64,
-        source: Option<Box<dyn StdError + Send + Sync>>,
-    },
+    Unavailable { retry_after_secs: u64, source: Option<Box<dyn StdError + Send + Sync>> },
     #[error("internal error")]
     Internal(#[source] Box<dyn StdError + Send + Sync>),
 }
@@ -44,36 +41,18 @@ impl ApiError {
 
     fn parts(&self) -> (StatusCode, &'static str, &'static str) {
         match self {
-            Self::Validation(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "validation",
-                "Invalid request",
-            ),
+            Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation", "Invalid request"),
             Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad-request", "Malformed request"),
-            Self::UnsupportedMediaType(_) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-media-type",
-                "Unsupported media type",
-            ),
-            Self::PayloadTooLarge(_) => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload-too-large",
-                "Request body too large",
-            ),
+            Self::UnsupportedMediaType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type")
+            }
+            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Request body too large"),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
-            Self::Unavailable { .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "Service unavailable",
-            ),
-            Self::Internal(_) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal server error",
-            ),
+            Self::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal server error"),
         }
     }
 }
@@ -82,15 +61,10 @@ impl ApiError {
 impl From<DbError> for ApiError {
     fn from(error: DbError) -> Self {
         if error.is_unavailable() {
-            return Self::Unavailable {
-                retry_after_secs: 1,
-                source: Some(Box::new(error)),
-            };
+            return Self::Unavailable { retry_after_secs: 1, source: Some(Box::new(error)) };
         }
         match error.constraint() {
-            Some("user_accounts_email_key") => {
-                Self::Conflict("a user with this email already exists".into())
-            }
+            Some("user_accounts_email_key") => Self::Conflict("a user with this email already exists".into()),
             Some("api_keys_key_prefix_key" | "api_keys_key_hash_key") => {
                 Self::Conflict("key collision; please retry".into())
             }
@@ -107,10 +81,7 @@ impl IntoResponse for ApiError {
                 tracing::error!(error = %crate::telemetry::error_chain(source.as_ref()), "request failed");
                 "an internal error occurred; it has been logged".to_owned()
             }
-            Self::Unavailable {
-                source: Some(source),
-                ..
-            } => {
+            Self::Unavailable { source: Some(source), .. } => {
                 tracing::warn!(error = %crate::telemetry::error_chain(source.as_ref()), "dependency unavailable");
                 "a dependency is temporarily unavailable; retry later".to_owned()
             }
@@ -124,14 +95,8 @@ impl IntoResponse for ApiError {
         });
         let mut response = (status, axum::Json(body)).into_response();
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        if let Self::Unavailable {
-            retry_after_secs, ..
-        } = self
-        {
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let Self::Unavailable { retry_after_secs, .. } = self {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         }
         if status == StatusCode::UNAUTHORIZED {

@@ -44,18 +44,9 @@ pub struct ApiKeySecret(String);
 impl ApiKeySecret {
     pub fn generate() -> Self {
         let mut rng = rand::rngs::OsRng;
-        let mut random = |len: usize| -> String {
-            (&mut rng)
-                .sample_iter(&Alphanumeric)
-                .take(len)
-                .map(char::from)
-                .collect()
-        };
-        Self(format!(
-            "{KEY_PREFIX}{}_{}",
-            random(ID_LEN),
-            random(SECRET_LEN)
-        ))
+        let mut random =
+            |len: usize| -> String { (&mut rng).sample_iter(&Alphanumeric).take(len).map(char::from).collect() };
+        Self(format!("{KEY_PREFIX}{}_{}", random(ID_LEN), random(SECRET_LEN)))
     }
 
     /// Accepts a presented key if it has the right shape; says nothing about validity.
@@ -64,10 +55,7 @@ impl ApiKeySecret {
         let (id, secret) = rest.split_once('_')?;
         let shaped = id.len() == ID_LEN
             && secret.len() == SECRET_LEN
-            && id
-                .bytes()
-                .chain(secret.bytes())
-                .all(|b| b.is_ascii_alphanumeric());
+            && id.bytes().chain(secret.bytes()).all(|b| b.is_ascii_alphanumeric());
         shaped.then(|| Self(text.to_owned()))
     }
 

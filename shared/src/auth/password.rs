@@ -9,8 +9,7 @@ use argon2::{Algorithm, Argon2, Params, Version};
 pub struct PasswordError(String);
 
 fn hasher() -> Result<Argon2<'static>, PasswordError> {
-    let params =
-        Params::new(19 * 1024, 2, 1, None).map_err(|error| PasswordError(error.to_string()))?;
+    let params = Params::new(19 * 1024, 2, 1, None).map_err(|error| PasswordError(error.to_string()))?;
     Ok(Argon2::new(Algorithm::Argon2id, Version::V0x13, params))
 }
 

@@ -12,6 +12,28 @@ pub enum QueueMessage {
     /// a stale or duplicated message can never send stale content.
     #[serde(rename = "delivery.v1")]
     DeliveryV1(DeliveryTask),
+    /// "This delivery is dead" — for operators, on the operations DLQ.
+    #[serde(rename = "dead_letter.v1")]
+    DeadLetterV1(DeadLetter),
+}
+
+/// Where a message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    Ready,
+    DeadLetters,
+}
+
+/// What operators need to act on a dead delivery without another lookup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub tenant_id: TenantId,
+    pub delivery_id: DeliveryId,
+    pub event_id: EventId,
+    pub endpoint_id: EndpointId,
+    pub attempts: i32,
+    pub last_http_status: Option<i32>,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +45,13 @@ pub struct DeliveryTask {
 }
 
 impl QueueMessage {
+    pub fn destination(&self) -> Destination {
+        match self {
+            Self::DeliveryV1(_) => Destination::Ready,
+            Self::DeadLetterV1(_) => Destination::DeadLetters,
+        }
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         // A struct of ids always serializes.
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
@@ -43,9 +72,6 @@ mod tests {
         });
         let json = message.to_json();
         assert_eq!(json["type"], "delivery.v1");
-        assert_eq!(
-            serde_json::from_value::<QueueMessage>(json).unwrap(),
-            message
-        );
+        assert_eq!(serde_json::from_value::<QueueMessage>(json).unwrap(), message);
     }
 }

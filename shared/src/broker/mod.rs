@@ -5,8 +5,8 @@ mod topology;
 
 use lapin::{Channel, Connection, ConnectionProperties};
 
-pub use envelope::{DeliveryTask, QueueMessage};
-pub use topology::Topology;
+pub use envelope::{DeadLetter, DeliveryTask, Destination, QueueMessage};
+pub use topology::{RetryBucket, Topology, RETRY_DELAYS_MS};
 
 use crate::config::BrokerConfig;
 
@@ -21,22 +21,14 @@ pub enum BrokerError {
 }
 
 /// Opens a connection whose I/O runs on the current tokio runtime.
-pub async fn connect(
-    config: &BrokerConfig,
-    connection_name: &str,
-) -> Result<Connection, BrokerError> {
+pub async fn connect(config: &BrokerConfig, connection_name: &str) -> Result<Connection, BrokerError> {
     let properties = ConnectionProperties::default()
         .with_connection_name(connection_name.into())
         .with_executor(tokio_executor_trait::Tokio::current())
         .with_reactor(tokio_reactor_trait::Tokio);
-    Connection::connect(&config.url, properties)
-        .await
-        .map_err(BrokerError::Connect)
+    Connection::connect(&config.url, properties).await.map_err(BrokerError::Connect)
 }
 
 pub async fn open_channel(connection: &Connection) -> Result<Channel, BrokerError> {
-    connection
-        .create_channel()
-        .await
-        .map_err(BrokerError::Channel)
+    connection.create_channel().await.map_err(BrokerError::Channel)
 }

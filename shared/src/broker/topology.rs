@@ -1,13 +1,40 @@
 //! Exchange and queue names, and their idempotent declaration. Everything is
-//! durable. The ready queue is a quorum queue: it is replicated on a cluster,
-//! confirms only after the write is on a majority, and bounds redelivery of a
-//! poison message (`x-delivery-limit`). See ARCHITECTURE.md for the choice.
+//! durable; the ready and dead-letter queues are quorum queues, the retry
+//! buckets classic queues (see ARCHITECTURE.md, "Queue topology"):
+//!
+//! - `<ns>.work` (direct) → `<ns>.ready`: work to do now.
+//! - `<ns>.retry` (direct) → `<ns>.retry.<ttl>`: one queue per fixed delay
+//!   (`x-message-ttl` per queue, never per message, so a long delay cannot hold
+//!   up a short one); expired messages dead-letter back to `<ns>.work` / `ready`.
+//! - `<ns>.dead` (fanout) → `<ns>.dead`: the operations dead-letter queue.
+//!
+//! No broker plugin is needed (the delayed-message plugin is absent on managed
+//! brokers and loses messages on node failure).
+use std::time::Duration;
+
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, ExchangeKind};
 
 use super::BrokerError;
 use crate::config::BrokerConfig;
+
+/// The fixed retry delays. A wait is served by the longest delay not above it
+/// (so a message is never late by more than re-routing); a message that comes
+/// back before its due time is sent round again for what remains.
+pub const RETRY_DELAYS_MS: [u64; 11] =
+    [250, 1_000, 5_000, 30_000, 120_000, 300_000, 1_800_000, 3_600_000, 7_200_000, 18_000_000, 36_000_000];
+
+/// A message redelivered this many times without an ack (a worker crashing on
+/// it every time) is dropped by the broker; the delivery row stays recoverable.
+const DELIVERY_LIMIT: i64 = 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryBucket {
+    pub delay: Duration,
+    pub queue: String,
+    pub routing_key: String,
+}
 
 /// The names of one installation's exchanges and queues.
 #[derive(Debug, Clone)]
@@ -16,76 +43,121 @@ pub struct Topology {
     pub exchange: String,
     pub ready_queue: String,
     pub ready_routing_key: String,
+    pub retry_exchange: String,
+    pub retry_buckets: Vec<RetryBucket>,
+    pub dead_exchange: String,
+    pub dead_queue: String,
     queue_expires_ms: Option<u32>,
 }
-
-/// A message redelivered this many times without an ack (a worker crashing on
-/// it every time) is dropped by the broker; the delivery row stays recoverable.
-const DELIVERY_LIMIT: i64 = 20;
 
 impl Topology {
     pub fn new(config: &BrokerConfig) -> Self {
         let ns = &config.namespace;
+        let retry_buckets = RETRY_DELAYS_MS
+            .iter()
+            .map(|&ms| RetryBucket {
+                delay: Duration::from_millis(ms),
+                queue: format!("{ns}.retry.{ms}ms"),
+                routing_key: format!("{ms}ms"),
+            })
+            .collect();
         Self {
             exchange: format!("{ns}.work"),
             ready_queue: format!("{ns}.ready"),
             ready_routing_key: "ready".to_owned(),
+            retry_exchange: format!("{ns}.retry"),
+            retry_buckets,
+            dead_exchange: format!("{ns}.dead"),
+            dead_queue: format!("{ns}.dead"),
             queue_expires_ms: config.queue_expires_ms,
         }
     }
 
-    fn queue_arguments(&self) -> FieldTable {
+    /// The bucket for a wait: the longest delay not above it, or the shortest.
+    pub fn bucket_for(&self, wait: Duration) -> &RetryBucket {
+        self.retry_buckets.iter().rev().find(|bucket| bucket.delay <= wait).unwrap_or(&self.retry_buckets[0])
+    }
+
+    fn quorum_arguments(&self) -> FieldTable {
         let mut arguments = FieldTable::default();
-        arguments.insert(
-            ShortString::from("x-queue-type"),
-            AMQPValue::LongString("quorum".into()),
-        );
-        arguments.insert(
-            ShortString::from("x-delivery-limit"),
-            AMQPValue::LongLongInt(DELIVERY_LIMIT),
-        );
+        arguments.insert(ShortString::from("x-queue-type"), AMQPValue::LongString("quorum".into()));
         if let Some(expires) = self.queue_expires_ms {
             arguments.insert(ShortString::from("x-expires"), AMQPValue::LongUInt(expires));
         }
         arguments
     }
 
+    /// Retry buckets are classic durable queues: per-queue TTL with
+    /// dead-lettering is what classic queues do best, they are cheap to hold by
+    /// the dozen, and losing one (a node gone for good) loses no delivery — the
+    /// row is `scheduled` in Postgres and recovery re-enqueues it once overdue.
+    fn retry_arguments(&self, delay: Duration) -> FieldTable {
+        let mut arguments = FieldTable::default();
+        let mut put = |key: &str, value: AMQPValue| arguments.insert(ShortString::from(key), value);
+        put("x-queue-type", AMQPValue::LongString("classic".into()));
+        put("x-message-ttl", AMQPValue::LongLongInt(delay.as_millis() as i64));
+        put("x-dead-letter-exchange", AMQPValue::LongString(self.exchange.as_str().into()));
+        put("x-dead-letter-routing-key", AMQPValue::LongString(self.ready_routing_key.as_str().into()));
+        if let Some(expires) = self.queue_expires_ms {
+            put("x-expires", AMQPValue::LongUInt(expires));
+        }
+        arguments
+    }
+
+    async fn exchange(&self, channel: &Channel, name: &str, kind: ExchangeKind) -> Result<(), BrokerError> {
+        let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
+        channel.exchange_declare(name, kind, durable, FieldTable::default()).await.map_err(BrokerError::Topology)
+    }
+
+    async fn queue(&self, channel: &Channel, name: &str, arguments: FieldTable) -> Result<(), BrokerError> {
+        let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+        channel.queue_declare(name, durable, arguments).await.map_err(BrokerError::Topology)?;
+        Ok(())
+    }
+
+    async fn bind(&self, channel: &Channel, queue: &str, exchange: &str, key: &str) -> Result<(), BrokerError> {
+        channel
+            .queue_bind(queue, exchange, key, QueueBindOptions::default(), FieldTable::default())
+            .await
+            .map_err(BrokerError::Topology)
+    }
+
     /// Declares everything; safe to call from every process at every start.
     pub async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
-        let durable = ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        channel
-            .exchange_declare(
-                &self.exchange,
-                ExchangeKind::Direct,
-                durable,
-                FieldTable::default(),
-            )
-            .await
-            .map_err(BrokerError::Topology)?;
-        channel
-            .queue_declare(
-                &self.ready_queue,
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                self.queue_arguments(),
-            )
-            .await
-            .map_err(BrokerError::Topology)?;
-        channel
-            .queue_bind(
-                &self.ready_queue,
-                &self.exchange,
-                &self.ready_routing_key,
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(BrokerError::Topology)?;
+        self.exchange(channel, &self.exchange, ExchangeKind::Direct).await?;
+        let mut ready_arguments = self.quorum_arguments();
+        ready_arguments.insert(ShortString::from("x-delivery-limit"), AMQPValue::LongLongInt(DELIVERY_LIMIT));
+        self.queue(channel, &self.ready_queue, ready_arguments).await?;
+        self.bind(channel, &self.ready_queue, &self.exchange, &self.ready_routing_key).await?;
+
+        self.exchange(channel, &self.retry_exchange, ExchangeKind::Direct).await?;
+        for bucket in &self.retry_buckets {
+            self.queue(channel, &bucket.queue, self.retry_arguments(bucket.delay)).await?;
+            self.bind(channel, &bucket.queue, &self.retry_exchange, &bucket.routing_key).await?;
+        }
+
+        self.exchange(channel, &self.dead_exchange, ExchangeKind::Fanout).await?;
+        self.queue(channel, &self.dead_queue, self.quorum_arguments()).await?;
+        self.bind(channel, &self.dead_queue, &self.dead_exchange, "").await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topology() -> Topology {
+        Topology::new(&BrokerConfig { url: String::new(), namespace: "t".into(), queue_expires_ms: None })
+    }
+
+    #[test]
+    fn a_wait_uses_the_longest_delay_not_above_it() {
+        let topology = topology();
+        assert_eq!(topology.bucket_for(Duration::from_millis(10)).delay, Duration::from_millis(250));
+        assert_eq!(topology.bucket_for(Duration::from_secs(1)).delay, Duration::from_secs(1));
+        assert_eq!(topology.bucket_for(Duration::from_secs(299)).delay, Duration::from_secs(120));
+        assert_eq!(topology.bucket_for(Duration::from_secs(86_400)).delay, Duration::from_secs(36_000));
+        assert_eq!(topology.bucket_for(Duration::from_secs(5)).queue, "t.retry.5000ms");
     }
 }

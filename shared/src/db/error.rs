@@ -40,8 +40,7 @@ impl DbError {
     /// The constraint name, for unique/foreign-key violations.
     pub fn constraint(&self) -> Option<&str> {
         match self {
-            Self::UniqueViolation { constraint, .. }
-            | Self::ForeignKeyViolation { constraint, .. } => Some(constraint),
+            Self::UniqueViolation { constraint, .. } | Self::ForeignKeyViolation { constraint, .. } => Some(constraint),
             _ => None,
         }
     }

@@ -8,10 +8,8 @@ use tokio_postgres::Client;
 use super::DbError;
 
 /// (version, SQL), in the order they apply.
-const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_initial_schema",
-    include_str!("../../../migrations/0001_initial_schema.sql"),
-)];
+const MIGRATIONS: &[(&str, &str)] =
+    &[("0001_initial_schema", include_str!("../../../migrations/0001_initial_schema.sql"))];
 
 /// Arbitrary, fixed: the advisory lock key that serialises migrators.
 const LOCK_KEY: i64 = 0x7265_6c61_796f_7073;
@@ -24,22 +22,15 @@ const CREATE_LEDGER: &str = "CREATE SCHEMA IF NOT EXISTS relayops;
 
 /// The latest migration version compiled into this binary.
 pub fn latest_version() -> &'static str {
-    MIGRATIONS
-        .last()
-        .map(|(version, _)| *version)
-        .unwrap_or("none")
+    MIGRATIONS.last().map(|(version, _)| *version).unwrap_or("none")
 }
 
 /// Applies every pending migration; returns the versions it applied.
 pub async fn run(client: &mut Client) -> Result<Vec<String>, DbError> {
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&LOCK_KEY])
-        .await?;
+    client.execute("SELECT pg_advisory_lock($1)", &[&LOCK_KEY]).await?;
     let result = apply_pending(client).await;
     // Release even on failure; a dropped connection releases it too.
-    client
-        .execute("SELECT pg_advisory_unlock($1)", &[&LOCK_KEY])
-        .await?;
+    client.execute("SELECT pg_advisory_unlock($1)", &[&LOCK_KEY]).await?;
     result
 }
 
@@ -48,12 +39,8 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<String>, DbError> {
     let mut applied = Vec::new();
     for (version, sql) in MIGRATIONS {
         let checksum = Sha256::digest(sql.as_bytes()).to_vec();
-        let existing = client
-            .query_opt(
-                "SELECT checksum FROM relayops.schema_migrations WHERE version = $1",
-                &[version],
-            )
-            .await?;
+        let existing =
+            client.query_opt("SELECT checksum FROM relayops.schema_migrations WHERE version = $1", &[version]).await?;
         if let Some(row) = existing {
             let stored: Vec<u8> = row.get(0);
             if stored != checksum {
@@ -65,20 +52,12 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<String>, DbError> {
             continue;
         }
         let tx = client.transaction().await?;
-        tx.batch_execute(sql)
-            .await
-            .map_err(|error| DbError::Migration {
-                version: (*version).to_owned(),
-                message: error
-                    .as_db_error()
-                    .map(|db| db.message().to_owned())
-                    .unwrap_or_else(|| error.to_string()),
-            })?;
-        tx.execute(
-            "INSERT INTO relayops.schema_migrations (version, checksum) VALUES ($1, $2)",
-            &[version, &checksum],
-        )
-        .await?;
+        tx.batch_execute(sql).await.map_err(|error| DbError::Migration {
+            version: (*version).to_owned(),
+            message: error.as_db_error().map(|db| db.message().to_owned()).unwrap_or_else(|| error.to_string()),
+        })?;
+        tx.execute("INSERT INTO relayops.schema_migrations (version, checksum) VALUES ($1, $2)", &[version, &checksum])
+            .await?;
         tx.commit().await?;
         applied.push((*version).to_owned());
     }
@@ -88,19 +67,13 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<String>, DbError> {
 /// True when the database has every migration this binary knows.
 pub async fn is_current(client: &Client) -> Result<bool, DbError> {
     let row = client
-        .query_opt(
-            "SELECT 1 FROM pg_tables WHERE schemaname = 'relayops' AND tablename = 'schema_migrations'",
-            &[],
-        )
+        .query_opt("SELECT 1 FROM pg_tables WHERE schemaname = 'relayops' AND tablename = 'schema_migrations'", &[])
         .await?;
     if row.is_none() {
         return Ok(false);
     }
     let row = client
-        .query_one(
-            "SELECT count(*) FROM relayops.schema_migrations WHERE version = $1",
-            &[&latest_version()],
-        )
+        .query_one("SELECT count(*) FROM relayops.schema_migrations WHERE version = $1", &[&latest_version()])
         .await?;
     Ok(row.get::<_, i64>(0) == 1)
 }

@@ -20,9 +20,7 @@ pub fn connect_pool(config: &DatabaseConfig) -> Result<Pool, DbError> {
     let manager = Manager::from_config(
         pg_config,
         tokio_postgres::NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
+        ManagerConfig { recycling_method: RecyclingMethod::Fast },
     );
     Pool::builder(manager)
         .max_size(config.pool_size)

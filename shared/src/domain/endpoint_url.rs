@@ -14,14 +14,10 @@ impl EndpointUrl {
     pub fn parse(text: &str) -> Result<Self, ValidationError> {
         let field = "url";
         if text.len() > MAX_LEN {
-            return Err(ValidationError::new(
-                field,
-                format!("must be at most {MAX_LEN} characters"),
-            ));
+            return Err(ValidationError::new(field, format!("must be at most {MAX_LEN} characters")));
         }
-        let url = Url::parse(text).map_err(|error| {
-            ValidationError::new(field, format!("is not a valid URL ({error})"))
-        })?;
+        let url =
+            Url::parse(text).map_err(|error| ValidationError::new(field, format!("is not a valid URL ({error})")))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(ValidationError::new(field, "must use http or https"));
         }

@@ -10,16 +10,10 @@ impl IdempotencyKey {
     pub fn parse(text: &str) -> Result<Self, ValidationError> {
         let field = "idempotency_key";
         if text.is_empty() || text.len() > MAX_LEN {
-            return Err(ValidationError::new(
-                field,
-                format!("must be 1 to {MAX_LEN} characters"),
-            ));
+            return Err(ValidationError::new(field, format!("must be 1 to {MAX_LEN} characters")));
         }
         if !text.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(ValidationError::new(
-                field,
-                "must be printable ASCII without spaces",
-            ));
+            return Err(ValidationError::new(field, "must be printable ASCII without spaces"));
         }
         Ok(Self(text.to_owned()))
     }

@@ -25,9 +25,6 @@ pub struct ValidationError {
 
 impl ValidationError {
     pub fn new(field: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            field,
-            message: message.into(),
-        }
+        Self { field, message: message.into() }
     }
 }

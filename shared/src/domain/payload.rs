@@ -16,14 +16,9 @@ impl EventPayload {
             return Err(ValidationError::new(field, "must be a JSON object"));
         };
         // Serializing a parsed Value cannot fail; measure what will be stored.
-        let size = serde_json::to_vec(&object)
-            .map(|bytes| bytes.len())
-            .unwrap_or(usize::MAX);
+        let size = serde_json::to_vec(&object).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
         if size > MAX_PAYLOAD_BYTES {
-            return Err(ValidationError::new(
-                field,
-                format!("is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}"),
-            ));
+            return Err(ValidationError::new(field, format!("is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")));
         }
         Ok(Self(object))
     }

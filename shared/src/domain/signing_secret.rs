@@ -25,27 +25,20 @@ impl SigningSecret {
     pub fn generate() -> Self {
         let mut key = vec![0u8; GENERATED_BYTES];
         rand::rngs::OsRng.fill_bytes(&mut key);
-        Self {
-            text: format!("{PREFIX}{}", STANDARD.encode(&key)),
-            key,
-        }
+        Self { text: format!("{PREFIX}{}", STANDARD.encode(&key)), key }
     }
 
     pub fn parse(text: &str) -> Result<Self, ValidationError> {
         let field = "secret";
-        let encoded = text
-            .strip_prefix(PREFIX)
-            .ok_or_else(|| ValidationError::new(field, "must start with \"whsec_\""))?;
+        let encoded =
+            text.strip_prefix(PREFIX).ok_or_else(|| ValidationError::new(field, "must start with \"whsec_\""))?;
         let key = STANDARD
             .decode(encoded)
             .map_err(|_| ValidationError::new(field, "must be \"whsec_\" followed by base64"))?;
         if !(24..=64).contains(&key.len()) {
             return Err(ValidationError::new(field, "must encode 24 to 64 bytes"));
         }
-        Ok(Self {
-            text: text.to_owned(),
-            key,
-        })
+        Ok(Self { text: text.to_owned(), key })
     }
 
     /// The secret as shown to its owner (`whsec_…`).

@@ -58,14 +58,8 @@ pub struct VerifiedApiKey {
 }
 
 /// Finds the key by its prefix and compares hashes in constant time.
-pub async fn verify(
-    client: &impl GenericClient,
-    presented: &ApiKeySecret,
-) -> Result<Option<VerifiedApiKey>, DbError> {
-    let Some(row) = client
-        .query_opt(FIND_BY_PREFIX, &[&presented.prefix()])
-        .await?
-    else {
+pub async fn verify(client: &impl GenericClient, presented: &ApiKeySecret) -> Result<Option<VerifiedApiKey>, DbError> {
+    let Some(row) = client.query_opt(FIND_BY_PREFIX, &[&presented.prefix()]).await? else {
         return Ok(None);
     };
     let stored_hash: Vec<u8> = row.get("key_hash");
@@ -76,20 +70,11 @@ pub async fn verify(
     Ok(Some(VerifiedApiKey {
         id: ApiKeyId::from_uuid(row.get("id")),
         tenant_id: TenantId::from_uuid(row.get("tenant_id")),
-        scopes: scopes
-            .iter()
-            .filter_map(|scope| Scope::parse(scope))
-            .collect(),
+        scopes: scopes.iter().filter_map(|scope| Scope::parse(scope)).collect(),
     }))
 }
 
-pub async fn touch_last_used(
-    client: &impl GenericClient,
-    tenant: TenantId,
-    key: ApiKeyId,
-) -> Result<(), DbError> {
-    client
-        .execute(TOUCH_LAST_USED, &[&key.as_uuid(), &tenant.as_uuid()])
-        .await?;
+pub async fn touch_last_used(client: &impl GenericClient, tenant: TenantId, key: ApiKeyId) -> Result<(), DbError> {
+    client.execute(TOUCH_LAST_USED, &[&key.as_uuid(), &tenant.as_uuid()]).await?;
     Ok(())
 }

@@ -29,9 +29,7 @@ pub async fn list_attempts(
     tenant: TenantId,
     delivery: DeliveryId,
 ) -> Result<Vec<AttemptRecordRow>, DbError> {
-    let rows = client
-        .query(LIST_ATTEMPTS, &[&tenant.as_uuid(), &delivery.as_uuid()])
-        .await?;
+    let rows = client.query(LIST_ATTEMPTS, &[&tenant.as_uuid(), &delivery.as_uuid()]).await?;
     Ok(rows
         .iter()
         .map(|row| AttemptRecordRow {

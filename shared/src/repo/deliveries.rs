@@ -28,8 +28,7 @@ const CLAIM: &str = "UPDATE relayops.deliveries d
                ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
                CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret";
 
-const CURRENT_STATE: &str =
-    "SELECT status, next_attempt_at FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
+const CURRENT_STATE: &str = "SELECT status, next_attempt_at FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
 
 /// Only the lease holder may settle the delivery.
 const SETTLE: &str = "UPDATE relayops.deliveries
@@ -94,25 +93,11 @@ pub async fn claim(
     lease: Duration,
 ) -> Result<ClaimOutcome, DbError> {
     let lease_ms = lease.as_millis() as i64;
-    let claimed = client
-        .query_opt(
-            CLAIM,
-            &[
-                &tenant.as_uuid(),
-                &delivery.as_uuid(),
-                &worker_id,
-                &lease_ms,
-            ],
-        )
-        .await?;
+    let claimed = client.query_opt(CLAIM, &[&tenant.as_uuid(), &delivery.as_uuid(), &worker_id, &lease_ms]).await?;
     let Some(row) = claimed else {
-        let state = client
-            .query_opt(CURRENT_STATE, &[&tenant.as_uuid(), &delivery.as_uuid()])
-            .await?;
+        let state = client.query_opt(CURRENT_STATE, &[&tenant.as_uuid(), &delivery.as_uuid()]).await?;
         return Ok(ClaimOutcome::NotClaimable {
-            status: state
-                .as_ref()
-                .and_then(|row| DeliveryStatus::parse(row.get("status"))),
+            status: state.as_ref().and_then(|row| DeliveryStatus::parse(row.get("status"))),
             next_attempt_at: state.as_ref().and_then(|row| row.get("next_attempt_at")),
         });
     };
@@ -214,20 +199,10 @@ pub async fn settle_without_attempt(
     let updated = client
         .execute(
             SETTLE_WITHOUT_ATTEMPT,
-            &[
-                &job.tenant_id.as_uuid(),
-                &job.delivery_id.as_uuid(),
-                &status.as_str(),
-                &reason,
-                &worker_id,
-            ],
+            &[&job.tenant_id.as_uuid(), &job.delivery_id.as_uuid(), &status.as_str(), &reason, &worker_id],
         )
         .await?;
-    Ok(if updated == 0 {
-        Settled::LeaseLost
-    } else {
-        Settled::Recorded
-    })
+    Ok(if updated == 0 { Settled::LeaseLost } else { Settled::Recorded })
 }
 
 /// A delivery as operators see it.
@@ -269,12 +244,8 @@ pub async fn get_delivery(
     tenant: TenantId,
     id: DeliveryId,
 ) -> Result<Option<DeliveryRecord>, DbError> {
-    let sql = format!(
-        "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2"
-    );
-    let row = client
-        .query_opt(&sql, &[&tenant.as_uuid(), &id.as_uuid()])
-        .await?;
+    let sql = format!("SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2");
+    let row = client.query_opt(&sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(DeliveryRecord::from_row))
 }
 
@@ -287,8 +258,31 @@ pub async fn list_for_event(
         "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND event_id = $2
          ORDER BY created_at, id"
     );
-    let rows = client
-        .query(&sql, &[&tenant.as_uuid(), &event.as_uuid()])
-        .await?;
+    let rows = client.query(&sql, &[&tenant.as_uuid(), &event.as_uuid()]).await?;
+    Ok(rows.iter().map(DeliveryRecord::from_row).collect())
+}
+
+/// Filters for operator lists of deliveries.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryFilter {
+    pub status: Option<DeliveryStatus>,
+    pub endpoint: Option<EndpointId>,
+}
+
+/// Newest first, within the tenant.
+pub async fn list_deliveries(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    filter: &DeliveryFilter,
+    limit: i64,
+) -> Result<Vec<DeliveryRecord>, DbError> {
+    let sql = format!(
+        "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries
+         WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::uuid IS NULL OR endpoint_id = $3)
+         ORDER BY created_at DESC, id DESC LIMIT $4"
+    );
+    let status = filter.status.map(|status| status.as_str());
+    let endpoint = filter.endpoint.map(|id| id.as_uuid());
+    let rows = client.query(&sql, &[&tenant.as_uuid(), &status, &endpoint, &limit]).await?;
     Ok(rows.iter().map(DeliveryRecord::from_row).collect())
 }

@@ -15,8 +15,7 @@ const INSERT_SUBSCRIPTION: &str =
      VALUES ($1, $2, $3, $4)
      ON CONFLICT (endpoint_id, event_type_pattern) DO NOTHING";
 
-const LIST_SUBSCRIPTIONS: &str =
-    "SELECT id, event_type_pattern, created_at FROM relayops.endpoint_subscriptions
+const LIST_SUBSCRIPTIONS: &str = "SELECT id, event_type_pattern, created_at FROM relayops.endpoint_subscriptions
      WHERE tenant_id = $1 AND endpoint_id = $2 ORDER BY event_type_pattern";
 
 /// An endpoint as operators see it (the secret is fetched separately).
@@ -109,9 +108,7 @@ pub async fn get_endpoint(
     id: EndpointId,
 ) -> Result<Option<EndpointRecord>, DbError> {
     let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM relayops.webhook_endpoints WHERE tenant_id = $1 AND id = $2");
-    let row = client
-        .query_opt(&sql, &[&tenant.as_uuid(), &id.as_uuid()])
-        .await?;
+    let row = client.query_opt(&sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(EndpointRecord::from_row))
 }
 
@@ -159,12 +156,7 @@ pub async fn insert_subscription(
     client
         .execute(
             INSERT_SUBSCRIPTION,
-            &[
-                &SubscriptionId::new().as_uuid(),
-                &tenant.as_uuid(),
-                &endpoint.as_uuid(),
-                &pattern.as_str(),
-            ],
+            &[&SubscriptionId::new().as_uuid(), &tenant.as_uuid(), &endpoint.as_uuid(), &pattern.as_str()],
         )
         .await?;
     Ok(())
@@ -175,12 +167,7 @@ pub async fn list_subscriptions(
     tenant: TenantId,
     endpoint: EndpointId,
 ) -> Result<Vec<SubscriptionRecord>, DbError> {
-    let rows = client
-        .query(
-            LIST_SUBSCRIPTIONS,
-            &[&tenant.as_uuid(), &endpoint.as_uuid()],
-        )
-        .await?;
+    let rows = client.query(LIST_SUBSCRIPTIONS, &[&tenant.as_uuid(), &endpoint.as_uuid()]).await?;
     Ok(rows
         .iter()
         .map(|row| SubscriptionRecord {
@@ -201,8 +188,6 @@ pub async fn disable_endpoint(
     id: EndpointId,
     reason: &str,
 ) -> Result<(), DbError> {
-    client
-        .execute(DISABLE, &[&tenant.as_uuid(), &id.as_uuid(), &reason])
-        .await?;
+    client.execute(DISABLE, &[&tenant.as_uuid(), &id.as_uuid(), &reason]).await?;
     Ok(())
 }

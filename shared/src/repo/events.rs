@@ -5,15 +5,16 @@ use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio_postgres::Row;
-use uuid::Uuid;
 
-use crate::broker::envelope::{DeliveryTask, QueueMessage};
+use crate::broker::envelope::DeliveryTask;
 use crate::db::DbError;
 use crate::domain::{EventPayload, EventType, IdempotencyKey};
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::outbox;
 
 /// A conflicting idempotency key leaves no row, so the caller can tell.
-const INSERT_EVENT: &str = "INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash)
+const INSERT_EVENT: &str =
+    "INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash)
      VALUES ($1, $2, $3, $4, $5, $6)
      ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
      RETURNING received_at";
@@ -24,8 +25,7 @@ const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_
 
 /// One delivery per enabled endpoint of the tenant with a subscription that
 /// matches: exactly, by `prefix.*`, or `*` (the rule of `EventTypePattern::matches`).
-const INSERT_DELIVERIES: &str =
-    "INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
+const INSERT_DELIVERIES: &str = "INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
      SELECT gen_random_uuid(), ep.tenant_id, $2, ep.id
      FROM relayops.webhook_endpoints ep
      WHERE ep.tenant_id = $1 AND ep.enabled
@@ -38,15 +38,10 @@ const INSERT_DELIVERIES: &str =
                     AND starts_with($3, left(s.event_type_pattern, -1)))))
      RETURNING id, endpoint_id";
 
-const INSERT_OUTBOX: &str = "INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
-     SELECT $1, delivery_id, envelope FROM unnest($2::uuid[], $3::jsonb[]) AS batch (delivery_id, envelope)";
-
-const GET_EVENT: &str =
-    "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
+const GET_EVENT: &str = "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
      WHERE tenant_id = $1 AND id = $2";
 
-const LIST_EVENTS: &str =
-    "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
+const LIST_EVENTS: &str = "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
      WHERE tenant_id = $1 ORDER BY received_at DESC, id DESC LIMIT $2";
 
 pub struct NewEvent<'a> {
@@ -100,46 +95,25 @@ pub async fn insert_event_with_deliveries(
     let inserted = tx
         .query_opt(
             INSERT_EVENT,
-            &[
-                &id.as_uuid(),
-                &tenant.as_uuid(),
-                &event.event_type.as_str(),
-                &payload,
-                &key,
-                &request_hash,
-            ],
+            &[&id.as_uuid(), &tenant.as_uuid(), &event.event_type.as_str(), &payload, &key, &request_hash],
         )
         .await?;
     let Some(inserted) = inserted else {
         return find_duplicate(tx, tenant, key.unwrap_or_default(), &request_hash).await;
     };
 
-    let deliveries = tx
-        .query(
-            INSERT_DELIVERIES,
-            &[&tenant.as_uuid(), &id.as_uuid(), &event.event_type.as_str()],
-        )
-        .await?;
-    let mut delivery_ids: Vec<Uuid> = Vec::with_capacity(deliveries.len());
-    let mut envelopes: Vec<Value> = Vec::with_capacity(deliveries.len());
-    for row in &deliveries {
-        let delivery_id: Uuid = row.get("id");
-        let task = DeliveryTask {
+    let deliveries =
+        tx.query(INSERT_DELIVERIES, &[&tenant.as_uuid(), &id.as_uuid(), &event.event_type.as_str()]).await?;
+    let tasks: Vec<DeliveryTask> = deliveries
+        .iter()
+        .map(|row| DeliveryTask {
             tenant_id: tenant,
-            delivery_id: DeliveryId::from_uuid(delivery_id),
+            delivery_id: DeliveryId::from_uuid(row.get("id")),
             event_id: id,
             endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
-        };
-        delivery_ids.push(delivery_id);
-        envelopes.push(QueueMessage::DeliveryV1(task).to_json());
-    }
-    if !delivery_ids.is_empty() {
-        tx.execute(
-            INSERT_OUTBOX,
-            &[&tenant.as_uuid(), &delivery_ids, &envelopes],
-        )
-        .await?;
-    }
+        })
+        .collect();
+    outbox::insert_delivery_messages(tx, &tasks).await?;
     Ok(IngestOutcome::Created(EventReceipt {
         id,
         event_type: event.event_type.as_str().to_owned(),
@@ -155,9 +129,7 @@ async fn find_duplicate(
     key: &str,
     request_hash: &[u8],
 ) -> Result<IngestOutcome, DbError> {
-    let row = tx
-        .query_one(FIND_BY_IDEMPOTENCY_KEY, &[&tenant.as_uuid(), &key])
-        .await?;
+    let row = tx.query_one(FIND_BY_IDEMPOTENCY_KEY, &[&tenant.as_uuid(), &key]).await?;
     let id = EventId::from_uuid(row.get("id"));
     let stored_hash: Vec<u8> = row.get("request_hash");
     if stored_hash != request_hash {
@@ -198,9 +170,7 @@ pub async fn get_event(
     tenant: TenantId,
     id: EventId,
 ) -> Result<Option<EventRecord>, DbError> {
-    let row = client
-        .query_opt(GET_EVENT, &[&tenant.as_uuid(), &id.as_uuid()])
-        .await?;
+    let row = client.query_opt(GET_EVENT, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(EventRecord::from_row))
 }
 
@@ -209,8 +179,6 @@ pub async fn list_events(
     tenant: TenantId,
     limit: i64,
 ) -> Result<Vec<EventRecord>, DbError> {
-    let rows = client
-        .query(LIST_EVENTS, &[&tenant.as_uuid(), &limit])
-        .await?;
+    let rows = client.query(LIST_EVENTS, &[&tenant.as_uuid(), &limit]).await?;
     Ok(rows.iter().map(EventRecord::from_row).collect())
 }

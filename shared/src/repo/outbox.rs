@@ -33,8 +33,7 @@ const RECLAIM_EXPIRED: &str = "UPDATE relayops.outbox_messages
      SET status = 'pending', claimed_by = NULL, claim_expires_at = NULL, last_error = 'claim expired'
      WHERE status = 'claimed' AND claim_expires_at < now()";
 
-const COUNT_PENDING: &str =
-    "SELECT count(*) FROM relayops.outbox_messages WHERE status IN ('pending', 'claimed')";
+const COUNT_PENDING: &str = "SELECT count(*) FROM relayops.outbox_messages WHERE status IN ('pending', 'claimed')";
 
 #[derive(Debug, Clone)]
 pub struct OutboxMessage {
@@ -49,27 +48,16 @@ pub async fn claim_batch(
     ttl: Duration,
 ) -> Result<Vec<OutboxMessage>, DbError> {
     let ttl_ms = ttl.as_millis() as i64;
-    let rows = client
-        .query(CLAIM_BATCH, &[&owner, &limit, &ttl_ms])
-        .await?;
-    let mut messages: Vec<OutboxMessage> = rows
-        .iter()
-        .map(|row| OutboxMessage {
-            id: row.get("id"),
-            envelope: row.get("envelope"),
-        })
-        .collect();
+    let rows = client.query(CLAIM_BATCH, &[&owner, &limit, &ttl_ms]).await?;
+    let mut messages: Vec<OutboxMessage> =
+        rows.iter().map(|row| OutboxMessage { id: row.get("id"), envelope: row.get("envelope") }).collect();
     // RETURNING does not keep the subquery's order; publish oldest first.
     messages.sort_by_key(|message| message.id);
     Ok(messages)
 }
 
 /// Marks confirmed rows published; rows whose claim was taken over are skipped.
-pub async fn mark_published(
-    client: &impl GenericClient,
-    owner: &str,
-    ids: &[i64],
-) -> Result<u64, DbError> {
+pub async fn mark_published(client: &impl GenericClient, owner: &str, ids: &[i64]) -> Result<u64, DbError> {
     if ids.is_empty() {
         return Ok(0);
     }
@@ -77,12 +65,7 @@ pub async fn mark_published(
 }
 
 /// Gives rows back for another try (the broker refused them).
-pub async fn release(
-    client: &impl GenericClient,
-    owner: &str,
-    ids: &[i64],
-    error: &str,
-) -> Result<u64, DbError> {
+pub async fn release(client: &impl GenericClient, owner: &str, ids: &[i64], error: &str) -> Result<u64, DbError> {
     if ids.is_empty() {
         return Ok(0);
     }
@@ -97,4 +80,39 @@ pub async fn reclaim_expired(client: &impl GenericClient) -> Result<u64, DbError
 /// Rows not yet published (the backlog).
 pub async fn backlog(client: &impl GenericClient) -> Result<i64, DbError> {
     Ok(client.query_one(COUNT_PENDING, &[]).await?.get(0))
+}
+
+const INSERT_MESSAGE: &str =
+    "INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope) VALUES ($1, $2, $3)";
+
+/// Adds one message to the outbox, in the caller's transaction.
+pub async fn insert_message(
+    client: &impl GenericClient,
+    tenant: crate::ids::TenantId,
+    delivery: Option<crate::ids::DeliveryId>,
+    message: &crate::broker::QueueMessage,
+) -> Result<(), DbError> {
+    client.execute(INSERT_MESSAGE, &[&tenant.as_uuid(), &delivery.map(|id| id.as_uuid()), &message.to_json()]).await?;
+    Ok(())
+}
+
+const INSERT_DELIVERY_MESSAGES: &str = "INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
+     SELECT tenant_id, delivery_id, envelope
+     FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS batch (tenant_id, delivery_id, envelope)";
+
+/// Adds a `delivery.v1` message per task, in one statement, in the caller's
+/// transaction (ingest fan-out, replay, recovery).
+pub async fn insert_delivery_messages(
+    client: &impl GenericClient,
+    tasks: &[crate::broker::DeliveryTask],
+) -> Result<(), DbError> {
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    let tenants: Vec<uuid::Uuid> = tasks.iter().map(|task| task.tenant_id.as_uuid()).collect();
+    let deliveries: Vec<uuid::Uuid> = tasks.iter().map(|task| task.delivery_id.as_uuid()).collect();
+    let envelopes: Vec<serde_json::Value> =
+        tasks.iter().map(|task| crate::broker::QueueMessage::DeliveryV1(*task).to_json()).collect();
+    client.execute(INSERT_DELIVERY_MESSAGES, &[&tenants, &deliveries, &envelopes]).await?;
+    Ok(())
 }

@@ -8,9 +8,10 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::broker::envelope::{DeliveryTask, QueueMessage};
+use crate::broker::envelope::DeliveryTask;
 use crate::db::DbError;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::outbox;
 
 const FIND_STRANDED: &str = "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
      WHERE (status = 'in_progress' AND lease_expires_at < now())
@@ -26,39 +27,25 @@ const REVIVE: &str = "UPDATE relayops.deliveries
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
      WHERE id = ANY($1)";
 
-const INSERT_OUTBOX: &str =
-    "INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
-     SELECT tenant_id, delivery_id, envelope
-     FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS batch (tenant_id, delivery_id, envelope)";
-
 /// Re-enqueues up to `limit` stranded deliveries; returns how many. Must run in
 /// a transaction (the caller's).
-pub async fn requeue_stranded(
-    tx: &impl GenericClient,
-    grace: Duration,
-    limit: i64,
-) -> Result<u64, DbError> {
+pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i64) -> Result<u64, DbError> {
     let grace_ms = grace.as_millis() as i64;
     let rows = tx.query(FIND_STRANDED, &[&grace_ms, &limit]).await?;
     if rows.is_empty() {
         return Ok(0);
     }
-    let mut ids: Vec<Uuid> = Vec::with_capacity(rows.len());
-    let mut tenants: Vec<Uuid> = Vec::with_capacity(rows.len());
-    let mut envelopes = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let task = DeliveryTask {
+    let tasks: Vec<DeliveryTask> = rows
+        .iter()
+        .map(|row| DeliveryTask {
             tenant_id: TenantId::from_uuid(row.get("tenant_id")),
             delivery_id: DeliveryId::from_uuid(row.get("id")),
             event_id: EventId::from_uuid(row.get("event_id")),
             endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
-        };
-        ids.push(task.delivery_id.as_uuid());
-        tenants.push(task.tenant_id.as_uuid());
-        envelopes.push(QueueMessage::DeliveryV1(task).to_json());
-    }
+        })
+        .collect();
+    let ids: Vec<Uuid> = tasks.iter().map(|task| task.delivery_id.as_uuid()).collect();
     tx.execute(REVIVE, &[&ids]).await?;
-    tx.execute(INSERT_OUTBOX, &[&tenants, &ids, &envelopes])
-        .await?;
+    outbox::insert_delivery_messages(tx, &tasks).await?;
     Ok(rows.len() as u64)
 }

@@ -1,23 +1,32 @@
-//! Replay: a dead or failed delivery goes back to pending with a new outbox row,
-//! in the caller's transaction. Attempt numbers keep counting up because
+//! Replay: dead or failed deliveries go back to pending with a new outbox row,
+//! in the caller's transaction — one by id, or in bulk by filter (with a cap per
+//! call, and a count for dry runs). Attempt numbers keep counting up because
 //! `attempt_count` is left as it is.
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
 
-use crate::broker::envelope::{DeliveryTask, QueueMessage};
+use crate::broker::envelope::DeliveryTask;
 use crate::db::DbError;
 use crate::domain::DeliveryStatus;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::outbox;
 
-const REVIVE: &str = "UPDATE relayops.deliveries
+const REVIVE_ONE: &str = "UPDATE relayops.deliveries
      SET status = 'pending', next_attempt_at = NULL, updated_at = now()
      WHERE tenant_id = $1 AND id = $2 AND status IN ('dead', 'failed')
-     RETURNING event_id, endpoint_id";
+     RETURNING id, event_id, endpoint_id";
 
-const CURRENT_STATUS: &str =
-    "SELECT status FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
+const CURRENT_STATUS: &str = "SELECT status FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
 
-const INSERT_OUTBOX: &str =
-    "INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope) VALUES ($1, $2, $3)";
+/// The filter shared by the bulk count and the bulk replay ($1..$6).
+const MATCHING: &str = "FROM relayops.deliveries d
+     JOIN relayops.events e ON e.tenant_id = d.tenant_id AND e.id = d.event_id
+     WHERE d.tenant_id = $1 AND d.status = ANY($2)
+       AND ($3::uuid IS NULL OR d.endpoint_id = $3)
+       AND ($4::text IS NULL OR e.event_type = $4)
+       AND ($5::timestamptz IS NULL OR d.created_at >= $5)
+       AND ($6::timestamptz IS NULL OR d.created_at < $6)";
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReplayOutcome {
@@ -27,39 +36,86 @@ pub enum ReplayOutcome {
     NotReplayable(DeliveryStatus),
 }
 
+fn task(tenant: TenantId, row: &Row) -> DeliveryTask {
+    DeliveryTask {
+        tenant_id: tenant,
+        delivery_id: DeliveryId::from_uuid(row.get("id")),
+        event_id: EventId::from_uuid(row.get("event_id")),
+        endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
+    }
+}
+
 pub async fn replay_delivery(
     tx: &impl GenericClient,
     tenant: TenantId,
     id: DeliveryId,
 ) -> Result<ReplayOutcome, DbError> {
-    let Some(row) = tx
-        .query_opt(REVIVE, &[&tenant.as_uuid(), &id.as_uuid()])
-        .await?
-    else {
-        let status = tx
-            .query_opt(CURRENT_STATUS, &[&tenant.as_uuid(), &id.as_uuid()])
-            .await?;
-        return Ok(
-            match status.and_then(|row| DeliveryStatus::parse(row.get(0))) {
-                Some(status) => ReplayOutcome::NotReplayable(status),
-                None => ReplayOutcome::NotFound,
-            },
-        );
+    let Some(row) = tx.query_opt(REVIVE_ONE, &[&tenant.as_uuid(), &id.as_uuid()]).await? else {
+        let status = tx.query_opt(CURRENT_STATUS, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
+        return Ok(match status.and_then(|row| DeliveryStatus::parse(row.get(0))) {
+            Some(status) => ReplayOutcome::NotReplayable(status),
+            None => ReplayOutcome::NotFound,
+        });
     };
-    let task = DeliveryTask {
-        tenant_id: tenant,
-        delivery_id: id,
-        event_id: EventId::from_uuid(row.get("event_id")),
-        endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
-    };
-    tx.execute(
-        INSERT_OUTBOX,
-        &[
-            &tenant.as_uuid(),
-            &id.as_uuid(),
-            &QueueMessage::DeliveryV1(task).to_json(),
-        ],
-    )
-    .await?;
+    outbox::insert_delivery_messages(tx, &[task(tenant, &row)]).await?;
     Ok(ReplayOutcome::Replayed)
+}
+
+/// Which deliveries a bulk replay takes. `statuses` holds only dead and/or failed.
+#[derive(Debug, Clone)]
+pub struct ReplayFilter {
+    pub statuses: Vec<DeliveryStatus>,
+    pub endpoint: Option<EndpointId>,
+    pub event_type: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl ReplayFilter {
+    fn statuses(&self) -> Vec<&'static str> {
+        self.statuses.iter().map(DeliveryStatus::as_str).collect()
+    }
+}
+
+/// How many deliveries match (for a dry run, and to report what remains).
+pub async fn count_matching(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    filter: &ReplayFilter,
+) -> Result<i64, DbError> {
+    let sql = format!("SELECT count(*) {MATCHING}");
+    let endpoint = filter.endpoint.map(|id| id.as_uuid());
+    let row = client
+        .query_one(
+            &sql,
+            &[&tenant.as_uuid(), &filter.statuses(), &endpoint, &filter.event_type, &filter.since, &filter.until],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Replays up to `cap` matching deliveries, oldest first; returns their ids.
+/// Rows another replay is working on are skipped, not waited for.
+pub async fn replay_matching(
+    tx: &impl GenericClient,
+    tenant: TenantId,
+    filter: &ReplayFilter,
+    cap: i64,
+) -> Result<Vec<DeliveryId>, DbError> {
+    let sql = format!(
+        "WITH picked AS (SELECT d.id {MATCHING} ORDER BY d.created_at, d.id LIMIT $7 FOR UPDATE OF d SKIP LOCKED)
+         UPDATE relayops.deliveries d SET status = 'pending', next_attempt_at = NULL, updated_at = now()
+         FROM picked WHERE d.id = picked.id
+         RETURNING d.id, d.event_id, d.endpoint_id"
+    );
+    let endpoint = filter.endpoint.map(|id| id.as_uuid());
+    let rows = tx
+        .query(
+            &sql,
+            &[&tenant.as_uuid(), &filter.statuses(), &endpoint, &filter.event_type, &filter.since, &filter.until, &cap],
+        )
+        .await?;
+    let tasks: Vec<DeliveryTask> = rows.iter().map(|row| task(tenant, row)).collect();
+    outbox::insert_delivery_messages(tx, &tasks).await?;
+    Ok(tasks.iter().map(|task| task.delivery_id).collect())
 }

@@ -6,15 +6,12 @@ use crate::ids::{TenantId, UserId};
 
 const INSERT_TENANT: &str = "INSERT INTO relayops.tenants (id, name) VALUES ($1, $2)";
 
-const INSERT_USER: &str =
-    "INSERT INTO relayops.user_accounts (id, tenant_id, email, password_hash, role)
+const INSERT_USER: &str = "INSERT INTO relayops.user_accounts (id, tenant_id, email, password_hash, role)
      VALUES ($1, $2, $3, $4, $5)";
 
 pub async fn insert_tenant(client: &impl GenericClient, name: &str) -> Result<TenantId, DbError> {
     let id = TenantId::new();
-    client
-        .execute(INSERT_TENANT, &[&id.as_uuid(), &name])
-        .await?;
+    client.execute(INSERT_TENANT, &[&id.as_uuid(), &name]).await?;
     Ok(id)
 }
 
@@ -24,23 +21,10 @@ pub struct NewUser<'a> {
     pub role: &'a str,
 }
 
-pub async fn insert_user(
-    client: &impl GenericClient,
-    tenant: TenantId,
-    user: &NewUser<'_>,
-) -> Result<UserId, DbError> {
+pub async fn insert_user(client: &impl GenericClient, tenant: TenantId, user: &NewUser<'_>) -> Result<UserId, DbError> {
     let id = UserId::new();
     client
-        .execute(
-            INSERT_USER,
-            &[
-                &id.as_uuid(),
-                &tenant.as_uuid(),
-                &user.email,
-                &user.password_hash,
-                &user.role,
-            ],
-        )
+        .execute(INSERT_USER, &[&id.as_uuid(), &tenant.as_uuid(), &user.email, &user.password_hash, &user.role])
         .await?;
     Ok(id)
 }

@@ -9,11 +9,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_ingest_transaction_leaves_no_event_delivery_or_outbox_row() {
-    let env = TestEnv::start_with(TestConfig {
-        run_worker: false,
-        ..Default::default()
-    })
-    .await;
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
     // The last statement of the ingest transaction fails.
     let client = env.pool.get().await.unwrap();
@@ -29,68 +25,31 @@ async fn failed_ingest_transaction_leaves_no_event_delivery_or_outbox_row() {
 
     let answer = env.post_event("order.created", json!({ "n": 1 })).await;
     let detail = answer.expect_problem(500);
-    assert!(
-        !detail.contains("injected"),
-        "internal causes are not exposed: {detail}"
-    );
+    assert!(!detail.contains("injected"), "internal causes are not exposed: {detail}");
     assert_eq!(env.count("events").await, 0);
     assert_eq!(env.count("deliveries").await, 0);
     assert_eq!(env.count("outbox_messages").await, 0);
 
     // Once the fault is gone the same request succeeds.
-    client
-        .batch_execute("DROP TRIGGER fail_outbox ON relayops.outbox_messages")
-        .await
-        .unwrap();
-    assert_eq!(
-        env.post_event("order.created", json!({ "n": 1 }))
-            .await
-            .status,
-        201
-    );
-    assert_eq!(
-        (
-            env.count("events").await,
-            env.count("outbox_messages").await
-        ),
-        (1, 1)
-    );
+    client.batch_execute("DROP TRIGGER fail_outbox ON relayops.outbox_messages").await.unwrap();
+    assert_eq!(env.post_event("order.created", json!({ "n": 1 })).await.status, 201);
+    assert_eq!((env.count("events").await, env.count("outbox_messages").await), (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_claimed_by_a_publisher_that_died_are_reclaimed_and_published() {
-    let mut env = TestEnv::start_with(TestConfig {
-        run_publisher: false,
-        ..Default::default()
-    })
-    .await;
+    let mut env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    let event_id = env.post_event("a.b", json!({})).await.body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
 
     // A publisher claims the row and dies before any confirm.
     let client = env.pool.get().await.unwrap();
-    let claimed = outbox::claim_batch(
-        &client,
-        "publisher-that-died",
-        10,
-        Duration::from_millis(500),
-    )
-    .await
-    .unwrap();
+    let claimed = outbox::claim_batch(&client, "publisher-that-died", 10, Duration::from_millis(500)).await.unwrap();
     assert_eq!(claimed.len(), 1);
 
     env.start_publisher();
     env.wait_for_status(&event_id, "delivered").await;
-    let row = client
-        .query_one(
-            "SELECT status, publish_attempts FROM relayops.outbox_messages",
-            &[],
-        )
-        .await
-        .unwrap();
+    let row = client.query_one("SELECT status, publish_attempts FROM relayops.outbox_messages", &[]).await.unwrap();
     assert_eq!(row.get::<_, String>(0), "published");
     assert_eq!(row.get::<_, i32>(1), 2, "published by the second claim");
     assert_eq!(env.simulator.received().len(), 1);
@@ -103,39 +62,23 @@ async fn duplicate_message_after_confirm_is_absorbed_by_the_worker_claim() {
     config.worker.concurrency = 1;
     let env = TestEnv::start_with(config).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    let first = env.post_event("a.b", json!({ "n": 1 })).await.body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let first = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
     env.wait_for_status(&first, "delivered").await;
 
     // The publisher's confirm arrived but it died before marking the row: the
     // row is pending again and gets published a second time.
     let client = env.pool.get().await.unwrap();
-    client
-        .execute(
-            "UPDATE relayops.outbox_messages SET status = 'pending', published_at = NULL",
-            &[],
-        )
-        .await
-        .unwrap();
+    client.execute("UPDATE relayops.outbox_messages SET status = 'pending', published_at = NULL", &[]).await.unwrap();
     env.wait_for_sql(
         "duplicate published",
         "SELECT bool_and(status = 'published' AND publish_attempts = 2) FROM relayops.outbox_messages",
     )
     .await;
-    let second = env.post_event("a.b", json!({ "n": 2 })).await.body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let second = env.post_event("a.b", json!({ "n": 2 })).await.body["id"].as_str().unwrap().to_owned();
     env.wait_for_status(&second, "delivered").await;
 
     let received = env.simulator.received();
-    assert_eq!(
-        received.len(),
-        2,
-        "one request per event; the duplicate sent nothing: {received:#?}"
-    );
+    assert_eq!(received.len(), 2, "one request per event; the duplicate sent nothing: {received:#?}");
     let delivery = env.wait_for_status(&first, "delivered").await;
     assert_eq!(delivery["attempt_count"], 1);
 }
@@ -144,30 +87,18 @@ async fn duplicate_message_after_confirm_is_absorbed_by_the_worker_claim() {
 async fn worker_dying_before_persisting_is_recovered_after_its_lease_expires() {
     let mut env = TestEnv::start().await;
     // The first request hangs long enough for the worker to be killed mid-request.
-    env.create_endpoint("/sim/slow-once/10000", &["*"], json!({}))
-        .await;
-    let event_id = env.post_event("a.b", json!({})).await.body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    env.simulator
-        .wait_until(relayops_tests::WAIT, |received| !received.is_empty())
-        .await;
+    env.create_endpoint("/sim/slow-once/10000", &["*"], json!({})).await;
+    let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
+    env.simulator.wait_until(relayops_tests::WAIT, |received| !received.is_empty()).await;
     env.wait_for_status(&event_id, "in_progress").await;
     env.kill_worker().await;
 
     env.start_worker();
     let delivery = env.wait_for_status(&event_id, "delivered").await;
-    assert_eq!(
-        delivery["attempt_count"], 1,
-        "the killed attempt left no record"
-    );
+    assert_eq!(delivery["attempt_count"], 1, "the killed attempt left no record");
     let received = env.simulator.received();
     assert_eq!(received.len(), 2, "sent again after the lease expired");
-    assert_eq!(
-        received[0].delivery_id, received[1].delivery_id,
-        "same delivery id both times"
-    );
+    assert_eq!(received[0].delivery_id, received[1].delivery_id, "same delivery id both times");
     assert!(received.iter().all(|r| r.signature_valid == Some(true)));
     assert_eq!(env.count("delivery_attempts").await, 1);
 }
@@ -193,10 +124,7 @@ async fn receiver_success_with_failed_local_commit_is_retried_with_the_same_deli
         .await
         .unwrap();
 
-    let event_id = env.post_event("a.b", json!({ "n": 1 })).await.body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let event_id = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
     let delivery = env.wait_for_status(&event_id, "delivered").await;
     let received = env.simulator.received();
     assert_eq!(received.len(), 2, "the receiver saw the request twice");

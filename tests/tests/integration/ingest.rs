@@ -4,22 +4,13 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_idempotency_key_returns_original_event_and_creates_nothing_new() {
-    let env = TestEnv::start_with(relayops_tests::TestConfig {
-        run_worker: false,
-        ..Default::default()
-    })
-    .await;
-    env.create_endpoint("/sim/ok", &["order.created"], json!({}))
-        .await;
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["order.created"], json!({})).await;
     let body = json!({ "event_type": "order.created", "payload": { "id": 7 }, "idempotency_key": "order-7" });
 
     let first = env.post("/v1/events", body.clone()).await;
     assert_eq!(first.status, 201, "{:?}", first.body);
-    let counts = (
-        env.count("events").await,
-        env.count("deliveries").await,
-        env.count("outbox_messages").await,
-    );
+    let counts = (env.count("events").await, env.count("deliveries").await, env.count("outbox_messages").await);
     assert_eq!(counts, (1, 1, 1));
 
     let second = env.post("/v1/events", body.clone()).await;
@@ -27,236 +18,95 @@ async fn duplicate_idempotency_key_returns_original_event_and_creates_nothing_ne
     assert_eq!(second.body, first.body, "the same response body, same id");
 
     // The key may also come as a header.
-    let mut via_header = env
-        .http
-        .post(format!("{}/v1/events", env.api_url))
-        .bearer_auth(&env.api_key);
+    let mut via_header = env.http.post(format!("{}/v1/events", env.api_url)).bearer_auth(&env.api_key);
     via_header = via_header.header("Idempotency-Key", "order-7");
-    let third = via_header
-        .json(&json!({ "event_type": "order.created", "payload": { "id": 7 } }))
-        .send()
-        .await
-        .unwrap();
+    let third =
+        via_header.json(&json!({ "event_type": "order.created", "payload": { "id": 7 } })).send().await.unwrap();
     assert_eq!(third.status(), 200);
     let third: serde_json::Value = third.json().await.unwrap();
     assert_eq!(third["id"], first.body["id"]);
 
-    let after = (
-        env.count("events").await,
-        env.count("deliveries").await,
-        env.count("outbox_messages").await,
-    );
-    assert_eq!(
-        after, counts,
-        "repeats create no event, delivery or outbox row"
-    );
+    let after = (env.count("events").await, env.count("deliveries").await, env.count("outbox_messages").await);
+    assert_eq!(after, counts, "repeats create no event, delivery or outbox row");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reused_idempotency_key_with_a_different_payload_is_a_conflict() {
-    let env = TestEnv::start_with(relayops_tests::TestConfig {
-        run_worker: false,
-        ..Default::default()
-    })
-    .await;
-    let first = env
-        .post(
-            "/v1/events",
-            json!({ "event_type": "a.b", "payload": { "v": 1 }, "idempotency_key": "k1" }),
-        )
-        .await;
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    let first =
+        env.post("/v1/events", json!({ "event_type": "a.b", "payload": { "v": 1 }, "idempotency_key": "k1" })).await;
     assert_eq!(first.status, 201);
-    let reused = env
-        .post(
-            "/v1/events",
-            json!({ "event_type": "a.b", "payload": { "v": 2 }, "idempotency_key": "k1" }),
-        )
-        .await;
+    let reused =
+        env.post("/v1/events", json!({ "event_type": "a.b", "payload": { "v": 2 }, "idempotency_key": "k1" })).await;
     let detail = reused.expect_problem(409);
-    assert!(
-        detail.contains(first.body["id"].as_str().unwrap()),
-        "names the original event: {detail}"
-    );
+    assert!(detail.contains(first.body["id"].as_str().unwrap()), "names the original event: {detail}");
     assert_eq!(env.count("events").await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_keys_are_scoped_per_tenant() {
-    let env = TestEnv::start_with(relayops_tests::TestConfig {
-        run_worker: false,
-        ..Default::default()
-    })
-    .await;
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
     let (_, other_key) = env.second_tenant().await;
     let body = json!({ "event_type": "a.b", "payload": {}, "idempotency_key": "same-key" });
     let mine = env.post("/v1/events", body.clone()).await;
-    let theirs = env
-        .request(
-            reqwest::Method::POST,
-            "/v1/events",
-            Some(&other_key),
-            Some(body),
-        )
-        .await;
+    let theirs = env.request(reqwest::Method::POST, "/v1/events", Some(&other_key), Some(body)).await;
     assert_eq!((mine.status, theirs.status), (201, 201));
     assert_ne!(mine.body["id"], theirs.body["id"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_bodies_get_a_4xx_problem_and_write_nothing() {
-    let env = TestEnv::start_with(relayops_tests::TestConfig {
-        run_worker: false,
-        ..Default::default()
-    })
-    .await;
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
     let url = format!("{}/v1/events", env.api_url);
     let raw = |body: &'static str, content_type: &'static str| {
-        env.http
-            .post(&url)
-            .bearer_auth(&env.api_key)
-            .header("content-type", content_type)
-            .body(body)
-            .send()
+        env.http.post(&url).bearer_auth(&env.api_key).header("content-type", content_type).body(body).send()
     };
 
     let cases: Vec<(reqwest::Response, u16, &str)> = vec![
+        (raw("{not json", "application/json").await.unwrap(), 400, "syntax"),
+        (raw(r#"{"event_type":"a.b","payload":{}}"#, "text/plain").await.unwrap(), 415, "content type"),
+        (raw(r#"{"payload":{}}"#, "application/json").await.unwrap(), 422, "missing event_type"),
+        (raw(r#"{"event_type":"a.b"}"#, "application/json").await.unwrap(), 422, "missing payload"),
+        (raw(r#"{"event_type":5,"payload":{}}"#, "application/json").await.unwrap(), 422, "wrong type"),
+        (raw(r#"{"event_type":"a..b","payload":{}}"#, "application/json").await.unwrap(), 422, "bad event type"),
+        (raw(r#"{"event_type":"a.b","payload":[1]}"#, "application/json").await.unwrap(), 422, "payload not object"),
+        (raw(r#"{"event_type":"a.b","payload":{},"x":1}"#, "application/json").await.unwrap(), 422, "unknown field"),
         (
-            raw("{not json", "application/json").await.unwrap(),
-            400,
-            "syntax",
-        ),
-        (
-            raw(r#"{"event_type":"a.b","payload":{}}"#, "text/plain")
-                .await
-                .unwrap(),
-            415,
-            "content type",
-        ),
-        (
-            raw(r#"{"payload":{}}"#, "application/json").await.unwrap(),
-            422,
-            "missing event_type",
-        ),
-        (
-            raw(r#"{"event_type":"a.b"}"#, "application/json")
-                .await
-                .unwrap(),
-            422,
-            "missing payload",
-        ),
-        (
-            raw(r#"{"event_type":5,"payload":{}}"#, "application/json")
-                .await
-                .unwrap(),
-            422,
-            "wrong type",
-        ),
-        (
-            raw(r#"{"event_type":"a..b","payload":{}}"#, "application/json")
-                .await
-                .unwrap(),
-            422,
-            "bad event type",
-        ),
-        (
-            raw(r#"{"event_type":"a.b","payload":[1]}"#, "application/json")
-                .await
-                .unwrap(),
-            422,
-            "payload not object",
-        ),
-        (
-            raw(
-                r#"{"event_type":"a.b","payload":{},"x":1}"#,
-                "application/json",
-            )
-            .await
-            .unwrap(),
-            422,
-            "unknown field",
-        ),
-        (
-            raw(
-                r#"{"event_type":"a.b","payload":{},"idempotency_key":""}"#,
-                "application/json",
-            )
-            .await
-            .unwrap(),
+            raw(r#"{"event_type":"a.b","payload":{},"idempotency_key":""}"#, "application/json").await.unwrap(),
             422,
             "empty key",
         ),
     ];
     for (response, status, case) in cases {
         let answer_status = response.status().as_u16();
-        let content_type = response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
         let body: serde_json::Value = response.json().await.unwrap();
         assert_eq!(answer_status, status, "{case}: {body}");
         assert_eq!(content_type, "application/problem+json", "{case}");
-        assert!(
-            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
-            "{case}: {body}"
-        );
+        assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{case}: {body}");
     }
 
     let big = json!({ "event_type": "a.b", "payload": { "blob": "x".repeat(300 * 1024) } });
     env.post("/v1/events", big).await.expect_problem(413);
 
-    let detail = env
-        .post(
-            "/v1/events",
-            json!({ "event_type": "has space", "payload": {} }),
-        )
-        .await
-        .expect_problem(422);
-    assert!(
-        detail.contains("event_type"),
-        "the detail names the field: {detail}"
-    );
+    let detail = env.post("/v1/events", json!({ "event_type": "has space", "payload": {} })).await.expect_problem(422);
+    assert!(detail.contains("event_type"), "the detail names the field: {detail}");
 
-    assert_eq!(
-        env.count("events").await,
-        0,
-        "nothing written for any bad request"
-    );
+    assert_eq!(env.count("events").await, 0, "nothing written for any bad request");
     assert_eq!(env.count("outbox_messages").await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_endpoint_definitions_are_refused_with_the_reason() {
-    let env = TestEnv::start_with(relayops_tests::TestConfig {
-        run_worker: false,
-        ..Default::default()
-    })
-    .await;
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
     let cases = [
-        (
-            json!({ "url": "ftp://example.com/x", "event_types": ["a"] }),
-            "url",
-        ),
-        (
-            json!({ "url": "https://u:p@example.com/", "event_types": ["a"] }),
-            "credentials",
-        ),
-        (
-            json!({ "url": "https://example.com/", "event_types": [] }),
-            "event_types",
-        ),
-        (
-            json!({ "url": "https://example.com/", "event_types": ["a.**"] }),
-            "event_types",
-        ),
-        (
-            json!({ "url": "https://example.com/", "event_types": ["a"], "max_attempts": 0 }),
-            "max_attempts",
-        ),
-        (
-            json!({ "url": "https://example.com/", "event_types": ["a"], "secret": "plain" }),
-            "secret",
-        ),
+        (json!({ "url": "ftp://example.com/x", "event_types": ["a"] }), "url"),
+        (json!({ "url": "https://u:p@example.com/", "event_types": ["a"] }), "credentials"),
+        (json!({ "url": "https://example.com/", "event_types": [] }), "event_types"),
+        (json!({ "url": "https://example.com/", "event_types": ["a.**"] }), "event_types"),
+        (json!({ "url": "https://example.com/", "event_types": ["a"], "max_attempts": 0 }), "max_attempts"),
+        (json!({ "url": "https://example.com/", "event_types": ["a"], "secret": "plain" }), "secret"),
     ];
     for (body, field) in cases {
         let detail = env.post("/v1/endpoints", body).await.expect_problem(422);

@@ -5,13 +5,9 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_is_delivered_end_to_end_with_a_valid_signature_and_one_attempt() {
     let env = TestEnv::start().await;
-    let endpoint = env
-        .create_endpoint("/sim/ok", &["order.created"], json!({}))
-        .await;
+    let endpoint = env.create_endpoint("/sim/ok", &["order.created"], json!({})).await;
 
-    let answer = env
-        .post_event("order.created", json!({ "order": 42, "note": "héllo" }))
-        .await;
+    let answer = env.post_event("order.created", json!({ "order": 42, "note": "héllo" })).await;
     assert_eq!(answer.status, 201, "{:?}", answer.body);
     assert_eq!(answer.body["deliveries"], 1);
     let event_id = answer.body["id"].as_str().unwrap().to_owned();
@@ -23,48 +19,27 @@ async fn event_is_delivered_end_to_end_with_a_valid_signature_and_one_attempt() 
     assert_eq!(delivery["last_http_status"], 200);
 
     let received = env.simulator.received();
-    assert_eq!(
-        received.len(),
-        1,
-        "exactly one request reached the receiver"
-    );
+    assert_eq!(received.len(), 1, "exactly one request reached the receiver");
     let request = &received[0];
-    assert_eq!(
-        request.signature_valid,
-        Some(true),
-        "signature verifies with the endpoint's secret"
-    );
+    assert_eq!(request.signature_valid, Some(true), "signature verifies with the endpoint's secret");
     assert_eq!(request.delivery_id.as_deref(), delivery["id"].as_str());
-    assert_eq!(
-        request.webhook_id, request.delivery_id,
-        "webhook-id is the stable delivery id"
-    );
+    assert_eq!(request.webhook_id, request.delivery_id, "webhook-id is the stable delivery id");
     assert_eq!(request.event_type.as_deref(), Some("order.created"));
     assert_eq!(request.body, json!({ "order": 42, "note": "héllo" }));
 
     let delivery_id = delivery["id"].as_str().unwrap();
-    let attempts = env
-        .get(&format!("/v1/deliveries/{delivery_id}/attempts"))
-        .await;
+    let attempts = env.get(&format!("/v1/deliveries/{delivery_id}/attempts")).await;
     let attempts = attempts.body["data"].as_array().unwrap().clone();
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0]["attempt_number"], 1);
     assert_eq!(attempts[0]["outcome"], "delivered");
     assert_eq!(attempts[0]["http_status"], 200);
     assert_eq!(attempts[0]["request_headers"]["webhook-id"], delivery_id);
-    assert!(
-        attempts[0]["request_headers"]
-            .get("webhook-signature")
-            .is_none(),
-        "signatures are not stored"
-    );
+    assert!(attempts[0]["request_headers"].get("webhook-signature").is_none(), "signatures are not stored");
 
     // The outbox row was published, and the event reads back as posted.
-    env.wait_for_sql(
-        "outbox row published",
-        "SELECT bool_and(status = 'published') FROM relayops.outbox_messages",
-    )
-    .await;
+    env.wait_for_sql("outbox row published", "SELECT bool_and(status = 'published') FROM relayops.outbox_messages")
+        .await;
     let event = env.get(&format!("/v1/events/{event_id}")).await;
     assert_eq!(event.status, 200);
     assert_eq!(event.body["payload"]["order"], 42);
@@ -73,27 +48,17 @@ async fn event_is_delivered_end_to_end_with_a_valid_signature_and_one_attempt() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_event_fans_out_to_every_matching_endpoint() {
     let env = TestEnv::start().await;
-    env.create_endpoint("/sim/ok", &["order.created"], json!({}))
-        .await;
-    env.create_endpoint("/sim/ok", &["order.*"], json!({}))
-        .await;
+    env.create_endpoint("/sim/ok", &["order.created"], json!({})).await;
+    env.create_endpoint("/sim/ok", &["order.*"], json!({})).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    env.create_endpoint("/sim/ok", &["invoice.*"], json!({}))
-        .await;
-    env.create_endpoint("/sim/ok", &["order.created"], json!({ "enabled": false }))
-        .await;
+    env.create_endpoint("/sim/ok", &["invoice.*"], json!({})).await;
+    env.create_endpoint("/sim/ok", &["order.created"], json!({ "enabled": false })).await;
 
     let answer = env.post_event("order.created", json!({ "n": 1 })).await;
     assert_eq!(answer.status, 201);
-    assert_eq!(
-        answer.body["deliveries"], 3,
-        "exact, prefix and catch-all match; others and disabled do not"
-    );
+    assert_eq!(answer.body["deliveries"], 3, "exact, prefix and catch-all match; others and disabled do not");
     let event_id = answer.body["id"].as_str().unwrap();
-    env.wait_for_deliveries(event_id, |all| {
-        all.len() == 3 && all.iter().all(|d| d["status"] == "delivered")
-    })
-    .await;
+    env.wait_for_deliveries(event_id, |all| all.len() == 3 && all.iter().all(|d| d["status"] == "delivered")).await;
     let received = env.simulator.received();
     assert_eq!(received.len(), 3);
     assert!(received.iter().all(|r| r.signature_valid == Some(true)));
@@ -103,17 +68,13 @@ async fn one_event_fans_out_to_every_matching_endpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_without_matching_subscription_creates_no_delivery() {
     let env = TestEnv::start().await;
-    env.create_endpoint("/sim/ok", &["invoice.paid", "order.*"], json!({}))
-        .await;
+    env.create_endpoint("/sim/ok", &["invoice.paid", "order.*"], json!({})).await;
 
     // "orders.created" must not match "order.*": the wildcard is per segment.
     for event_type in ["user.created", "orders.created", "invoice"] {
         let answer = env.post_event(event_type, json!({})).await;
         assert_eq!(answer.status, 201, "{:?}", answer.body);
-        assert_eq!(
-            answer.body["deliveries"], 0,
-            "{event_type} matched unexpectedly"
-        );
+        assert_eq!(answer.body["deliveries"], 0, "{event_type} matched unexpectedly");
     }
     assert_eq!(env.count("events").await, 3);
     assert_eq!(env.count("deliveries").await, 0);

@@ -1,0 +1,53 @@
+//! Sending a message round again: to a retry queue whose fixed delay is the
+//! longest not above the wait, or straight to the ready queue when there is no
+//! wait. Publishes are confirmed; if one fails, nothing is lost: the row is
+//! `scheduled` in Postgres and the recovery pass re-enqueues it once overdue.
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::publisher_confirm::Confirmation;
+use lapin::{BasicProperties, Channel, Connection};
+use relayops_shared::broker::{self, BrokerError, Topology};
+
+pub struct DelayPublisher {
+    channel: Channel,
+    topology: Topology,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DelayError {
+    #[error("publishing to {queue} failed")]
+    Publish {
+        queue: String,
+        #[source]
+        source: lapin::Error,
+    },
+    #[error("the broker did not accept the message for {queue}")]
+    Refused { queue: String },
+}
+
+impl DelayPublisher {
+    pub async fn open(connection: &Connection, topology: Topology) -> Result<Self, BrokerError> {
+        let channel = broker::open_channel(connection).await?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(BrokerError::Channel)?;
+        Ok(Self { channel, topology })
+    }
+
+    pub async fn publish(&self, body: &[u8], wait: Duration) -> Result<(), DelayError> {
+        let (exchange, routing_key, queue) = if wait.is_zero() {
+            (&self.topology.exchange, &self.topology.ready_routing_key, &self.topology.ready_queue)
+        } else {
+            let bucket = self.topology.bucket_for(wait);
+            (&self.topology.retry_exchange, &bucket.routing_key, &bucket.queue)
+        };
+        let error = |source| DelayError::Publish { queue: queue.clone(), source };
+        let properties = BasicProperties::default().with_delivery_mode(2).with_content_type("application/json".into());
+        let options = BasicPublishOptions { mandatory: true, ..Default::default() };
+        let confirm =
+            self.channel.basic_publish(exchange, routing_key, options, body, properties).await.map_err(error)?;
+        match confirm.await.map_err(error)? {
+            Confirmation::Ack(None) => Ok(()),
+            _ => Err(DelayError::Refused { queue: queue.clone() }),
+        }
+    }
+}
