@@ -15,6 +15,7 @@ pub mod broker;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod failpoint;
 pub mod ids;
 pub mod repo;
 pub mod signing;

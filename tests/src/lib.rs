@@ -6,6 +6,8 @@
 //!
 //! Connection settings: `RELAYOPS_TEST_DATABASE_URL` (a role allowed to create
 //! databases) and `RELAYOPS_TEST_AMQP_URL`; the defaults match the script.
+mod process;
+
 use std::time::Duration;
 
 use relayops_publisher::Publisher;
@@ -20,6 +22,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+pub use process::RoleProcess;
 pub use relayops_shared;
 
 const DEFAULT_DATABASE_URL: &str = "postgres://relayops:relayops@127.0.0.1:5432/relayops";
@@ -78,6 +81,8 @@ pub struct TestEnv {
     pub api_key: String,
     pub http: reqwest::Client,
     pub config: TestConfig,
+    /// This test's own database.
+    pub database_url: String,
     database_name: String,
     admin_url: String,
     tasks: Vec<JoinHandle<()>>,
@@ -117,7 +122,8 @@ impl TestEnv {
 
         let mut url = url::Url::parse(&admin_url).expect("database url");
         url.set_path(&database_name);
-        let pool = db::connect_pool(&DatabaseConfig { url: url.to_string(), pool_size: 8 }).expect("pool");
+        let database_url = url.to_string();
+        let pool = db::connect_pool(&DatabaseConfig { url: database_url.clone(), pool_size: 8 }).expect("pool");
         let mut client = pool.get().await.expect("test database connection");
         db::migrate::run(&mut client).await.expect("migrations");
         drop(client);
@@ -147,6 +153,7 @@ impl TestEnv {
             api_key: tenant.api_key.expose().to_owned(),
             http: reqwest::Client::new(),
             config: config.clone(),
+            database_url,
             database_name,
             admin_url,
             tasks,
@@ -272,6 +279,36 @@ impl TestEnv {
             assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// Outages of this test's own database (other tests are unaffected).
+impl TestEnv {
+    async fn admin(&self) -> tokio_postgres::Client {
+        let (client, connection) =
+            tokio_postgres::connect(&self.admin_url, tokio_postgres::NoTls).await.expect("admin connection");
+        tokio::spawn(connection);
+        client
+    }
+
+    /// Refuses new connections to the test database and cuts the open ones:
+    /// to every RelayOps component, Postgres is down.
+    pub async fn cut_database(&self) {
+        let admin = self.admin().await;
+        let name = &self.database_name;
+        admin.batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false")).await.expect("block");
+        admin
+            .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", &[name])
+            .await
+            .expect("terminate");
+    }
+
+    pub async fn restore_database(&self) {
+        let admin = self.admin().await;
+        admin
+            .batch_execute(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", self.database_name))
+            .await
+            .expect("unblock");
     }
 }
 

@@ -79,6 +79,10 @@ impl Publisher {
             *guard = None;
         }
         drop(guard);
+        if !results.confirmed.is_empty() {
+            // The broker has the messages; dying here leaves them claimed but unmarked.
+            relayops_shared::failpoint::crash_if_armed("publisher.after_confirm");
+        }
         let published = outbox::mark_published(&client, &self.owner, &results.confirmed).await?;
         let released = outbox::release(&client, &self.owner, &results.refused, "refused by broker").await?;
         Ok(PublishReport { batches: 1, published, released, ..Default::default() })

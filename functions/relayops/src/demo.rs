@@ -44,7 +44,7 @@ async fn wait_until_ready(http: &reqwest::Client, api: &str) -> anyhow::Result<(
 
 pub async fn run(keep_running: bool) -> anyhow::Result<()> {
     let listen = ListenConfig::from_env()?;
-    let tasks = roles::start(Roles { api: true, worker: true, simulator: true }).await?;
+    let tasks = roles::start(Roles { api: true, publisher: false, worker: true, simulator: true }).await?;
     let api = format!("http://{}", listen.api);
     let simulator = format!("http://{}", listen.simulator);
     let http = reqwest::Client::new();

@@ -38,6 +38,8 @@ enum Command {
     },
     /// All HTTP functions on one port, plus the outbox publisher loop.
     Api,
+    /// The outbox publisher loop on its own (the api role runs one too).
+    Publisher,
     /// The delivery worker.
     Worker,
     /// The webhook receiver simulator.
@@ -77,10 +79,19 @@ async fn main() -> anyhow::Result<()> {
                 })
             );
         }
-        Command::Api => roles::run(roles::Roles { api: true, worker: false, simulator: false }).await?,
-        Command::Worker => roles::run(roles::Roles { api: false, worker: true, simulator: false }).await?,
-        Command::Simulator => roles::run(roles::Roles { api: false, worker: false, simulator: true }).await?,
-        Command::All => roles::run(roles::Roles { api: true, worker: true, simulator: true }).await?,
+        Command::Api => {
+            roles::run(roles::Roles { api: true, publisher: false, worker: false, simulator: false }).await?
+        }
+        Command::Worker => {
+            roles::run(roles::Roles { api: false, publisher: false, worker: true, simulator: false }).await?
+        }
+        Command::Simulator => {
+            roles::run(roles::Roles { api: false, publisher: false, worker: false, simulator: true }).await?
+        }
+        Command::All => roles::run(roles::Roles { api: true, publisher: false, worker: true, simulator: true }).await?,
+        Command::Publisher => {
+            roles::run(roles::Roles { api: false, publisher: true, worker: false, simulator: false }).await?
+        }
         Command::Demo { keep_running } => relayops::demo::run(keep_running).await?,
     }
     Ok(())

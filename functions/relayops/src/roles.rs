@@ -13,7 +13,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 pub struct Roles {
+    /// All HTTP functions on one port; always runs a publisher loop with them.
     pub api: bool,
+    /// The outbox publisher loop on its own.
+    pub publisher: bool,
     pub worker: bool,
     pub simulator: bool,
 }
@@ -67,18 +70,20 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let app = relayops_simulator::router(relayops_simulator::Simulator::new());
         tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
     }
-    if roles.api || roles.worker {
+    if roles.api || roles.publisher || roles.worker {
         let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
         migrate(&pool).await?;
         let broker = BrokerConfig::from_env()?;
-        if roles.api {
-            let wakeup = Arc::new(Notify::new());
+        let wakeup = Arc::new(Notify::new());
+        if roles.api || roles.publisher {
             let publisher = Arc::new(Publisher::new(pool.clone(), broker.clone(), PublisherConfig::from_env()?));
             let notify = Arc::clone(&wakeup);
             tasks.spawn(async move {
                 publisher.run(notify).await;
                 Ok(())
             });
+        }
+        if roles.api {
             let state = ApiState::new(pool.clone()).with_wakeup(wakeup);
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");

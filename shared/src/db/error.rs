@@ -78,7 +78,9 @@ impl From<tokio_postgres::Error> for DbError {
 impl From<deadpool_postgres::PoolError> for DbError {
     fn from(error: deadpool_postgres::PoolError) -> Self {
         match error {
-            deadpool_postgres::PoolError::Backend(source) => source.into(),
+            // Getting a connection failed while opening one: the database is
+            // down, refusing connections, or out of slots.
+            deadpool_postgres::PoolError::Backend(source) => Self::Unavailable(source),
             other => Self::Pool(other.to_string()),
         }
     }

@@ -1,8 +1,10 @@
 //! Integration tests against real Postgres, RabbitMQ and a real HTTP receiver.
 //! One test binary (fast to link); one module per area.
 mod auth;
+mod crashes;
 mod faults;
 mod ingest;
+mod outages;
 mod pipeline;
 mod replay;
 mod retries;

@@ -1,0 +1,87 @@
+//! Real `relayops` processes for tests where a crash is the point: started with
+//! the test's database and namespace, killed with SIGKILL, and killed on drop so
+//! none outlives its test.
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+
+use crate::TestEnv;
+
+/// A running `relayops <role>` process.
+pub struct RoleProcess {
+    child: Child,
+}
+
+impl RoleProcess {
+    /// SIGKILL, as `kill -9` would; waits until the process is gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits (without blocking the runtime) until the process exits by itself.
+    pub async fn exited(&mut self, limit: std::time::Duration) -> Option<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
+
+impl Drop for RoleProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The `relayops` binary beside the test binary (target/<profile>/relayops),
+/// built on first use if `make test` did not build it already.
+fn binary() -> PathBuf {
+    static BUILT: Mutex<bool> = Mutex::new(false);
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>").to_path_buf();
+    let path = profile_dir.join("relayops");
+    let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !*built && !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo).args(["build", "-q", "-p", "relayops", "--bin", "relayops"]).status();
+        assert!(status.is_ok_and(|s| s.success()), "building the relayops binary failed");
+    }
+    *built = true;
+    path
+}
+
+impl TestEnv {
+    /// Starts `relayops <role>` against this test's database and namespace.
+    /// `extra` adds or overrides environment variables.
+    pub fn spawn_role(&self, role: &str, extra: &[(&str, &str)]) -> RoleProcess {
+        let worker = &self.config.worker;
+        let mut command = Command::new(binary());
+        command
+            .arg(role)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RELAYOPS_DATABASE_URL", &self.database_url)
+            .env("RELAYOPS_DB_POOL_SIZE", "4")
+            .env("RELAYOPS_AMQP_URL", &self.broker.url)
+            .env("RELAYOPS_QUEUE_NAMESPACE", &self.broker.namespace)
+            .env("RELAYOPS_QUEUE_EXPIRES_MS", self.broker.queue_expires_ms.unwrap_or(0).to_string())
+            .env("RELAYOPS_HTTP_TIMEOUT_MS", worker.request_timeout.as_millis().to_string())
+            .env("RELAYOPS_LEASE_MS", worker.lease.as_millis().to_string())
+            .env("RELAYOPS_WORKER_CONCURRENCY", worker.concurrency.to_string())
+            .env("RELAYOPS_PUBLISHER_IDLE_MS", self.config.publisher.idle_interval.as_millis().to_string())
+            .env("RELAYOPS_PUBLISHER_CLAIM_TTL_MS", self.config.publisher.claim_ttl.as_millis().to_string())
+            .env("RELAYOPS_RECOVERY_GRACE_MS", self.config.publisher.recovery_grace.as_millis().to_string())
+            .env("RELAYOPS_LOG", std::env::var("RELAYOPS_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        for (key, value) in extra {
+            command.env(key, value);
+        }
+        RoleProcess { child: command.spawn().expect("spawn relayops") }
+    }
+}
