@@ -75,6 +75,10 @@ pub struct BrokerConfig {
     /// `RELAYOPS_QUEUE_EXPIRES_MS` (default unset): deletes queues unused for this
     /// long. Only for throwaway namespaces such as tests.
     pub queue_expires_ms: Option<u32>,
+    /// `RELAYOPS_RETRY_DELAYS_MS` (default `250,1000,5000,30000,120000,300000,
+    /// 1800000,3600000,7200000,18000000,36000000`): the fixed delays of the retry
+    /// queues, ascending. Changing them declares new queues; old ones drain.
+    pub retry_delays_ms: Vec<u64>,
 }
 
 impl BrokerConfig {
@@ -84,8 +88,25 @@ impl BrokerConfig {
             url: required("AMQP_URL")?,
             namespace: parsed("QUEUE_NAMESPACE", "relayops".to_owned())?,
             queue_expires_ms: (expires > 0).then_some(expires),
+            retry_delays_ms: retry_delays()?,
         })
     }
+}
+
+fn retry_delays() -> Result<Vec<u64>, ConfigError> {
+    let Ok(text) = std::env::var(key("RETRY_DELAYS_MS")) else {
+        return Ok(crate::broker::RETRY_DELAYS_MS.to_vec());
+    };
+    let error = |message: &str| ConfigError { key: key("RETRY_DELAYS_MS"), message: message.to_owned() };
+    let delays: Vec<u64> = text
+        .split(',')
+        .map(|part| part.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| error("must be a comma-separated list of milliseconds"))?;
+    if delays.is_empty() || delays.contains(&0) || !delays.windows(2).all(|pair| pair[0] < pair[1]) {
+        return Err(error("must be positive and strictly ascending"));
+    }
+    Ok(delays)
 }
 
 /// The outbox publisher.

@@ -129,7 +129,13 @@ impl TestEnv {
         drop(client);
 
         let broker =
-            BrokerConfig { url: amqp_url, namespace: format!("test.{suffix}"), queue_expires_ms: Some(120_000) };
+            BrokerConfig {
+                url: amqp_url,
+                namespace: format!("test.{suffix}"),
+                queue_expires_ms: Some(120_000),
+                // Few buckets keep the broker light with many tests at once.
+                retry_delays_ms: vec![250, 1_000, 5_000],
+            };
         let request = BootstrapRequest {
             tenant_name: "Test tenant",
             admin_email: &format!("admin-{suffix}@example.com"),
@@ -244,7 +250,16 @@ impl TestEnv {
 
     /// Polls the query API until the event's deliveries satisfy `done`.
     pub async fn wait_for_deliveries(&self, event_id: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        self.wait_for_deliveries_within(event_id, WAIT, done).await
+    }
+
+    pub async fn wait_for_deliveries_within(
+        &self,
+        event_id: &str,
+        limit: Duration,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + limit;
         loop {
             let answer = self.get(&format!("/v1/events/{event_id}/deliveries")).await;
             let deliveries = answer.body["data"].as_array().cloned().unwrap_or_default();
@@ -261,8 +276,12 @@ impl TestEnv {
 
     /// Waits until the event's single delivery has `status`; returns it.
     pub async fn wait_for_status(&self, event_id: &str, status: &str) -> Value {
+        self.wait_for_status_within(event_id, status, WAIT).await
+    }
+
+    pub async fn wait_for_status_within(&self, event_id: &str, status: &str, limit: Duration) -> Value {
         let deliveries = self
-            .wait_for_deliveries(event_id, |deliveries| deliveries.len() == 1 && deliveries[0]["status"] == status)
+            .wait_for_deliveries_within(event_id, limit, |all| all.len() == 1 && all[0]["status"] == status)
             .await;
         deliveries[0].clone()
     }

@@ -60,6 +60,8 @@ impl TestEnv {
     /// `extra` adds or overrides environment variables.
     pub fn spawn_role(&self, role: &str, extra: &[(&str, &str)]) -> RoleProcess {
         let worker = &self.config.worker;
+        let delays: Vec<String> = self.broker.retry_delays_ms.iter().map(u64::to_string).collect();
+        let delays = delays.join(",");
         let mut command = Command::new(binary());
         command
             .arg(role)
@@ -70,6 +72,7 @@ impl TestEnv {
             .env("RELAYOPS_AMQP_URL", &self.broker.url)
             .env("RELAYOPS_QUEUE_NAMESPACE", &self.broker.namespace)
             .env("RELAYOPS_QUEUE_EXPIRES_MS", self.broker.queue_expires_ms.unwrap_or(0).to_string())
+            .env("RELAYOPS_RETRY_DELAYS_MS", delays)
             .env("RELAYOPS_HTTP_TIMEOUT_MS", worker.request_timeout.as_millis().to_string())
             .env("RELAYOPS_LEASE_MS", worker.lease.as_millis().to_string())
             .env("RELAYOPS_WORKER_CONCURRENCY", worker.concurrency.to_string())

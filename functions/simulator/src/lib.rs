@@ -11,6 +11,7 @@
 //! | `POST /sim/flaky/{n}` | 503 for the first `n` requests of a delivery id, then 200 |
 //! | `POST /sim/slow-once/{ms}` | 200 after `ms` milliseconds the first time a delivery id comes, at once after |
 //! | `POST /sim/timeout` | never answers in time |
+//! | `POST /sim/chaos` | per (delivery id, attempt), pseudo-randomly: 10 % 500, 5 % hang 2 s, 10 % slow 200 ms, else 200 |
 //! | `POST /_sim/secrets` `{"secret": "whsec_…"}` | registers a secret to verify with |
 //! | `GET /_sim/received` | everything received, oldest first |
 //!
@@ -40,6 +41,7 @@ pub fn router(simulator: Simulator) -> Router {
         .route("/sim/retry-after/{secs}", post(retry_after))
         .route("/sim/flaky/{failures}", post(flaky))
         .route("/sim/timeout", post(timeout))
+        .route("/sim/chaos", post(chaos))
         .route("/_sim/secrets", post(register_secret))
         .route("/_sim/received", get(list_received))
         .with_state(simulator)
@@ -86,6 +88,31 @@ async fn timeout(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) 
     sim.record("/sim/timeout", &headers, &body, 0);
     tokio::time::sleep(Duration::from_secs(3600)).await;
     StatusCode::OK.into_response()
+}
+
+/// Chaos that is the same for the same (delivery id, attempt), so a run can be
+/// reasoned about afterwards, yet spread across deliveries like real failures.
+async fn chaos(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) -> Response {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for name in ["x-relayops-delivery-id", "x-relayops-attempt"] {
+        headers.get(name).map(|value| value.as_bytes()).hash(&mut hasher);
+    }
+    let roll = hasher.finish() % 100;
+    let status = match roll {
+        0..=9 => StatusCode::INTERNAL_SERVER_ERROR,
+        10..=14 => {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            StatusCode::OK
+        }
+        15..=24 => {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            StatusCode::OK
+        }
+        _ => StatusCode::OK,
+    };
+    sim.record("/sim/chaos", &headers, &body, status.as_u16());
+    (status, "chaos").into_response()
 }
 
 #[derive(Deserialize)]

@@ -1,6 +1,6 @@
 //! Exchange and queue names, and their idempotent declaration. Everything is
-//! durable; the ready and dead-letter queues are quorum queues, the retry
-//! buckets classic queues (see ARCHITECTURE.md, "Queue topology"):
+//! durable and every queue is a quorum queue (see ARCHITECTURE.md, "Queue
+//! topology"):
 //!
 //! - `<ns>.work` (direct) → `<ns>.ready`: work to do now.
 //! - `<ns>.retry` (direct) → `<ns>.retry.<ttl>`: one queue per fixed delay
@@ -19,9 +19,10 @@ use lapin::{Channel, ExchangeKind};
 use super::BrokerError;
 use crate::config::BrokerConfig;
 
-/// The fixed retry delays. A wait is served by the longest delay not above it
-/// (so a message is never late by more than re-routing); a message that comes
-/// back before its due time is sent round again for what remains.
+/// The default retry delays (`RELAYOPS_RETRY_DELAYS_MS` overrides them). A wait
+/// is served by the longest delay not above it (so a message is never late by
+/// more than re-routing); a message that comes back before its due time is sent
+/// round again for what remains.
 pub const RETRY_DELAYS_MS: [u64; 11] =
     [250, 1_000, 5_000, 30_000, 120_000, 300_000, 1_800_000, 3_600_000, 7_200_000, 18_000_000, 36_000_000];
 
@@ -53,7 +54,8 @@ pub struct Topology {
 impl Topology {
     pub fn new(config: &BrokerConfig) -> Self {
         let ns = &config.namespace;
-        let retry_buckets = RETRY_DELAYS_MS
+        let retry_buckets = config
+            .retry_delays_ms
             .iter()
             .map(|&ms| RetryBucket {
                 delay: Duration::from_millis(ms),
@@ -87,20 +89,18 @@ impl Topology {
         arguments
     }
 
-    /// Retry buckets are classic durable queues: per-queue TTL with
-    /// dead-lettering is what classic queues do best, they are cheap to hold by
-    /// the dozen, and losing one (a node gone for good) loses no delivery — the
-    /// row is `scheduled` in Postgres and recovery re-enqueues it once overdue.
+    /// Retry buckets are quorum queues whose expired messages move to the ready
+    /// queue *at least once*: if the ready queue is briefly unavailable (a
+    /// broker restart), they wait instead of being dropped. That strategy needs
+    /// `reject-publish` overflow.
     fn retry_arguments(&self, delay: Duration) -> FieldTable {
-        let mut arguments = FieldTable::default();
+        let mut arguments = self.quorum_arguments();
         let mut put = |key: &str, value: AMQPValue| arguments.insert(ShortString::from(key), value);
-        put("x-queue-type", AMQPValue::LongString("classic".into()));
         put("x-message-ttl", AMQPValue::LongLongInt(delay.as_millis() as i64));
         put("x-dead-letter-exchange", AMQPValue::LongString(self.exchange.as_str().into()));
         put("x-dead-letter-routing-key", AMQPValue::LongString(self.ready_routing_key.as_str().into()));
-        if let Some(expires) = self.queue_expires_ms {
-            put("x-expires", AMQPValue::LongUInt(expires));
-        }
+        put("x-dead-letter-strategy", AMQPValue::LongString("at-least-once".into()));
+        put("x-overflow", AMQPValue::LongString("reject-publish".into()));
         arguments
     }
 
@@ -148,7 +148,12 @@ mod tests {
     use super::*;
 
     fn topology() -> Topology {
-        Topology::new(&BrokerConfig { url: String::new(), namespace: "t".into(), queue_expires_ms: None })
+        Topology::new(&BrokerConfig {
+            url: String::new(),
+            namespace: "t".into(),
+            queue_expires_ms: None,
+            retry_delays_ms: RETRY_DELAYS_MS.to_vec(),
+        })
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! One test binary (fast to link); one module per area.
 mod auth;
 mod crashes;
+mod exclusive;
 mod faults;
 mod ingest;
 mod outages;
