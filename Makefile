@@ -12,11 +12,16 @@ demo: services
 	cargo run -q -p relayops -- demo
 
 ## The full check CI runs: services, formatting, clippy, then every test.
+## Tests named `exclusive_*` restart the shared broker or load the machine, so
+## they run after the others, one at a time.
 test: services lint
+	cargo build -q -p relayops --bin relayops
 	@if cargo nextest --version >/dev/null 2>&1; then \
-	  cargo nextest run --workspace --no-fail-fast; \
+	  cargo nextest run --workspace --no-fail-fast -E 'not test(/exclusive_/)' && \
+	  cargo nextest run -p relayops-tests --no-fail-fast --test-threads 1 -E 'test(/exclusive_/)'; \
 	else \
-	  cargo test --workspace --no-fail-fast; \
+	  cargo test --workspace --no-fail-fast -- --skip exclusive_ && \
+	  cargo test -p relayops-tests --test integration --no-fail-fast -- exclusive_ --test-threads 1; \
 	fi
 
 services:

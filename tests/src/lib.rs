@@ -128,14 +128,13 @@ impl TestEnv {
         db::migrate::run(&mut client).await.expect("migrations");
         drop(client);
 
-        let broker =
-            BrokerConfig {
-                url: amqp_url,
-                namespace: format!("test.{suffix}"),
-                queue_expires_ms: Some(120_000),
-                // Few buckets keep the broker light with many tests at once.
-                retry_delays_ms: vec![250, 1_000, 5_000],
-            };
+        let broker = BrokerConfig {
+            url: amqp_url,
+            namespace: format!("test.{suffix}"),
+            queue_expires_ms: Some(120_000),
+            // Few buckets keep the broker light with many tests at once.
+            retry_delays_ms: vec![250, 1_000, 5_000],
+        };
         let request = BootstrapRequest {
             tenant_name: "Test tenant",
             admin_email: &format!("admin-{suffix}@example.com"),
@@ -280,9 +279,8 @@ impl TestEnv {
     }
 
     pub async fn wait_for_status_within(&self, event_id: &str, status: &str, limit: Duration) -> Value {
-        let deliveries = self
-            .wait_for_deliveries_within(event_id, limit, |all| all.len() == 1 && all[0]["status"] == status)
-            .await;
+        let deliveries =
+            self.wait_for_deliveries_within(event_id, limit, |all| all.len() == 1 && all[0]["status"] == status).await;
         deliveries[0].clone()
     }
 

@@ -48,10 +48,10 @@ async fn exclusive_rabbitmq_restart_keeps_the_messages_waiting_in_retry_queues()
     assert_eq!(env.count("outbox_messages").await, 5, "recovery re-enqueued nothing: the broker kept them");
 }
 
-/// `RELAYOPS_SOAK_EVENTS` sets the size (default 4000; the issue's full size is 20000).
+/// `RELAYOPS_SOAK_EVENTS` sets the size (default 20000; smaller for quick local runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_soak_with_chaos_and_killed_workers_loses_nothing() {
-    let events: usize = std::env::var("RELAYOPS_SOAK_EVENTS").ok().and_then(|n| n.parse().ok()).unwrap_or(4000);
+    let events: usize = std::env::var("RELAYOPS_SOAK_EVENTS").ok().and_then(|n| n.parse().ok()).unwrap_or(20_000);
     let mut config = TestConfig { run_worker: false, ..Default::default() };
     config.worker.request_timeout = Duration::from_millis(1500);
     config.worker.lease = Duration::from_secs(3);
@@ -128,11 +128,8 @@ async fn exclusive_soak_with_chaos_and_killed_workers_loses_nothing() {
     let (events_stored, deliveries, delivered, dead, attempts, miscounted, gaps): (i64, i64, i64, i64, i64, i64, i64) =
         (figures.get(0), figures.get(1), figures.get(2), figures.get(3), figures.get(4), figures.get(5), figures.get(6));
     let received = env.simulator.received();
-    let acknowledged: std::collections::HashSet<&str> = received
-        .iter()
-        .filter(|r| r.answered_status == 200)
-        .filter_map(|r| r.delivery_id.as_deref())
-        .collect();
+    let acknowledged: std::collections::HashSet<&str> =
+        received.iter().filter(|r| r.answered_status == 200).filter_map(|r| r.delivery_id.as_deref()).collect();
     println!(
         "soak: {events} events, {deliveries} deliveries ({delivered} delivered, {dead} dead), {attempts} attempts, \
          {} requests at the receiver, {kills} worker kills, {:.1} s",

@@ -10,6 +10,11 @@ async fn dead_delivery_is_replayed_and_its_attempt_numbers_continue() {
     let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
     let dead = env.wait_for_status(&event_id, "dead").await;
     let delivery_id = dead["id"].as_str().unwrap();
+    env.wait_for_sql("dead letter published", "SELECT bool_and(status = 'published') FROM relayops.outbox_messages")
+        .await;
+    let letters = env.take_dead_letters().await;
+    assert_eq!(letters.len(), 1, "one ops-DLQ message");
+    assert_eq!(letters[0]["delivery_id"], delivery_id);
 
     let replay = env.post(&format!("/v1/deliveries/{delivery_id}/replay"), json!({})).await;
     assert_eq!(replay.status, 202, "{:?}", replay.body);
