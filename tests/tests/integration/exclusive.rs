@@ -63,7 +63,7 @@ async fn exclusive_soak_with_chaos_and_killed_workers_loses_nothing() {
         env.create_endpoint("/sim/chaos", &[&format!("soak.e{endpoint}")], extra).await;
     }
     let started = Instant::now();
-    let mut workers = vec![env.spawn_role("worker", &[]), env.spawn_role("worker", &[])];
+    let mut workers = [env.spawn_role("worker", &[]), env.spawn_role("worker", &[])];
 
     // Ingest with 8 concurrent clients.
     let posted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
