@@ -218,6 +218,43 @@ impl WorkerConfig {
     }
 }
 
+/// Ingest backpressure (see `backpressure`).
+#[derive(Debug, Clone)]
+pub struct BackpressureConfig {
+    /// `RELAYOPS_MAX_OUTBOX_BACKLOG` (default 100000): unpublished outbox rows
+    /// above which ingest answers 503.
+    pub max_outbox_backlog: i64,
+    /// `RELAYOPS_MAX_READY_DEPTH` (default 100000): ready-queue messages above
+    /// which ingest answers 503.
+    pub max_ready_depth: u32,
+    /// `RELAYOPS_BACKPRESSURE_SAMPLE_MS` (default 1000): how often both are measured.
+    pub sample_interval: Duration,
+    /// `RELAYOPS_BACKPRESSURE_RETRY_AFTER_SECS` (default 5): the `Retry-After` given.
+    pub retry_after_secs: u64,
+}
+
+impl Default for BackpressureConfig {
+    fn default() -> Self {
+        Self {
+            max_outbox_backlog: 100_000,
+            max_ready_depth: 100_000,
+            sample_interval: Duration::from_secs(1),
+            retry_after_secs: 5,
+        }
+    }
+}
+
+impl BackpressureConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Self {
+            max_outbox_backlog: positive("MAX_OUTBOX_BACKLOG", 100_000)?,
+            max_ready_depth: positive("MAX_READY_DEPTH", 100_000)?,
+            sample_interval: millis("BACKPRESSURE_SAMPLE_MS", 1_000)?,
+            retry_after_secs: positive("BACKPRESSURE_RETRY_AFTER_SECS", 5)?,
+        })
+    }
+}
+
 /// HTTP listeners of the local runner.
 #[derive(Debug, Clone)]
 pub struct ListenConfig {

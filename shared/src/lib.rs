@@ -10,6 +10,7 @@
 //! - [`config`], [`telemetry`]: environment configuration and JSON logs.
 pub mod api;
 pub mod auth;
+pub mod backpressure;
 pub mod bootstrap;
 pub mod broker;
 pub mod config;

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use relayops_publisher::Publisher;
 use relayops_shared::api::ApiState;
+use relayops_shared::backpressure::Backpressure;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
-use relayops_shared::config::{BrokerConfig, DatabaseConfig, PublisherConfig, WorkerConfig};
+use relayops_shared::config::{BackpressureConfig, BrokerConfig, DatabaseConfig, PublisherConfig, WorkerConfig};
 use relayops_shared::db::{self, Pool};
 use relayops_shared::ids::TenantId;
 use relayops_simulator::Simulator;
@@ -38,6 +39,8 @@ pub struct TestConfig {
     pub run_worker: bool,
     pub publisher: PublisherConfig,
     pub worker: WorkerConfig,
+    /// Ingest backpressure; off unless a test turns it on.
+    pub backpressure: Option<BackpressureConfig>,
 }
 
 impl Default for TestConfig {
@@ -58,6 +61,7 @@ impl Default for TestConfig {
                 lease: Duration::from_secs(3),
                 ..WorkerConfig::default()
             },
+            backpressure: None,
         }
     }
 }
@@ -145,9 +149,15 @@ impl TestEnv {
         let simulator = Simulator::new();
         let (simulator_url, simulator_task) = spawn_http(relayops_simulator::router(simulator.clone())).await;
         let wakeup = std::sync::Arc::new(Notify::new());
-        let state = ApiState::new(pool.clone()).with_wakeup(wakeup.clone());
+        let mut state = ApiState::new(pool.clone()).with_wakeup(wakeup.clone());
+        let mut tasks = vec![simulator_task];
+        if let Some(backpressure_config) = &config.backpressure {
+            let backpressure = Backpressure::new(backpressure_config.clone());
+            tasks.push(backpressure.start_sampler(pool.clone(), broker.clone()).await);
+            state = state.with_backpressure(backpressure);
+        }
         let (api_url, api_task) = spawn_http(relayops::api_router(state)).await;
-        let tasks = vec![simulator_task, api_task];
+        tasks.push(api_task);
         let mut env = Self {
             api_url,
             simulator_url,
@@ -282,6 +292,19 @@ impl TestEnv {
         let deliveries =
             self.wait_for_deliveries_within(event_id, limit, |all| all.len() == 1 && all[0]["status"] == status).await;
         deliveries[0].clone()
+    }
+
+    /// Polls `GET /health/ready` until its readiness is `ready`; returns the body.
+    pub async fn wait_for_readiness(&self, ready: bool) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let answer = self.request(reqwest::Method::GET, "/health/ready", None, None).await;
+            if (answer.status == 200) == ready {
+                return answer.body;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "readiness never became {ready}: {:?}", answer.body);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Polls a SQL condition (a query returning one boolean) until it holds.

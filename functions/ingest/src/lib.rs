@@ -87,6 +87,7 @@ async fn post_event(
     ApiJson(request): ApiJson<PostEventRequest>,
 ) -> Result<(StatusCode, Json<EventReceiptResponse>), ApiError> {
     caller.require(Scope::Ingest)?;
+    state.check_backpressure()?;
     let event_type = EventType::parse(&request.event_type)?;
     let payload = EventPayload::parse(request.payload)?;
     let key = idempotency_key(&headers, request.idempotency_key.as_deref())?;

@@ -1,11 +1,16 @@
 //! Starting the long-lived roles in one process and stopping them on Ctrl-C.
 use std::sync::Arc;
 
+use axum::extract::State;
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use relayops_publisher::Publisher;
 use relayops_shared::api::{not_found_fallback, ApiState};
-use relayops_shared::config::{BrokerConfig, DatabaseConfig, ListenConfig, PublisherConfig, WorkerConfig};
+use relayops_shared::backpressure::Backpressure;
+use relayops_shared::config::{
+    BackpressureConfig, BrokerConfig, DatabaseConfig, ListenConfig, PublisherConfig, WorkerConfig,
+};
 use relayops_shared::db::{self, Pool};
 use relayops_worker::Worker;
 use serde_json::{json, Value};
@@ -39,8 +44,10 @@ pub fn api_router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-async fn ready(axum::extract::State(state): axum::extract::State<ApiState>) -> (axum::http::StatusCode, Json<Value>) {
-    let database = match state.pool.get().await {
+/// Readiness: Postgres reachable with every migration applied, and ingest not
+/// refusing work because of backpressure. The body names each part's state.
+async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
+    let postgres = match state.pool.get().await {
         Ok(client) => match db::migrate::is_current(&client).await {
             Ok(true) => "ok",
             Ok(false) => "migrations pending",
@@ -48,9 +55,12 @@ async fn ready(axum::extract::State(state): axum::extract::State<ApiState>) -> (
         },
         Err(_) => "unreachable",
     };
-    let status =
-        if database == "ok" { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(json!({ "status": if database == "ok" { "ready" } else { "unready" }, "postgres": database })))
+    let backpressure = state.backpressure.as_ref().map(|gauge| gauge.report());
+    let accepting = backpressure.as_ref().is_none_or(|report| report["accepting"] == true);
+    let ready = postgres == "ok" && accepting;
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = json!({ "status": if ready { "ready" } else { "unready" }, "postgres": postgres, "backpressure": backpressure });
+    (status, Json(body))
 }
 
 /// Runs the roles until Ctrl-C (or until one of them fails).
@@ -84,7 +94,13 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             });
         }
         if roles.api {
-            let state = ApiState::new(pool.clone()).with_wakeup(wakeup);
+            let backpressure = Backpressure::new(BackpressureConfig::from_env()?);
+            let sampler = backpressure.start_sampler(pool.clone(), broker.clone()).await;
+            tasks.spawn(async move {
+                sampler.await?;
+                Ok(())
+            });
+            let state = ApiState::new(pool.clone()).with_wakeup(wakeup).with_backpressure(backpressure);
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");
             let app = api_router(state);

@@ -7,6 +7,7 @@ mod problem;
 
 use std::sync::Arc;
 
+use crate::backpressure::Backpressure;
 use crate::db::Pool;
 
 pub use auth::Authenticated;
@@ -31,11 +32,29 @@ impl PublisherWakeup for tokio::sync::Notify {
 pub struct ApiState {
     pub pool: Pool,
     pub wakeup: Option<Arc<dyn PublisherWakeup>>,
+    /// When set, ingest refuses work while the pipeline is backed up.
+    pub backpressure: Option<Arc<Backpressure>>,
 }
 
 impl ApiState {
     pub fn new(pool: Pool) -> Self {
-        Self { pool, wakeup: None }
+        Self { pool, wakeup: None, backpressure: None }
+    }
+
+    pub fn with_backpressure(mut self, backpressure: Arc<Backpressure>) -> Self {
+        self.backpressure = Some(backpressure);
+        self
+    }
+
+    /// 503 + `Retry-After` while the outbox or the ready queue is over its limit.
+    pub fn check_backpressure(&self) -> Result<(), ApiError> {
+        match self.backpressure.as_ref().map(|gauge| gauge.check()) {
+            Some(Err(refusal)) => Err(ApiError::Overloaded {
+                detail: format!("{}; retry later", refusal.reason),
+                retry_after_secs: refusal.retry_after_secs,
+            }),
+            _ => Ok(()),
+        }
     }
 
     pub fn with_wakeup(mut self, wakeup: Arc<dyn PublisherWakeup>) -> Self {

@@ -1,6 +1,7 @@
 //! Integration tests against real Postgres, RabbitMQ and a real HTTP receiver.
 //! One test binary (fast to link); one module per area.
 mod auth;
+mod backpressure;
 mod crashes;
 mod exclusive;
 mod faults;

@@ -1,0 +1,57 @@
+//! Ingest backpressure: over the outbox-backlog or ready-depth threshold, ingest
+//! answers 503 + Retry-After and writes nothing; readiness says so too.
+use std::time::Duration;
+
+use relayops_tests::relayops_shared::config::BackpressureConfig;
+use relayops_tests::{TestConfig, TestEnv};
+use serde_json::json;
+
+fn gauge(max_outbox_backlog: i64, max_ready_depth: u32) -> Option<BackpressureConfig> {
+    Some(BackpressureConfig {
+        max_outbox_backlog,
+        max_ready_depth,
+        sample_interval: Duration::from_millis(100),
+        retry_after_secs: 7,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_backlog_over_threshold_makes_ingest_refuse_until_it_drains() {
+    let config = TestConfig { run_publisher: false, backpressure: gauge(3, 1_000), ..Default::default() };
+    let mut env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    for n in 0..4 {
+        assert_eq!(env.post_event("a.b", json!({ "n": n })).await.status, 201);
+    }
+    let body = env.wait_for_readiness(false).await;
+    assert_eq!(body["backpressure"]["outbox_backlog"], 4);
+
+    let refused = env.post_event("a.b", json!({ "n": "refused" })).await;
+    let detail = refused.expect_problem(503);
+    assert!(detail.contains("outbox backlog"), "{detail}");
+    assert_eq!(refused.headers["retry-after"], "7");
+    assert_eq!(env.count("events").await, 4, "nothing written while refusing");
+
+    env.start_publisher();
+    env.wait_for_readiness(true).await;
+    assert_eq!(env.post_event("a.b", json!({ "n": "after" })).await.status, 201);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_queue_over_threshold_makes_ingest_refuse_until_workers_catch_up() {
+    let config = TestConfig { run_worker: false, backpressure: gauge(1_000, 2), ..Default::default() };
+    let mut env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    for n in 0..3 {
+        assert_eq!(env.post_event("a.b", json!({ "n": n })).await.status, 201);
+    }
+    let body = env.wait_for_readiness(false).await;
+    assert_eq!(body["backpressure"]["ready_depth"], 3);
+    let detail = env.post_event("a.b", json!({})).await.expect_problem(503);
+    assert!(detail.contains("ready queue"), "{detail}");
+    assert_eq!(env.count("events").await, 3);
+
+    env.start_worker();
+    env.wait_for_readiness(true).await;
+    assert_eq!(env.post_event("a.b", json!({})).await.status, 201);
+}
