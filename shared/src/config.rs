@@ -218,6 +218,39 @@ impl WorkerConfig {
     }
 }
 
+/// Flow control in Redis (see `flow`).
+#[derive(Debug, Clone)]
+pub struct FlowConfig {
+    /// `RELAYOPS_REDIS_URL`, e.g. `redis://127.0.0.1:6379`.
+    pub redis_url: String,
+    /// `RELAYOPS_REDIS_PREFIX` (default `relayops`): prefix of every key.
+    pub key_prefix: String,
+    /// `RELAYOPS_REDIS_TIMEOUT_MS` (default 500): connect/response timeout;
+    /// past it the caller fails closed.
+    pub redis_timeout: Duration,
+    /// `RELAYOPS_TENANT_RATE_PER_SEC` (default 1000): ingest limit for tenants
+    /// without their own.
+    pub tenant_rate_per_sec: f64,
+    /// `RELAYOPS_TENANT_BURST` (default 2000).
+    pub tenant_burst: u32,
+    /// `RELAYOPS_ENDPOINT_MAX_IN_FLIGHT` (default 10): concurrent requests to one
+    /// endpoint across all workers, for endpoints without their own value.
+    pub endpoint_max_in_flight: u32,
+}
+
+impl FlowConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Self {
+            redis_url: required("REDIS_URL")?,
+            key_prefix: parsed("REDIS_PREFIX", "relayops".to_owned())?,
+            redis_timeout: millis("REDIS_TIMEOUT_MS", 500)?,
+            tenant_rate_per_sec: positive("TENANT_RATE_PER_SEC", 1000.0)?,
+            tenant_burst: positive("TENANT_BURST", 2000)?,
+            endpoint_max_in_flight: positive("ENDPOINT_MAX_IN_FLIGHT", 10)?,
+        })
+    }
+}
+
 /// Ingest backpressure (see `backpressure`).
 #[derive(Debug, Clone)]
 pub struct BackpressureConfig {

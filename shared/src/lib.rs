@@ -17,6 +17,7 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod failpoint;
+pub mod flow;
 pub mod ids;
 pub mod repo;
 pub mod signing;

@@ -11,10 +11,14 @@ mod process;
 use std::time::Duration;
 
 use relayops_publisher::Publisher;
-use relayops_shared::api::ApiState;
+use relayops_shared::api::{ApiState, IngestLimiter};
+use relayops_shared::flow::{FlowControl, Limit};
+use relayops_worker::gate::Gate;
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
-use relayops_shared::config::{BackpressureConfig, BrokerConfig, DatabaseConfig, PublisherConfig, WorkerConfig};
+use relayops_shared::config::{
+    BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, PublisherConfig, WorkerConfig,
+};
 use relayops_shared::db::{self, Pool};
 use relayops_shared::ids::TenantId;
 use relayops_simulator::Simulator;
@@ -28,6 +32,7 @@ pub use relayops_shared;
 
 const DEFAULT_DATABASE_URL: &str = "postgres://relayops:relayops@127.0.0.1:5432/relayops";
 const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
 /// How long a test waits for a condition before failing.
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -41,6 +46,8 @@ pub struct TestConfig {
     pub worker: WorkerConfig,
     /// Ingest backpressure; off unless a test turns it on.
     pub backpressure: Option<BackpressureConfig>,
+    /// Flow control (always on); the key prefix is set per test.
+    pub flow: FlowConfig,
 }
 
 impl Default for TestConfig {
@@ -62,6 +69,15 @@ impl Default for TestConfig {
                 ..WorkerConfig::default()
             },
             backpressure: None,
+            flow: FlowConfig {
+                redis_url: std::env::var("RELAYOPS_TEST_REDIS_URL").unwrap_or_else(|_| DEFAULT_REDIS_URL.into()),
+                key_prefix: String::new(),
+                redis_timeout: Duration::from_millis(500),
+                // High enough that only tests about limits meet them.
+                tenant_rate_per_sec: 100_000.0,
+                tenant_burst: 100_000,
+                endpoint_max_in_flight: 10,
+            },
         }
     }
 }
@@ -112,11 +128,12 @@ impl TestEnv {
         Self::start_with(TestConfig::default()).await
     }
 
-    pub async fn start_with(config: TestConfig) -> Self {
+    pub async fn start_with(mut config: TestConfig) -> Self {
         relayops_shared::telemetry::init();
         let admin_url = std::env::var("RELAYOPS_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
         let amqp_url = std::env::var("RELAYOPS_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.into());
         let suffix = unique_suffix();
+        config.flow.key_prefix = format!("test:{suffix}");
         let database_name = format!("relayops_test_{suffix}");
 
         let admin = db::connect_pool(&DatabaseConfig { url: admin_url.clone(), pool_size: 1 }).expect("admin pool");
@@ -149,7 +166,11 @@ impl TestEnv {
         let simulator = Simulator::new();
         let (simulator_url, simulator_task) = spawn_http(relayops_simulator::router(simulator.clone())).await;
         let wakeup = std::sync::Arc::new(Notify::new());
-        let mut state = ApiState::new(pool.clone()).with_wakeup(wakeup.clone());
+        let limiter = IngestLimiter {
+            flow: FlowControl::new(&config.flow).expect("redis url"),
+            default: Limit { per_second: config.flow.tenant_rate_per_sec, burst: config.flow.tenant_burst },
+        };
+        let mut state = ApiState::new(pool.clone()).with_wakeup(wakeup.clone()).with_ingest_limiter(limiter);
         let mut tasks = vec![simulator_task];
         if let Some(backpressure_config) = &config.backpressure {
             let backpressure = Backpressure::new(backpressure_config.clone());
@@ -192,7 +213,9 @@ impl TestEnv {
 
     /// Starts a worker with the test's worker config (replacing none).
     pub fn start_worker(&mut self) {
-        let worker = Worker::new(self.pool.clone(), self.broker.clone(), self.config.worker.clone()).expect("worker");
+        let gate = Gate::from_config(&self.config.flow, &self.config.worker).expect("redis url");
+        let worker =
+            Worker::new(self.pool.clone(), self.broker.clone(), self.config.worker.clone(), gate).expect("worker");
         self.worker = Some(tokio::spawn(async move { worker.run().await }));
     }
 

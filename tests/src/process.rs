@@ -79,6 +79,11 @@ impl TestEnv {
             .env("RELAYOPS_PUBLISHER_IDLE_MS", self.config.publisher.idle_interval.as_millis().to_string())
             .env("RELAYOPS_PUBLISHER_CLAIM_TTL_MS", self.config.publisher.claim_ttl.as_millis().to_string())
             .env("RELAYOPS_RECOVERY_GRACE_MS", self.config.publisher.recovery_grace.as_millis().to_string())
+            .env("RELAYOPS_REDIS_URL", &self.config.flow.redis_url)
+            .env("RELAYOPS_REDIS_PREFIX", &self.config.flow.key_prefix)
+            .env("RELAYOPS_TENANT_RATE_PER_SEC", self.config.flow.tenant_rate_per_sec.to_string())
+            .env("RELAYOPS_TENANT_BURST", self.config.flow.tenant_burst.to_string())
+            .env("RELAYOPS_ENDPOINT_MAX_IN_FLIGHT", self.config.flow.endpoint_max_in_flight.to_string())
             .env("RELAYOPS_LOG", std::env::var("RELAYOPS_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::null());

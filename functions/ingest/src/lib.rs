@@ -87,7 +87,9 @@ async fn post_event(
     ApiJson(request): ApiJson<PostEventRequest>,
 ) -> Result<(StatusCode, Json<EventReceiptResponse>), ApiError> {
     caller.require(Scope::Ingest)?;
+    // Backpressure first: it is in memory, and refusing there spends no token.
     state.check_backpressure()?;
+    state.check_ingest_rate(&caller).await?;
     let event_type = EventType::parse(&request.event_type)?;
     let payload = EventPayload::parse(request.payload)?;
     let key = idempotency_key(&headers, request.idempotency_key.as_deref())?;

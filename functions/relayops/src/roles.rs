@@ -6,10 +6,12 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use relayops_publisher::Publisher;
-use relayops_shared::api::{not_found_fallback, ApiState};
+use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter};
+use relayops_shared::flow::{FlowControl, Limit};
+use relayops_worker::gate::Gate;
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::config::{
-    BackpressureConfig, BrokerConfig, DatabaseConfig, ListenConfig, PublisherConfig, WorkerConfig,
+    BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig, PublisherConfig, WorkerConfig,
 };
 use relayops_shared::db::{self, Pool};
 use relayops_worker::Worker;
@@ -100,14 +102,24 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 sampler.await?;
                 Ok(())
             });
-            let state = ApiState::new(pool.clone()).with_wakeup(wakeup).with_backpressure(backpressure);
+            let flow = FlowConfig::from_env()?;
+            let limiter = IngestLimiter {
+                flow: FlowControl::new(&flow)?,
+                default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
+            };
+            let state = ApiState::new(pool.clone())
+                .with_wakeup(wakeup)
+                .with_backpressure(backpressure)
+                .with_ingest_limiter(limiter);
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");
             let app = api_router(state);
             tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
         }
         if roles.worker {
-            let worker = Worker::new(pool.clone(), broker, WorkerConfig::from_env()?)?;
+            let config = WorkerConfig::from_env()?;
+            let gate = Gate::from_config(&FlowConfig::from_env()?, &config)?;
+            let worker = Worker::new(pool.clone(), broker, config, gate)?;
             tasks.spawn(async move {
                 worker.run().await;
                 Ok(())

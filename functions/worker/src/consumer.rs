@@ -16,7 +16,8 @@ use relayops_shared::db::Pool;
 use relayops_shared::telemetry::error_chain;
 use tokio::task::JoinSet;
 
-use crate::delay::DelayPublisher;
+use crate::delay::{DelayPublisher, THROTTLES_HEADER};
+use crate::gate::Gate;
 use crate::process::{Disposition, Processor};
 use crate::sender::{Sender, SenderError};
 
@@ -31,9 +32,9 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(pool: Pool, broker: BrokerConfig, config: WorkerConfig) -> Result<Self, SenderError> {
+    pub fn new(pool: Pool, broker: BrokerConfig, config: WorkerConfig, gate: Gate) -> Result<Self, SenderError> {
         let sender = Sender::new(&config)?;
-        let processor = Processor::new(pool, sender, config.clone());
+        let processor = Processor::new(pool, sender, gate, config.clone());
         Ok(Self { broker, config, processor })
     }
 
@@ -92,12 +93,23 @@ impl Worker {
     }
 }
 
+/// How many times in a row flow control deferred this message (a header the
+/// worker sets when it sends a message round).
+fn throttles(delivery: &Delivery) -> u32 {
+    let value = delivery.properties.headers().as_ref().and_then(|headers| {
+        headers.inner().get(THROTTLES_HEADER).and_then(|value| value.as_long_long_int())
+    });
+    value.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32
+}
+
 async fn settle(processor: &Processor, delays: &DelayPublisher, delivery: Delivery) {
-    let disposition = processor.process(&delivery.data).await;
+    let throttles = throttles(&delivery);
+    let disposition = processor.process(&delivery.data, throttles).await;
     let result = match disposition {
         Disposition::Ack => delivery.acker.ack(BasicAckOptions::default()).await,
-        Disposition::Delay { wait } => {
-            if let Err(error) = delays.publish(&delivery.data, wait).await {
+        Disposition::Delay { wait, throttled } => {
+            let throttles = if throttled { throttles.saturating_add(1) } else { 0 };
+            if let Err(error) = delays.publish(&delivery.data, wait, throttles).await {
                 // The row is scheduled in Postgres; recovery re-enqueues it when overdue.
                 tracing::warn!(error = %error_chain(&error), "retry message not published; left to recovery");
             }

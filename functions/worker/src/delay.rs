@@ -6,8 +6,12 @@ use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::publisher_confirm::Confirmation;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 use relayops_shared::broker::{self, BrokerError, Topology};
+
+/// How many times in a row flow control deferred the message.
+pub const THROTTLES_HEADER: &str = "x-relayops-throttles";
 
 pub struct DelayPublisher {
     channel: Channel,
@@ -33,7 +37,7 @@ impl DelayPublisher {
         Ok(Self { channel, topology })
     }
 
-    pub async fn publish(&self, body: &[u8], wait: Duration) -> Result<(), DelayError> {
+    pub async fn publish(&self, body: &[u8], wait: Duration, throttles: u32) -> Result<(), DelayError> {
         let (exchange, routing_key, queue) = if wait.is_zero() {
             (&self.topology.exchange, &self.topology.ready_routing_key, &self.topology.ready_queue)
         } else {
@@ -41,7 +45,12 @@ impl DelayPublisher {
             (&self.topology.retry_exchange, &bucket.routing_key, &bucket.queue)
         };
         let error = |source| DelayError::Publish { queue: queue.clone(), source };
-        let properties = BasicProperties::default().with_delivery_mode(2).with_content_type("application/json".into());
+        let mut headers = FieldTable::default();
+        headers.insert(THROTTLES_HEADER.into(), AMQPValue::LongLongInt(i64::from(throttles)));
+        let properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into())
+            .with_headers(headers);
         let options = BasicPublishOptions { mandatory: true, ..Default::default() };
         let confirm =
             self.channel.basic_publish(exchange, routing_key, options, body, properties).await.map_err(error)?;

@@ -12,6 +12,7 @@
 //! events; it only settles the deliveries it was handed.
 pub mod consumer;
 pub mod delay;
+pub mod gate;
 pub mod policy;
 pub mod process;
 pub mod sender;

@@ -16,6 +16,7 @@ use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, Deliv
 use relayops_shared::repo::{endpoints, outbox};
 use relayops_shared::telemetry::error_chain;
 
+use crate::gate::{Admission, Gate};
 use crate::policy::RetryPolicy;
 use crate::sender::{Exchange, Sender};
 use crate::verdict::{classify, SendResult, Verdict};
@@ -26,9 +27,10 @@ pub enum Disposition {
     /// Done with it (settled, or nothing to do).
     Ack,
     /// Publish the message again to come back after `wait` (zero: at once),
-    /// then ack: a retry was scheduled, or the message came back before its
-    /// retry was due.
-    Delay { wait: Duration },
+    /// then ack: a retry was scheduled, the message came back before its retry
+    /// was due, or flow control said not now (`throttled`: the wait grows with
+    /// each consecutive throttle).
+    Delay { wait: Duration, throttled: bool },
     /// A transient failure on our side: deliver the message again.
     Requeue,
     /// Not a message we can ever process.
@@ -39,15 +41,17 @@ pub enum Disposition {
 pub struct Processor {
     pool: Pool,
     sender: Sender,
+    gate: Gate,
     config: WorkerConfig,
 }
 
 impl Processor {
-    pub fn new(pool: Pool, sender: Sender, config: WorkerConfig) -> Self {
-        Self { pool, sender, config }
+    pub fn new(pool: Pool, sender: Sender, gate: Gate, config: WorkerConfig) -> Self {
+        Self { pool, sender, gate, config }
     }
 
-    pub async fn process(&self, body: &[u8]) -> Disposition {
+    /// `throttles`: how many times in a row flow control deferred this message.
+    pub async fn process(&self, body: &[u8], throttles: u32) -> Disposition {
         let task = match serde_json::from_slice::<QueueMessage>(body) {
             Ok(QueueMessage::DeliveryV1(task)) => task,
             Ok(other) => {
@@ -59,7 +63,7 @@ impl Processor {
                 return Disposition::Reject;
             }
         };
-        match self.deliver(task.tenant_id, task.delivery_id).await {
+        match self.deliver(task.tenant_id, task.delivery_id, throttles).await {
             Ok(disposition) => disposition,
             Err(error) => {
                 tracing::warn!(
@@ -71,7 +75,7 @@ impl Processor {
         }
     }
 
-    async fn deliver(&self, tenant: TenantId, delivery: DeliveryId) -> Result<Disposition, DbError> {
+    async fn deliver(&self, tenant: TenantId, delivery: DeliveryId, throttles: u32) -> Result<Disposition, DbError> {
         let client = self.pool.get().await?;
         let claim = deliveries::claim(&client, tenant, delivery, &self.config.worker_id, self.config.lease).await?;
         drop(client);
@@ -80,7 +84,7 @@ impl Processor {
             ClaimOutcome::NotClaimable { status: Some(DeliveryStatus::Scheduled), next_attempt_at: Some(due) } => {
                 // Early (a shorter bucket, or a duplicate): wait out the rest.
                 let remaining = (due - Utc::now()).to_std().unwrap_or_default().max(Duration::from_millis(1));
-                return Ok(Disposition::Delay { wait: remaining });
+                return Ok(Disposition::Delay { wait: remaining, throttled: false });
             }
             ClaimOutcome::NotClaimable { status, .. } => {
                 tracing::debug!(tenant_id = %tenant, delivery_id = %delivery, status = status.map(|s| s.as_str()),
@@ -96,8 +100,19 @@ impl Processor {
             return Ok(Disposition::Ack);
         }
 
+        let slot = match self.gate.admit(&job, throttles).await {
+            Admission::Go(slot) => slot,
+            Admission::Defer(wait) => {
+                let client = self.pool.get().await?;
+                deliveries::defer(&client, &job, &self.config.worker_id, wait).await?;
+                tracing::debug!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
+                    endpoint_id = %job.endpoint_id, wait_ms = wait.as_millis() as u64, "deferred by flow control");
+                return Ok(Disposition::Delay { wait, throttled: true });
+            }
+        };
         let started_at = Utc::now();
         let exchange = self.sender.send(&job).await;
+        self.gate.release(slot).await;
         let verdict = classify(&exchange.result);
         let policy = RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
         let (outcome, wait) = decide(&verdict, &policy, job.attempt_number as u32);
@@ -151,7 +166,7 @@ impl Processor {
         }
         tx.commit().await?;
         Ok(match wait {
-            Some(wait) => Disposition::Delay { wait },
+            Some(wait) => Disposition::Delay { wait, throttled: false },
             None => Disposition::Ack,
         })
     }

@@ -15,6 +15,8 @@ pub struct Authenticated {
     pub tenant_id: TenantId,
     pub key_id: ApiKeyId,
     pub scopes: Vec<Scope>,
+    /// The tenant's own ingest limit (requests/s, burst), if it has one.
+    pub ingest_limit: (Option<i32>, Option<i32>),
 }
 
 impl Authenticated {
@@ -50,6 +52,11 @@ impl FromRequestParts<ApiState> for Authenticated {
                 let _ = api_keys::touch_last_used(&client, tenant, id).await;
             }
         });
-        Ok(Self { tenant_id: key.tenant_id, key_id: key.id, scopes: key.scopes })
+        Ok(Self {
+            tenant_id: key.tenant_id,
+            key_id: key.id,
+            scopes: key.scopes,
+            ingest_limit: (key.ingest_rate_per_sec, key.ingest_burst),
+        })
     }
 }

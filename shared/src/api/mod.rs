@@ -8,6 +8,7 @@ mod problem;
 use std::sync::Arc;
 
 use crate::backpressure::Backpressure;
+use crate::flow::{FlowControl, Limit, TokenDecision};
 use crate::db::Pool;
 
 pub use auth::Authenticated;
@@ -34,16 +35,49 @@ pub struct ApiState {
     pub wakeup: Option<Arc<dyn PublisherWakeup>>,
     /// When set, ingest refuses work while the pipeline is backed up.
     pub backpressure: Option<Arc<Backpressure>>,
+    /// When set, each tenant's ingest rate is limited (shared across replicas).
+    pub ingest_limiter: Option<IngestLimiter>,
+}
+
+/// The tenant ingest limit: the shared token bucket and the default rate.
+#[derive(Clone)]
+pub struct IngestLimiter {
+    pub flow: FlowControl,
+    pub default: Limit,
 }
 
 impl ApiState {
     pub fn new(pool: Pool) -> Self {
-        Self { pool, wakeup: None, backpressure: None }
+        Self { pool, wakeup: None, backpressure: None, ingest_limiter: None }
     }
 
     pub fn with_backpressure(mut self, backpressure: Arc<Backpressure>) -> Self {
         self.backpressure = Some(backpressure);
         self
+    }
+
+    pub fn with_ingest_limiter(mut self, limiter: IngestLimiter) -> Self {
+        self.ingest_limiter = Some(limiter);
+        self
+    }
+
+    /// 429 + `Retry-After` when the tenant is over its rate; 503 when the limiter
+    /// cannot be consulted (fail closed: an unlimited tenant could flood the
+    /// pipeline for everyone).
+    pub async fn check_ingest_rate(&self, caller: &Authenticated) -> Result<(), ApiError> {
+        let Some(limiter) = &self.ingest_limiter else { return Ok(()) };
+        let limit = match caller.ingest_limit {
+            (Some(rate), burst) => Limit { per_second: f64::from(rate), burst: burst.unwrap_or(rate).max(1) as u32 },
+            (None, _) => limiter.default,
+        };
+        match limiter.flow.take_token("tenant", &caller.tenant_id.to_string(), limit).await {
+            Ok(TokenDecision::Taken) => Ok(()),
+            Ok(TokenDecision::Wait(wait)) => Err(ApiError::RateLimited {
+                detail: format!("this tenant may post {} events per second; retry after the given delay", limit.per_second),
+                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+            }),
+            Err(error) => Err(ApiError::Unavailable { retry_after_secs: 1, source: Some(Box::new(error)) }),
+        }
     }
 
     /// 503 + `Retry-After` while the outbox or the ready queue is over its limit.

@@ -28,6 +28,9 @@ pub enum ApiError {
     NotFound(&'static str),
     #[error("{0}")]
     Conflict(String),
+    /// The tenant is over its ingest rate.
+    #[error("{detail}")]
+    RateLimited { detail: String, retry_after_secs: u64 },
     /// The pipeline is backed up; the detail says which part.
     #[error("{detail}")]
     Overloaded { detail: String, retry_after_secs: u64 },
@@ -54,6 +57,7 @@ impl ApiError {
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
+            Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate-limited", "Too many requests"),
             Self::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "Backlog over threshold"),
             Self::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal server error"),
@@ -100,7 +104,10 @@ impl IntoResponse for ApiError {
         let mut response = (status, axum::Json(body)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-        if let Self::Unavailable { retry_after_secs, .. } | Self::Overloaded { retry_after_secs, .. } = self {
+        if let Self::Unavailable { retry_after_secs, .. }
+        | Self::Overloaded { retry_after_secs, .. }
+        | Self::RateLimited { retry_after_secs, .. } = self
+        {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         }
         if status == StatusCode::UNAUTHORIZED {

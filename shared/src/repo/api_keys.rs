@@ -10,8 +10,9 @@ const INSERT_API_KEY: &str =
      VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 /// Not tenant-scoped: this lookup is how a request's tenant is found.
-const FIND_BY_PREFIX: &str = "SELECT id, tenant_id, key_hash, scopes FROM relayops.api_keys
-     WHERE key_prefix = $1 AND revoked_at IS NULL";
+const FIND_BY_PREFIX: &str = "SELECT k.id, k.tenant_id, k.key_hash, k.scopes, t.ingest_rate_per_sec, t.ingest_burst
+     FROM relayops.api_keys k JOIN relayops.tenants t ON t.id = k.tenant_id
+     WHERE k.key_prefix = $1 AND k.revoked_at IS NULL";
 
 /// Writes at most once a minute per key, so a busy key does not write per request.
 const TOUCH_LAST_USED: &str = "UPDATE relayops.api_keys SET last_used_at = now()
@@ -55,6 +56,9 @@ pub struct VerifiedApiKey {
     pub id: ApiKeyId,
     pub tenant_id: TenantId,
     pub scopes: Vec<Scope>,
+    /// The tenant's own ingest limit, if it has one.
+    pub ingest_rate_per_sec: Option<i32>,
+    pub ingest_burst: Option<i32>,
 }
 
 /// Finds the key by its prefix and compares hashes in constant time.
@@ -71,6 +75,8 @@ pub async fn verify(client: &impl GenericClient, presented: &ApiKeySecret) -> Re
         id: ApiKeyId::from_uuid(row.get("id")),
         tenant_id: TenantId::from_uuid(row.get("tenant_id")),
         scopes: scopes.iter().filter_map(|scope| Scope::parse(scope)).collect(),
+        ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
+        ingest_burst: row.get("ingest_burst"),
     }))
 }
 

@@ -26,6 +26,7 @@ const CLAIM: &str = "UPDATE relayops.deliveries d
             OR (d.status = 'in_progress' AND d.lease_expires_at < now()))
      RETURNING d.attempt_count, d.event_id, d.endpoint_id, e.event_type, e.payload::text AS body,
                ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
+               ep.rate_limit_per_sec, ep.rate_limit_burst, ep.max_in_flight,
                CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret";
 
 const CURRENT_STATE: &str = "SELECT status, next_attempt_at FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
@@ -43,6 +44,13 @@ const INSERT_ATTEMPT: &str =
     "INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
          http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+/// Gives a claimed delivery back without an attempt, due again after a wait
+/// (flow control said not now). `attempt_count` is untouched.
+const DEFER: &str = "UPDATE relayops.deliveries
+     SET status = 'scheduled', next_attempt_at = now() + $3::bigint * interval '1 millisecond',
+         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+     WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $4";
 
 /// Settles without an attempt (e.g. the endpoint was disabled after fan-out).
 const SETTLE_WITHOUT_ATTEMPT: &str = "UPDATE relayops.deliveries
@@ -68,6 +76,10 @@ pub struct DeliveryJob {
     /// The endpoint's retry policy; `None` means the platform default.
     pub max_attempts: Option<i32>,
     pub retry_schedule_secs: Option<Vec<i32>>,
+    /// The endpoint's flow control; `None` means the platform default.
+    pub rate_limit_per_sec: Option<i32>,
+    pub rate_limit_burst: Option<i32>,
+    pub max_in_flight: Option<i32>,
     pub secret: String,
     pub previous_secret: Option<String>,
     /// The number this attempt will get.
@@ -114,6 +126,9 @@ pub async fn claim(
         timeout_ms: row.get("timeout_ms"),
         max_attempts: row.get("max_attempts"),
         retry_schedule_secs: row.get("retry_schedule_secs"),
+        rate_limit_per_sec: row.get("rate_limit_per_sec"),
+        rate_limit_burst: row.get("rate_limit_burst"),
+        max_in_flight: row.get("max_in_flight"),
         secret: row.get("secret"),
         previous_secret: row.get("previous_secret"),
         attempt_number: attempt_count + 1,
@@ -187,6 +202,18 @@ pub async fn record_attempt(
     )
     .await?;
     Ok(Settled::Recorded)
+}
+
+pub async fn defer(
+    client: &impl GenericClient,
+    job: &DeliveryJob,
+    worker_id: &str,
+    wait: Duration,
+) -> Result<Settled, DbError> {
+    let wait_ms = wait.as_millis() as i64;
+    let updated =
+        client.execute(DEFER, &[&job.tenant_id.as_uuid(), &job.delivery_id.as_uuid(), &wait_ms, &worker_id]).await?;
+    Ok(if updated == 0 { Settled::LeaseLost } else { Settled::Recorded })
 }
 
 pub async fn settle_without_attempt(

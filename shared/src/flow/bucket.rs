@@ -1,0 +1,70 @@
+//! Token buckets: `rate` tokens per second up to `burst`. The script answers
+//! whether a token was taken and, if not, how long until one will be there.
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::{FlowControl, FlowError};
+
+/// KEYS[1]: bucket. ARGV: rate per second, burst. Returns {taken, wait_micros}.
+static TAKE_TOKEN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        local now_parts = redis.call('TIME')
+        local now = tonumber(now_parts[1]) * 1000000 + tonumber(now_parts[2])
+        local rate = tonumber(ARGV[1])
+        local burst = tonumber(ARGV[2])
+        local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+        local tokens = tonumber(state[1])
+        local at = tonumber(state[2])
+        if tokens == nil or at == nil then
+          tokens = burst
+          at = now
+        end
+        tokens = math.min(burst, tokens + math.max(0, now - at) * rate / 1000000)
+        local taken = 0
+        local wait = 0
+        if tokens >= 1 then
+          tokens = tokens - 1
+          taken = 1
+        else
+          wait = math.ceil((1 - tokens) * 1000000 / rate)
+        end
+        redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+        redis.call('PEXPIRE', KEYS[1], math.ceil(burst * 1000 / rate) + 1000)
+        return {taken, wait}
+        ",
+    )
+});
+
+/// A rate: `per_second` tokens a second, at most `burst` saved up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit {
+    pub per_second: f64,
+    pub burst: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenDecision {
+    Taken,
+    /// No token; one will be there after this long.
+    Wait(Duration),
+}
+
+impl FlowControl {
+    /// Takes one token from the bucket `kind:id` (e.g. `tenant:<id>`).
+    pub async fn take_token(&self, kind: &str, id: &str, limit: Limit) -> Result<TokenDecision, FlowError> {
+        let key = self.key(kind, id);
+        let mut connection = self.connection.clone();
+        let rate = limit.per_second.max(0.001);
+        let burst = limit.burst.max(1);
+        let (taken, wait_micros): (i64, i64) =
+            self.bounded(TAKE_TOKEN.key(key).arg(rate).arg(burst).invoke_async(&mut connection)).await?;
+        Ok(if taken == 1 {
+            TokenDecision::Taken
+        } else {
+            TokenDecision::Wait(Duration::from_micros(wait_micros.max(1) as u64))
+        })
+    }
+}
