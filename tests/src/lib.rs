@@ -12,16 +12,16 @@ use std::time::Duration;
 
 use relayops_publisher::Publisher;
 use relayops_shared::api::{ApiState, IngestLimiter};
-use relayops_shared::flow::{FlowControl, Limit};
-use relayops_worker::gate::Gate;
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_shared::config::{
     BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, PublisherConfig, WorkerConfig,
 };
 use relayops_shared::db::{self, Pool};
+use relayops_shared::flow::{FlowControl, Limit};
 use relayops_shared::ids::TenantId;
 use relayops_simulator::Simulator;
+use relayops_worker::gate::Gate;
 use relayops_worker::Worker;
 use serde_json::{json, Value};
 use tokio::sync::Notify;

@@ -7,13 +7,13 @@ use axum::routing::get;
 use axum::{Json, Router};
 use relayops_publisher::Publisher;
 use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter};
-use relayops_shared::flow::{FlowControl, Limit};
-use relayops_worker::gate::Gate;
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::config::{
     BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig, PublisherConfig, WorkerConfig,
 };
 use relayops_shared::db::{self, Pool};
+use relayops_shared::flow::{FlowControl, Limit};
+use relayops_worker::gate::Gate;
 use relayops_worker::Worker;
 use serde_json::{json, Value};
 use tokio::sync::Notify;

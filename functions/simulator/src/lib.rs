@@ -59,8 +59,10 @@ async fn status(State(sim): State<Simulator>, Path(code): Path<u16>, headers: He
 }
 
 async fn slow(State(sim): State<Simulator>, Path(ms): Path<u64>, headers: HeaderMap, body: Bytes) -> Response {
+    let path = format!("/sim/slow/{ms}");
+    let _open = sim.open(&path);
     tokio::time::sleep(Duration::from_millis(ms.min(600_000))).await;
-    sim.record(&format!("/sim/slow/{ms}"), &headers, &body, 200);
+    sim.record(&path, &headers, &body, 200);
     (StatusCode::OK, "slow ok").into_response()
 }
 

@@ -33,6 +33,23 @@ struct Inner {
     secrets: Vec<SigningSecret>,
     received: Vec<Received>,
     per_delivery: HashMap<String, u32>,
+    /// Per path: requests open now, and the most ever open at once.
+    in_flight: HashMap<String, (u32, u32)>,
+}
+
+/// Counts a request as open on its path until dropped (also when the client
+/// gives up and the handler is cancelled).
+pub struct OpenRequest {
+    simulator: Simulator,
+    path: String,
+}
+
+impl Drop for OpenRequest {
+    fn drop(&mut self) {
+        if let Some((open, _)) = self.simulator.lock().in_flight.get_mut(&self.path) {
+            *open = open.saturating_sub(1);
+        }
+    }
 }
 
 /// Cheap to clone; all clones share one record.
@@ -104,6 +121,23 @@ impl Simulator {
         let total = inner.received.len();
         drop(inner);
         self.count.send_replace(total);
+    }
+
+    /// Marks a request open on `path` for as long as the guard lives.
+    pub fn open(&self, path: &str) -> OpenRequest {
+        let mut inner = self.lock();
+        let (open, max) = inner.in_flight.entry(path.to_owned()).or_insert((0, 0));
+        *open += 1;
+        *max = (*max).max(*open);
+        drop(inner);
+        // Wake waiters: what is open is part of what they may be waiting for.
+        self.count.send_modify(|_| {});
+        OpenRequest { simulator: self.clone(), path: path.to_owned() }
+    }
+
+    /// The most requests that were ever open at once on `path`.
+    pub fn max_in_flight(&self, path: &str) -> u32 {
+        self.lock().in_flight.get(path).map(|(_, max)| *max).unwrap_or(0)
     }
 
     pub fn received(&self) -> Vec<Received> {

@@ -96,9 +96,11 @@ impl Worker {
 /// How many times in a row flow control deferred this message (a header the
 /// worker sets when it sends a message round).
 fn throttles(delivery: &Delivery) -> u32 {
-    let value = delivery.properties.headers().as_ref().and_then(|headers| {
-        headers.inner().get(THROTTLES_HEADER).and_then(|value| value.as_long_long_int())
-    });
+    let value = delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|headers| headers.inner().get(THROTTLES_HEADER).and_then(|value| value.as_long_long_int()));
     value.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32
 }
 

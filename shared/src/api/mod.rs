@@ -8,8 +8,8 @@ mod problem;
 use std::sync::Arc;
 
 use crate::backpressure::Backpressure;
-use crate::flow::{FlowControl, Limit, TokenDecision};
 use crate::db::Pool;
+use crate::flow::{FlowControl, Limit, TokenDecision};
 
 pub use auth::Authenticated;
 pub use json::ApiJson;
@@ -73,7 +73,10 @@ impl ApiState {
         match limiter.flow.take_token("tenant", &caller.tenant_id.to_string(), limit).await {
             Ok(TokenDecision::Taken) => Ok(()),
             Ok(TokenDecision::Wait(wait)) => Err(ApiError::RateLimited {
-                detail: format!("this tenant may post {} events per second; retry after the given delay", limit.per_second),
+                detail: format!(
+                    "this tenant may post {} events per second; retry after the given delay",
+                    limit.per_second
+                ),
                 retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
             }),
             Err(error) => Err(ApiError::Unavailable { retry_after_secs: 1, source: Some(Box::new(error)) }),

@@ -144,3 +144,77 @@ async fn exclusive_soak_with_chaos_and_killed_workers_loses_nothing() {
     assert_eq!(kills, 3);
     assert!(acknowledged.len() as i64 >= delivered, "every delivered delivery was answered 200 by the receiver");
 }
+
+fn redis(args: &[&str]) -> bool {
+    std::process::Command::new(args[0])
+        .args(&args[1..])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_redis_outage_during_traffic_refuses_ingest_defers_delivery_and_loses_nothing() {
+    // The worker starts only once Redis is down, so every delivery meets the outage.
+    let mut env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let mut accepted = Vec::new();
+    for n in 0..10 {
+        let answer = env.post_event("a.b", json!({ "n": n })).await;
+        assert_eq!(answer.status, 201);
+        accepted.push(answer.body["id"].as_str().unwrap().to_owned());
+    }
+
+    assert!(redis(&["redis-cli", "-p", "6379", "shutdown", "nosave"]) || !redis(&["redis-cli", "-p", "6379", "ping"]));
+    // Documented behaviour with Redis down: ingest fails closed with 503 …
+    let refused = env.post_event("a.b", json!({ "during": "outage" })).await;
+    refused.expect_problem(503);
+    assert!(refused.headers.contains_key("retry-after"));
+    // … and the worker defers deliveries instead of sending them without limits.
+    env.start_worker();
+    env.wait_for_sql(
+        "deliveries deferred by the worker",
+        "SELECT count(*) = 10 FROM relayops.deliveries WHERE status = 'scheduled' AND attempt_count = 0",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // the outage lasts a while
+    assert_eq!(env.simulator.received().len(), 0, "nothing was sent while the limiter was down");
+
+    assert!(redis(&[
+        "redis-server",
+        "--daemonize",
+        "yes",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        "6379",
+        "--save",
+        "",
+        "--appendonly",
+        "no"
+    ]));
+    let deadline = Instant::now() + LONG_WAIT;
+    while !redis(&["redis-cli", "-p", "6379", "ping"]) {
+        assert!(Instant::now() < deadline, "redis did not come back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Ingest recovers by itself.
+    let deadline = Instant::now() + LONG_WAIT;
+    loop {
+        let answer = env.post_event("a.b", json!({ "after": "outage" })).await;
+        if answer.status == 201 {
+            accepted.push(answer.body["id"].as_str().unwrap().to_owned());
+            break;
+        }
+        assert_eq!(answer.status, 503, "only 503 while the limiter reconnects");
+        assert!(Instant::now() < deadline, "ingest never recovered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for event in &accepted {
+        let delivery = env.wait_for_status_within(event, "delivered", LONG_WAIT).await;
+        assert_eq!(delivery["attempt_count"], 1, "deferrals during the outage are not attempts");
+    }
+    assert_eq!(env.simulator.received().len(), accepted.len(), "each delivered exactly once");
+    assert_eq!(env.count("events").await, accepted.len() as i64, "refused events left nothing behind");
+}

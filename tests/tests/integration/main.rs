@@ -5,6 +5,7 @@ mod backpressure;
 mod crashes;
 mod exclusive;
 mod faults;
+mod flow;
 mod ingest;
 mod outages;
 mod pipeline;

@@ -1,0 +1,178 @@
+//! Flow control: tenant ingest limits shared by API replicas, endpoint rate
+//! limits and concurrency leases that isolate endpoints from each other.
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use relayops_tests::{TestConfig, TestEnv};
+use serde_json::json;
+
+async fn set_tenant_limit(env: &TestEnv, rate: i32, burst: i32) {
+    let client = env.pool.get().await.unwrap();
+    client
+        .execute("UPDATE relayops.tenants SET ingest_rate_per_sec = $1, ingest_burst = $2", &[&rate, &burst])
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_over_its_ingest_rate_gets_429_with_retry_after_and_nothing_written() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    set_tenant_limit(&env, 1, 2).await;
+    assert_eq!(env.post_event("a.b", json!({ "n": 1 })).await.status, 201);
+    assert_eq!(env.post_event("a.b", json!({ "n": 2 })).await.status, 201);
+    let refused = env.post_event("a.b", json!({ "n": 3 })).await;
+    let detail = refused.expect_problem(429);
+    assert!(detail.contains("per second"), "{detail}");
+    let retry_after: u64 = refused.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
+    assert_eq!(env.count("events").await, 2);
+    // Another tenant has its own bucket.
+    let (_, other) = env.second_tenant().await;
+    let body = json!({ "event_type": "a.b", "payload": {} });
+    assert_eq!(env.request(reqwest::Method::POST, "/v1/events", Some(&other), Some(body)).await.status, 201);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_api_processes_enforce_one_shared_tenant_limit() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
+    const RATE: i32 = 20;
+    set_tenant_limit(&env, RATE, 1).await;
+    let mut apis = Vec::new();
+    let mut urls = Vec::new();
+    for _ in 0..2 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let listen = format!("127.0.0.1:{port}");
+        apis.push(env.spawn_role("api", &[("RELAYOPS_API_LISTEN", listen.as_str())]));
+        urls.push(format!("http://{listen}"));
+    }
+    let http = reqwest::Client::new();
+    for url in &urls {
+        let deadline = Instant::now() + relayops_tests::WAIT;
+        while !http.get(format!("{url}/health/ready")).send().await.is_ok_and(|r| r.status().is_success()) {
+            assert!(Instant::now() < deadline, "api at {url} never became ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // Four clients per process hammer both for a fixed window.
+    const WINDOW: Duration = Duration::from_secs(3);
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for (index, url) in urls.iter().cycle().take(8).enumerate() {
+        let (http, url, key) = (http.clone(), url.clone(), env.api_key.clone());
+        clients.push(tokio::spawn(async move {
+            let (mut accepted, mut limited) = (0u32, 0u32);
+            while started.elapsed() < WINDOW {
+                let body = json!({ "event_type": "a.b", "payload": { "client": index } });
+                let response = http.post(format!("{url}/v1/events")).bearer_auth(&key).json(&body).send().await;
+                match response.map(|r| r.status().as_u16()) {
+                    Ok(201) => accepted += 1,
+                    Ok(429) => limited += 1,
+                    other => panic!("unexpected answer {other:?}"),
+                }
+            }
+            (accepted, limited)
+        }));
+    }
+    let (mut accepted, mut limited) = (0, 0);
+    for client in clients {
+        let (a, l) = client.await.unwrap();
+        accepted += a;
+        limited += l;
+    }
+    let rate = f64::from(accepted) / WINDOW.as_secs_f64();
+    println!("shared tenant limit {RATE}/s: accepted {accepted} ({rate:.1}/s), limited {limited}");
+    assert!(limited > 0, "the clients did push past the limit");
+    assert!(
+        (f64::from(RATE) * 0.9..=f64::from(RATE) * 1.1).contains(&rate),
+        "accepted {rate:.1}/s for a {RATE}/s limit"
+    );
+    assert_eq!(env.count("events").await, i64::from(accepted));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_rate_limit_holds_the_observed_rate_without_spending_attempts() {
+    let env = TestEnv::start().await;
+    env.create_endpoint("/sim/ok", &["*"], json!({ "rate_limit_per_sec": 5, "rate_limit_burst": 1 })).await;
+    let mut events = Vec::new();
+    for n in 0..15 {
+        events.push(env.post_event("a.b", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned());
+    }
+    for event in &events {
+        let delivery = env.wait_for_status(event, "delivered").await;
+        assert_eq!(delivery["attempt_count"], 1, "limiter waits are not attempts");
+    }
+    let mut arrivals: Vec<DateTime<Utc>> = env.simulator.received().iter().map(|r| r.received_at).collect();
+    arrivals.sort();
+    assert_eq!(arrivals.len(), 15);
+    let span = (arrivals[14] - arrivals[0]).to_std().unwrap().as_secs_f64();
+    let rate = 14.0 / span;
+    println!("endpoint limit 5/s: observed {rate:.2}/s over {span:.2} s");
+    assert!(rate <= 5.0 * 1.1, "observed {rate:.2}/s against a 5/s limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_endpoint_cannot_starve_a_fast_one() {
+    let mut config = TestConfig::default();
+    config.worker.request_timeout = Duration::from_secs(8);
+    config.worker.lease = Duration::from_secs(10);
+    let env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/slow/5000", &["slow.*"], json!({ "max_in_flight": 2, "timeout_ms": 8000 })).await;
+    env.create_endpoint("/sim/ok", &["fast.*"], json!({})).await;
+    for n in 0..20 {
+        assert_eq!(env.post_event("slow.x", json!({ "n": n })).await.status, 201);
+    }
+    // The slow endpoint is saturated; now measure the fast one.
+    env.simulator.wait_until(relayops_tests::WAIT, |_| env.simulator.max_in_flight("/sim/slow/5000") >= 2).await;
+    let mut posted = Vec::new();
+    for n in 0..20 {
+        let answer = env.post_event("fast.x", json!({ "n": n })).await;
+        posted.push((answer.body["id"].as_str().unwrap().to_owned(), Utc::now()));
+        tokio::time::sleep(Duration::from_millis(20)).await; // a steady trickle, not a burst
+    }
+    let received = env
+        .simulator
+        .wait_until(relayops_tests::WAIT, |all| all.iter().filter(|r| r.path == "/sim/ok").count() == 20)
+        .await;
+    let deliveries: Vec<(String, DateTime<Utc>)> = {
+        let client = env.pool.get().await.unwrap();
+        let rows = client
+            .query(
+                "SELECT d.id, e.id FROM relayops.deliveries d JOIN relayops.events e ON e.id = d.event_id
+                 WHERE e.event_type = 'fast.x'",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|row| {
+                let (delivery, event): (uuid::Uuid, uuid::Uuid) = (row.get(0), row.get(1));
+                let event = format!("evt_{}", event.simple());
+                let posted_at = posted.iter().find(|(id, _)| *id == event).unwrap().1;
+                (format!("dlv_{}", delivery.simple()), posted_at)
+            })
+            .collect()
+    };
+    let mut latencies: Vec<f64> = deliveries
+        .iter()
+        .map(|(delivery, posted_at)| {
+            let arrival = received.iter().find(|r| r.delivery_id.as_deref() == Some(delivery)).unwrap().received_at;
+            (arrival - *posted_at).num_milliseconds() as f64
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let p95 = latencies[(latencies.len() * 95 / 100).min(latencies.len() - 1)];
+    println!("fast endpoint next to a saturated slow one: p95 {p95:.0} ms");
+    assert!(p95 < 1000.0, "fast endpoint p95 {p95} ms while the slow one is saturated");
+    assert_eq!(env.simulator.max_in_flight("/sim/slow/5000"), 2, "never more than max_in_flight open");
+    let attempts: i64 = env
+        .pool
+        .get()
+        .await
+        .unwrap()
+        .query_one("SELECT coalesce(max(attempt_count), 0)::bigint FROM relayops.deliveries", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(attempts <= 1, "lease misses are not attempts");
+}
