@@ -174,6 +174,10 @@ pub struct WorkerConfig {
     pub lease: Duration,
     /// `RELAYOPS_WORKER_ID` (default: host name + random suffix): the lease owner.
     pub worker_id: String,
+    /// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` (default empty): special addresses the
+    /// worker may nevertheless send to (e.g. `127.0.0.0/8` for a local
+    /// receiver). Empty in production.
+    pub outbound_allow: Vec<ipnet::IpNet>,
 }
 
 impl Default for WorkerConfig {
@@ -186,6 +190,7 @@ impl Default for WorkerConfig {
             pool_per_host: 32,
             lease: Duration::from_secs(45),
             worker_id: default_worker_id(),
+            outbound_allow: Vec::new(),
         }
     }
 }
@@ -214,6 +219,10 @@ impl WorkerConfig {
             pool_per_host: positive("HTTP_POOL_PER_HOST", 32)?,
             lease,
             worker_id: parsed("WORKER_ID", default_worker_id())?,
+            outbound_allow: crate::net_policy::parse_allow_list(
+                &std::env::var(key("OUTBOUND_ALLOW_CIDRS")).unwrap_or_default(),
+            )
+            .map_err(|message| ConfigError { key: key("OUTBOUND_ALLOW_CIDRS"), message })?,
         })
     }
 }

@@ -19,6 +19,7 @@ pub mod domain;
 pub mod failpoint;
 pub mod flow;
 pub mod ids;
+pub mod net_policy;
 pub mod repo;
 pub mod signing;
 pub mod telemetry;

@@ -66,6 +66,8 @@ impl Default for TestConfig {
                 concurrency: 16,
                 request_timeout: Duration::from_secs(2),
                 lease: Duration::from_secs(3),
+                // The simulator listens on loopback, which production refuses.
+                outbound_allow: vec!["127.0.0.0/8".parse().expect("cidr")],
                 ..WorkerConfig::default()
             },
             backpressure: None,

@@ -62,6 +62,7 @@ impl TestEnv {
         let worker = &self.config.worker;
         let delays: Vec<String> = self.broker.retry_delays_ms.iter().map(u64::to_string).collect();
         let delays = delays.join(",");
+        let allow: Vec<String> = worker.outbound_allow.iter().map(ToString::to_string).collect();
         let mut command = Command::new(binary());
         command
             .arg(role)
@@ -79,6 +80,7 @@ impl TestEnv {
             .env("RELAYOPS_PUBLISHER_IDLE_MS", self.config.publisher.idle_interval.as_millis().to_string())
             .env("RELAYOPS_PUBLISHER_CLAIM_TTL_MS", self.config.publisher.claim_ttl.as_millis().to_string())
             .env("RELAYOPS_RECOVERY_GRACE_MS", self.config.publisher.recovery_grace.as_millis().to_string())
+            .env("RELAYOPS_OUTBOUND_ALLOW_CIDRS", allow.join(","))
             .env("RELAYOPS_REDIS_URL", &self.config.flow.redis_url)
             .env("RELAYOPS_REDIS_PREFIX", &self.config.flow.key_prefix)
             .env("RELAYOPS_TENANT_RATE_PER_SEC", self.config.flow.tenant_rate_per_sec.to_string())

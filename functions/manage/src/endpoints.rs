@@ -46,7 +46,7 @@ fn enabled_by_default() -> bool {
     true
 }
 
-fn in_range(
+pub(crate) fn in_range(
     field: &'static str,
     value: Option<i32>,
     range: std::ops::RangeInclusive<i32>,
@@ -59,7 +59,7 @@ fn in_range(
     }
 }
 
-fn parse_schedule(schedule: Option<Vec<i32>>) -> Result<Option<Vec<i32>>, ValidationError> {
+pub(crate) fn parse_schedule(schedule: Option<Vec<i32>>) -> Result<Option<Vec<i32>>, ValidationError> {
     let field = "retry_schedule_secs";
     match schedule {
         Some(steps) if steps.is_empty() || steps.len() > 49 => {
@@ -98,7 +98,7 @@ pub struct EndpointView {
 }
 
 impl EndpointView {
-    fn new(endpoint: EndpointRecord, subscriptions: &[SubscriptionRecord]) -> Self {
+    pub(crate) fn new(endpoint: EndpointRecord, subscriptions: &[SubscriptionRecord]) -> Self {
         Self {
             id: endpoint.id,
             url: endpoint.url,

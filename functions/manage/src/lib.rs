@@ -3,6 +3,7 @@
 //! the caller's tenant.
 //!
 //! Invariant: manage never touches events, deliveries or the outbox.
+mod endpoint_changes;
 mod endpoints;
 
 use axum::routing::{get, post};
@@ -13,8 +14,9 @@ use relayops_shared::api::{not_found_fallback, ApiState};
 pub fn routes() -> Router<ApiState> {
     Router::new()
         .route("/v1/endpoints", post(endpoints::create).get(endpoints::list))
-        .route("/v1/endpoints/{endpoint_id}", get(endpoints::get_one))
+        .route("/v1/endpoints/{endpoint_id}", get(endpoints::get_one).patch(endpoint_changes::update))
         .route("/v1/endpoints/{endpoint_id}/secret", get(endpoints::get_secret))
+        .route("/v1/endpoints/{endpoint_id}/secret/rotate", post(endpoint_changes::rotate_secret))
         .route(
             "/v1/endpoints/{endpoint_id}/subscriptions",
             post(endpoints::add_subscription).get(endpoints::list_subscriptions),

@@ -117,7 +117,13 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
         }
         if roles.worker {
-            let config = WorkerConfig::from_env()?;
+            let mut config = WorkerConfig::from_env()?;
+            if roles.simulator && std::env::var("RELAYOPS_OUTBOUND_ALLOW_CIDRS").is_err() {
+                // Development: the built-in simulator is the one receiver on a
+                // special address that may be reached, and only its address.
+                config.outbound_allow = vec![listen.simulator.ip().into()];
+                tracing::info!(allowed = %listen.simulator.ip(), "outbound allow-list set to the simulator");
+            }
             let gate = Gate::from_config(&FlowConfig::from_env()?, &config)?;
             let worker = Worker::new(pool.clone(), broker, config, gate)?;
             tasks.spawn(async move {

@@ -11,6 +11,7 @@
 //! | `POST /sim/flaky/{n}` | 503 for the first `n` requests of a delivery id, then 200 |
 //! | `POST /sim/slow-once/{ms}` | 200 after `ms` milliseconds the first time a delivery id comes, at once after |
 //! | `POST /sim/timeout` | never answers in time |
+//! | `POST /sim/redirect` | 302 to the cloud metadata address (a receiver must not be followed) |
 //! | `POST /sim/chaos` | per (delivery id, attempt), pseudo-randomly: 10 % 500, 5 % hang 2 s, 10 % slow 200 ms, else 200 |
 //! | `POST /_sim/secrets` `{"secret": "whsec_…"}` | registers a secret to verify with |
 //! | `GET /_sim/received` | everything received, oldest first |
@@ -42,6 +43,7 @@ pub fn router(simulator: Simulator) -> Router {
         .route("/sim/flaky/{failures}", post(flaky))
         .route("/sim/timeout", post(timeout))
         .route("/sim/chaos", post(chaos))
+        .route("/sim/redirect", post(redirect))
         .route("/_sim/secrets", post(register_secret))
         .route("/_sim/received", get(list_received))
         .with_state(simulator)
@@ -90,6 +92,11 @@ async fn timeout(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) 
     sim.record("/sim/timeout", &headers, &body, 0);
     tokio::time::sleep(Duration::from_secs(3600)).await;
     StatusCode::OK.into_response()
+}
+
+async fn redirect(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) -> Response {
+    sim.record("/sim/redirect", &headers, &body, 302);
+    (StatusCode::FOUND, [("location", "http://169.254.169.254/latest/meta-data/")], "moved").into_response()
 }
 
 /// Chaos that is the same for the same (delivery id, attempt), so a run can be

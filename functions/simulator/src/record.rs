@@ -20,8 +20,16 @@ pub struct Received {
     pub event_type: Option<String>,
     pub attempt: Option<u32>,
     pub body: serde_json::Value,
+    /// The body exactly as received (what the signature covers).
+    pub raw_body: String,
+    pub webhook_timestamp: Option<String>,
+    pub webhook_signature: Option<String>,
     /// `None` when no secret is registered; otherwise whether any verified.
     pub signature_valid: Option<bool>,
+    /// How many signatures the request carried (one per active secret).
+    pub signature_count: usize,
+    /// How many registered secrets verify one of them.
+    pub verified_by: usize,
     /// Seconds between the `webhook-timestamp` and arrival.
     pub timestamp_skew_secs: Option<i64>,
     pub answered_status: u16,
@@ -100,12 +108,14 @@ impl Simulator {
         let timestamp = header(headers, signing::HEADER_TIMESTAMP).and_then(|t| t.parse::<i64>().ok());
         let signature = header(headers, signing::HEADER_SIGNATURE);
         let mut inner = self.lock();
-        let signature_valid = (!inner.secrets.is_empty()).then(|| match (&webhook_id, timestamp, &signature) {
+        let verified_by = match (&webhook_id, timestamp, &signature) {
             (Some(id), Some(ts), Some(sig)) => {
-                inner.secrets.iter().any(|secret| signing::verify(secret, id, ts, body, sig))
+                inner.secrets.iter().filter(|secret| signing::verify(secret, id, ts, body, sig)).count()
             }
-            _ => false,
-        });
+            _ => 0,
+        };
+        let signature_valid = (!inner.secrets.is_empty()).then_some(verified_by > 0);
+        let signature_count = signature.as_deref().map(|sig| sig.split(' ').count()).unwrap_or(0);
         inner.received.push(Received {
             path: path.to_owned(),
             delivery_id: header(headers, signing::HEADER_DELIVERY_ID),
@@ -113,7 +123,12 @@ impl Simulator {
             event_type: header(headers, signing::HEADER_EVENT_TYPE),
             attempt: header(headers, signing::HEADER_ATTEMPT).and_then(|a| a.parse().ok()),
             body: serde_json::from_slice(body).unwrap_or(serde_json::Value::Null),
+            raw_body: String::from_utf8_lossy(body).into_owned(),
+            webhook_timestamp: header(headers, signing::HEADER_TIMESTAMP),
+            webhook_signature: signature.clone(),
             signature_valid,
+            signature_count,
+            verified_by,
             timestamp_skew_secs: timestamp.map(|ts| now.timestamp() - ts),
             answered_status,
             received_at: now,

@@ -15,6 +15,7 @@ pub mod delay;
 pub mod gate;
 pub mod policy;
 pub mod process;
+pub mod resolver;
 pub mod sender;
 pub mod verdict;
 

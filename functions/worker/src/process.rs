@@ -187,7 +187,7 @@ fn decide(verdict: &Verdict, policy: &RetryPolicy, attempt_number: u32) -> (Atte
 fn http_status(result: &SendResult) -> Option<i32> {
     match result {
         SendResult::Answered { status, .. } => Some(i32::from(*status)),
-        SendResult::NoAnswer { .. } => None,
+        SendResult::NoAnswer { .. } | SendResult::Blocked => None,
     }
 }
 

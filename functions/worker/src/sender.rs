@@ -2,6 +2,8 @@
 //! host, and a cap on how much of a response body is read. Requests carry the
 //! Standard Webhooks headers and `X-RelayOps-Delivery-Id`, all stable across
 //! retries of one delivery except the timestamp and signature.
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -12,6 +14,9 @@ use relayops_shared::signing;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use serde_json::{Map, Value};
 
+use relayops_shared::net_policy::AddressPolicy;
+
+use crate::resolver::{GuardedResolver, HostBlocked};
 use crate::verdict::SendResult;
 
 const USER_AGENT: &str = concat!("RelayOps-Webhooks/", env!("CARGO_PKG_VERSION"));
@@ -37,13 +42,16 @@ pub struct Exchange {
 #[derive(Clone)]
 pub struct Sender {
     client: reqwest::Client,
+    policy: Arc<AddressPolicy>,
     default_timeout: Duration,
     body_limit: usize,
 }
 
 impl Sender {
     pub fn new(config: &WorkerConfig) -> Result<Self, SenderError> {
+        let policy = Arc::new(AddressPolicy::new(config.outbound_allow.clone()));
         let client = reqwest::Client::builder()
+            .dns_resolver(Arc::new(GuardedResolver::new(Arc::clone(&policy))))
             .user_agent(USER_AGENT)
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.connect_timeout)
@@ -51,7 +59,7 @@ impl Sender {
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
             .map_err(SenderError::Client)?;
-        Ok(Self { client, default_timeout: config.request_timeout, body_limit: config.response_body_limit })
+        Ok(Self { client, policy, default_timeout: config.request_timeout, body_limit: config.response_body_limit })
     }
 
     fn headers(&self, job: &DeliveryJob) -> Result<HeaderMap, SenderError> {
@@ -97,18 +105,32 @@ impl Sender {
             }
         };
         let request_headers = recorded_headers(&headers);
+        if let Err(refusal) = self.check_ip_literal(&job.url) {
+            return Exchange {
+                result: SendResult::Blocked,
+                request_headers,
+                response_body: None,
+                error: Some(refusal),
+                latency: started.elapsed(),
+            };
+        }
         let timeout = job.timeout_ms.map(|ms| Duration::from_millis(ms.max(1) as u64)).unwrap_or(self.default_timeout);
         let sent = self.client.post(&job.url).headers(headers).timeout(timeout).body(job.body.clone()).send().await;
         let mut response = match sent {
             Ok(response) => response,
             Err(error) => {
+                let blocked = blocked_host(&error);
                 return Exchange {
-                    result: SendResult::NoAnswer { timed_out: error.is_timeout() },
+                    result: if blocked {
+                        SendResult::Blocked
+                    } else {
+                        SendResult::NoAnswer { timed_out: error.is_timeout() }
+                    },
                     request_headers,
                     response_body: None,
                     error: Some(describe(&error)),
                     latency: started.elapsed(),
-                }
+                };
             }
         };
         let status = response.status().as_u16();
@@ -133,6 +155,33 @@ impl Sender {
             latency: started.elapsed(),
         }
     }
+}
+
+impl Sender {
+    /// URLs naming an IP address never reach the resolver; check them here.
+    /// (The URL parser has already turned decimal/octal/hex spellings into the
+    /// address they mean.)
+    fn check_ip_literal(&self, url: &str) -> Result<(), String> {
+        let parsed = url::Url::parse(url).map_err(|error| format!("invalid URL: {error}"))?;
+        let address = match parsed.host() {
+            Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
+            Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
+            _ => return Ok(()),
+        };
+        self.policy.check(address).map_err(|blocked| blocked.to_string())
+    }
+}
+
+/// Whether the request failed because our resolver refused every address.
+fn blocked_host(error: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if cause.downcast_ref::<HostBlocked>().is_some() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The request headers kept with the attempt; the signature is left out.

@@ -9,6 +9,8 @@ pub enum SendResult {
     Answered { status: u16, retry_after: Option<Duration> },
     /// No answer: connection refused/reset, DNS, TLS, or timeout.
     NoAnswer { timed_out: bool },
+    /// Not sent: the endpoint's address is one webhooks may not reach.
+    Blocked,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +21,8 @@ pub enum Verdict {
     /// sooner than `not_before` when the receiver said so.
     Retryable { not_before: Option<Duration> },
     /// Other 4xx: the receiver refuses this request; retrying will not help.
-    /// 410 Gone also disables the endpoint.
+    /// 410 Gone also disables the endpoint. Also: a redirect (not followed, by
+    /// design) and a refused address — both need the endpoint fixed.
     Permanent { disable_endpoint: bool },
 }
 
@@ -28,8 +31,10 @@ pub fn classify(result: &SendResult) -> Verdict {
         SendResult::Answered { status: 200..=299, .. } => Verdict::Delivered,
         SendResult::Answered { status: 429 | 503, retry_after } => Verdict::Retryable { not_before: retry_after },
         SendResult::Answered { status: 410, .. } => Verdict::Permanent { disable_endpoint: true },
-        SendResult::Answered { status: 400..=499, .. } => Verdict::Permanent { disable_endpoint: false },
-        // 5xx, and 1xx/3xx (redirects are not followed) are treated as transient.
+        SendResult::Answered { status: 300..=499, .. } | SendResult::Blocked => {
+            Verdict::Permanent { disable_endpoint: false }
+        }
+        // 5xx (and the odd 1xx) are treated as transient.
         SendResult::Answered { .. } | SendResult::NoAnswer { .. } => Verdict::Retryable { not_before: None },
     }
 }
@@ -47,7 +52,8 @@ mod tests {
         assert_eq!(classify(&answered(200)), Verdict::Delivered);
         assert_eq!(classify(&answered(204)), Verdict::Delivered);
         assert_eq!(classify(&answered(500)), Verdict::Retryable { not_before: None });
-        assert_eq!(classify(&answered(302)), Verdict::Retryable { not_before: None });
+        assert_eq!(classify(&answered(302)), Verdict::Permanent { disable_endpoint: false });
+        assert_eq!(classify(&SendResult::Blocked), Verdict::Permanent { disable_endpoint: false });
         assert_eq!(classify(&answered(400)), Verdict::Permanent { disable_endpoint: false });
         assert_eq!(classify(&answered(410)), Verdict::Permanent { disable_endpoint: true });
         assert_eq!(classify(&SendResult::NoAnswer { timed_out: true }), Verdict::Retryable { not_before: None });

@@ -191,3 +191,92 @@ pub async fn disable_endpoint(
     client.execute(DISABLE, &[&tenant.as_uuid(), &id.as_uuid(), &reason]).await?;
     Ok(())
 }
+
+const ROTATE_SECRET: &str = "UPDATE relayops.webhook_endpoints
+     SET previous_secret = secret,
+         previous_secret_expires_at = now() + $4::bigint * interval '1 second',
+         secret = $3, updated_at = now()
+     WHERE tenant_id = $1 AND id = $2";
+
+/// Replaces the signing secret; the old one keeps signing (beside the new) for
+/// `grace_secs`, so receivers can switch without rejecting anything.
+pub async fn rotate_secret(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    id: EndpointId,
+    new_secret: &SigningSecret,
+    grace_secs: i64,
+) -> Result<bool, DbError> {
+    let updated =
+        client.execute(ROTATE_SECRET, &[&tenant.as_uuid(), &id.as_uuid(), &new_secret.expose(), &grace_secs]).await?;
+    Ok(updated == 1)
+}
+
+/// Fields an operator may change; `None` leaves a field as it is.
+#[derive(Debug, Default)]
+pub struct EndpointChanges<'a> {
+    pub url: Option<&'a EndpointUrl>,
+    pub description: Option<&'a str>,
+    pub enabled: Option<bool>,
+    pub rate_limit_per_sec: Option<Option<i32>>,
+    pub rate_limit_burst: Option<Option<i32>>,
+    pub max_in_flight: Option<Option<i32>>,
+    pub max_attempts: Option<Option<i32>>,
+    pub retry_schedule_secs: Option<Option<Vec<i32>>>,
+    pub timeout_ms: Option<Option<i32>>,
+}
+
+/// Applies the changes; re-enabling clears the disabled reason.
+pub async fn update_endpoint(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    id: EndpointId,
+    changes: &EndpointChanges<'_>,
+) -> Result<Option<EndpointRecord>, DbError> {
+    // `$n::bool` says whether the field is being changed; NULL values are real
+    // values (e.g. "no rate limit"), so a flag is needed beside each.
+    let sql = format!(
+        "UPDATE relayops.webhook_endpoints SET
+             url = coalesce($3, url),
+             description = coalesce($4, description),
+             enabled = coalesce($5, enabled),
+             disabled_reason = CASE WHEN $5 THEN NULL WHEN $5 = false THEN coalesce(disabled_reason, 'disabled by an operator') ELSE disabled_reason END,
+             rate_limit_per_sec = CASE WHEN $6 THEN $7 ELSE rate_limit_per_sec END,
+             rate_limit_burst = CASE WHEN $8 THEN $9 ELSE rate_limit_burst END,
+             max_in_flight = CASE WHEN $10 THEN $11 ELSE max_in_flight END,
+             max_attempts = CASE WHEN $12 THEN $13 ELSE max_attempts END,
+             retry_schedule_secs = CASE WHEN $14 THEN $15 ELSE retry_schedule_secs END,
+             timeout_ms = CASE WHEN $16 THEN $17 ELSE timeout_ms END,
+             updated_at = now()
+         WHERE tenant_id = $1 AND id = $2
+         RETURNING {ENDPOINT_COLUMNS}"
+    );
+    let flag = |field: &Option<Option<i32>>| field.is_some();
+    let value = |field: &Option<Option<i32>>| field.flatten();
+    let schedule = changes.retry_schedule_secs.clone().flatten();
+    let row = client
+        .query_opt(
+            &sql,
+            &[
+                &tenant.as_uuid(),
+                &id.as_uuid(),
+                &changes.url.map(EndpointUrl::as_str),
+                &changes.description,
+                &changes.enabled,
+                &flag(&changes.rate_limit_per_sec),
+                &value(&changes.rate_limit_per_sec),
+                &flag(&changes.rate_limit_burst),
+                &value(&changes.rate_limit_burst),
+                &flag(&changes.max_in_flight),
+                &value(&changes.max_in_flight),
+                &flag(&changes.max_attempts),
+                &value(&changes.max_attempts),
+                &changes.retry_schedule_secs.is_some(),
+                &schedule,
+                &flag(&changes.timeout_ms),
+                &value(&changes.timeout_ms),
+            ],
+        )
+        .await?;
+    Ok(row.as_ref().map(EndpointRecord::from_row))
+}

@@ -3,6 +3,7 @@
 mod auth;
 mod backpressure;
 mod crashes;
+mod endpoints;
 mod exclusive;
 mod faults;
 mod flow;
@@ -11,3 +12,4 @@ mod outages;
 mod pipeline;
 mod replay;
 mod retries;
+mod ssrf;

@@ -80,3 +80,25 @@ async fn event_without_matching_subscription_creates_no_delivery() {
     assert_eq!(env.count("deliveries").await, 0);
     assert_eq!(env.count("outbox_messages").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_requests_verify_with_the_reference_standard_webhooks_library() {
+    let env = TestEnv::start().await;
+    let endpoint = env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let event_id = env.post_event("order.created", json!({ "a": [1, 2.5, "ü"], "nested": { "z": null } })).await.body
+        ["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    env.wait_for_status(&event_id, "delivered").await;
+    let request = env.simulator.received()[0].clone();
+
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("webhook-id", request.webhook_id.clone().unwrap().parse().unwrap());
+    headers.insert("webhook-timestamp", request.webhook_timestamp.clone().unwrap().parse().unwrap());
+    headers.insert("webhook-signature", request.webhook_signature.clone().unwrap().parse().unwrap());
+    let verifier = standardwebhooks::Webhook::new(endpoint["secret"].as_str().unwrap()).unwrap();
+    verifier.verify(request.raw_body.as_bytes(), &headers).expect("the reference library accepts our signature");
+    let tampered = request.raw_body.replace("2.5", "3.5");
+    assert!(verifier.verify(tampered.as_bytes(), &headers).is_err(), "and rejects a tampered body");
+}

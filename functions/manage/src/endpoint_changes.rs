@@ -1,0 +1,135 @@
+//! Changing an endpoint: `PATCH /v1/endpoints/{id}` (enable/disable, URL,
+//! limits, retry policy) and `POST /v1/endpoints/{id}/secret/rotate` (a new
+//! signing secret, with the old one still signing beside it for a grace period).
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::Json;
+use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
+use relayops_shared::auth::Scope;
+use relayops_shared::db::DbError;
+use relayops_shared::domain::{EndpointUrl, SigningSecret, ValidationError};
+use relayops_shared::ids::EndpointId;
+use relayops_shared::repo::endpoints::{self, EndpointChanges};
+use serde::{Deserialize, Deserializer};
+use serde_json::{json, Value};
+
+use crate::endpoints::{in_range, parse_schedule, EndpointView};
+
+/// Default and longest overlap of an old secret with its replacement.
+const DEFAULT_GRACE_SECS: i64 = 24 * 3600;
+const MAX_GRACE_SECS: i64 = 7 * 24 * 3600;
+
+/// Tells "absent" (leave as is) from `null` (clear) for nullable fields.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateEndpointRequest {
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    enabled: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    rate_limit_per_sec: Option<Option<i32>>,
+    #[serde(default, deserialize_with = "present")]
+    rate_limit_burst: Option<Option<i32>>,
+    #[serde(default, deserialize_with = "present")]
+    max_in_flight: Option<Option<i32>>,
+    #[serde(default, deserialize_with = "present")]
+    max_attempts: Option<Option<i32>>,
+    #[serde(default, deserialize_with = "present")]
+    retry_schedule_secs: Option<Option<Vec<i32>>>,
+    #[serde(default, deserialize_with = "present")]
+    timeout_ms: Option<Option<i32>>,
+}
+
+fn checked(
+    field: &'static str,
+    value: Option<Option<i32>>,
+    range: std::ops::RangeInclusive<i32>,
+) -> Result<Option<Option<i32>>, ValidationError> {
+    match value {
+        Some(inner) => in_range(field, inner, range).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub async fn update(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    Path(endpoint_id): Path<String>,
+    ApiJson(request): ApiJson<UpdateEndpointRequest>,
+) -> Result<Json<EndpointView>, ApiError> {
+    caller.require(Scope::Admin)?;
+    let id: EndpointId = parse_path_id(&endpoint_id)?;
+    let url = request.url.as_deref().map(EndpointUrl::parse).transpose()?;
+    if request.description.as_ref().is_some_and(|d| d.chars().count() > 1000) {
+        return Err(ValidationError::new("description", "must be at most 1000 characters").into());
+    }
+    let schedule = match request.retry_schedule_secs {
+        Some(schedule) => Some(parse_schedule(schedule)?),
+        None => None,
+    };
+    let changes = EndpointChanges {
+        url: url.as_ref(),
+        description: request.description.as_deref(),
+        enabled: request.enabled,
+        rate_limit_per_sec: checked("rate_limit_per_sec", request.rate_limit_per_sec, 1..=10_000)?,
+        rate_limit_burst: checked("rate_limit_burst", request.rate_limit_burst, 1..=10_000)?,
+        max_in_flight: checked("max_in_flight", request.max_in_flight, 1..=1_000)?,
+        max_attempts: checked("max_attempts", request.max_attempts, 1..=50)?,
+        retry_schedule_secs: schedule,
+        timeout_ms: checked("timeout_ms", request.timeout_ms, 100..=60_000)?,
+    };
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let endpoint = endpoints::update_endpoint(&client, caller.tenant_id, id, &changes)
+        .await?
+        .ok_or(ApiError::NotFound("endpoint"))?;
+    let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
+    Ok(Json(EndpointView::new(endpoint, &subscriptions)))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotateSecretRequest {
+    /// How long the old secret keeps signing beside the new one (default 24 h).
+    #[serde(default)]
+    grace_period_secs: Option<i64>,
+    /// Optional: bring your own `whsec_` secret.
+    #[serde(default)]
+    secret: Option<String>,
+}
+
+pub async fn rotate_secret(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    Path(endpoint_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Admin)?;
+    let id: EndpointId = parse_path_id(&endpoint_id)?;
+    // The body is optional: no body means the defaults.
+    let request: RotateSecretRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        RotateSecretRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|error| ValidationError::new("body", error.to_string()))?
+    };
+    let grace = request.grace_period_secs.unwrap_or(DEFAULT_GRACE_SECS);
+    if !(0..=MAX_GRACE_SECS).contains(&grace) {
+        return Err(ValidationError::new("grace_period_secs", format!("must be between 0 and {MAX_GRACE_SECS}")).into());
+    }
+    let secret = match &request.secret {
+        Some(text) => SigningSecret::parse(text)?,
+        None => SigningSecret::generate(),
+    };
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    if !endpoints::rotate_secret(&client, caller.tenant_id, id, &secret, grace).await? {
+        return Err(ApiError::NotFound("endpoint"));
+    }
+    tracing::info!(tenant_id = %caller.tenant_id, endpoint_id = %id, grace_secs = grace, "endpoint secret rotated");
+    Ok(Json(json!({ "secret": secret.expose(), "previous_secret_valid_for_secs": grace })))
+}
