@@ -1,11 +1,15 @@
 //! Creating a tenant with its first admin user and an API key, in one
-//! transaction. Used by `relayops bootstrap`, the demo and the tests.
+//! transaction: from the command line (`relayops bootstrap`), the demo and
+//! tests, or over HTTP with the one-time bootstrap token.
+use deadpool_postgres::GenericClient;
+
 use crate::auth::password::{hash_password, PasswordError};
 use crate::auth::{ApiKeySecret, Scope};
 use crate::db::{DbError, Pool};
 use crate::ids::{ApiKeyId, TenantId, UserId};
 use crate::repo::api_keys::{self, NewApiKey};
 use crate::repo::tenants::{self, NewUser};
+use crate::repo::users;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
@@ -13,6 +17,8 @@ pub enum BootstrapError {
     Database(#[from] DbError),
     #[error(transparent)]
     Password(#[from] PasswordError),
+    #[error("this bootstrap token has already been used")]
+    TokenUsed,
 }
 
 pub struct BootstrapRequest<'a> {
@@ -29,21 +35,58 @@ pub struct Bootstrapped {
     pub api_key: ApiKeySecret,
 }
 
-pub async fn bootstrap_tenant(pool: &Pool, request: &BootstrapRequest<'_>) -> Result<Bootstrapped, BootstrapError> {
-    let password_hash = hash_password(request.admin_password)?;
+async fn create(
+    tx: &impl GenericClient,
+    request: &BootstrapRequest<'_>,
+    password_hash: &str,
+) -> Result<Bootstrapped, BootstrapError> {
     let api_key = ApiKeySecret::generate();
-    let mut client = pool.get().await.map_err(DbError::from)?;
-    let tx = client.transaction().await.map_err(DbError::from)?;
-    let tenant_id = tenants::insert_tenant(&tx, request.tenant_name).await?;
-    let user = NewUser { email: request.admin_email, password_hash: &password_hash, role: "admin" };
-    let user_id = tenants::insert_user(&tx, tenant_id, &user).await?;
+    let tenant_id = tenants::insert_tenant(tx, request.tenant_name).await?;
+    let user = NewUser { email: request.admin_email, password_hash, role: "admin" };
+    let user_id = tenants::insert_user(tx, tenant_id, &user).await?;
     let key = NewApiKey {
         name: "bootstrap admin key",
         secret: &api_key,
         scopes: &[Scope::Admin, Scope::Ingest],
         created_by: Some(user_id),
     };
-    let api_key_id = api_keys::insert_api_key(&tx, tenant_id, &key).await?;
-    tx.commit().await.map_err(DbError::from)?;
+    let api_key_id = api_keys::insert_api_key(tx, tenant_id, &key).await?;
     Ok(Bootstrapped { tenant_id, user_id, api_key_id, api_key })
+}
+
+async fn hashed(password: &str) -> Result<String, BootstrapError> {
+    let password = password.to_owned();
+    // Argon2 is deliberately slow: keep it off the async workers.
+    let hashed = tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|error| PasswordError::from_join(&error))?;
+    Ok(hashed?)
+}
+
+pub async fn bootstrap_tenant(pool: &Pool, request: &BootstrapRequest<'_>) -> Result<Bootstrapped, BootstrapError> {
+    let password_hash = hashed(request.admin_password).await?;
+    let mut client = pool.get().await.map_err(DbError::from)?;
+    let tx = client.transaction().await.map_err(DbError::from)?;
+    let created = create(&tx, request, &password_hash).await?;
+    tx.commit().await.map_err(DbError::from)?;
+    Ok(created)
+}
+
+/// The HTTP bootstrap: the token's hash is recorded in the same transaction, so
+/// a token creates at most one tenant, and a failed attempt uses nothing.
+pub async fn bootstrap_with_token(
+    pool: &Pool,
+    token_hash: &[u8],
+    request: &BootstrapRequest<'_>,
+) -> Result<Bootstrapped, BootstrapError> {
+    let password_hash = hashed(request.admin_password).await?;
+    let mut client = pool.get().await.map_err(DbError::from)?;
+    let tx = client.transaction().await.map_err(DbError::from)?;
+    if !users::use_bootstrap_token(&tx, token_hash).await? {
+        return Err(BootstrapError::TokenUsed);
+    }
+    let created = create(&tx, request, &password_hash).await?;
+    users::link_bootstrap_token(&tx, token_hash, created.tenant_id).await?;
+    tx.commit().await.map_err(DbError::from)?;
+    Ok(created)
 }

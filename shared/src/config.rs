@@ -227,6 +227,42 @@ impl WorkerConfig {
     }
 }
 
+/// User sessions and first-tenant bootstrap (see `auth`).
+#[derive(Clone, Default)]
+pub struct AuthConfig {
+    /// `RELAYOPS_JWT_SECRET` (at least 32 bytes; unset: login is disabled).
+    pub jwt_secret: Option<String>,
+    /// `RELAYOPS_JWT_TTL_SECS` (default 900): how long a login token lives.
+    pub jwt_ttl: Duration,
+    /// `RELAYOPS_BOOTSTRAP_TOKEN` (unset: `POST /v1/bootstrap` is disabled). Usable
+    /// once: its hash is stored when used.
+    pub bootstrap_token: Option<String>,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
+            .field("jwt_ttl", &self.jwt_ttl)
+            .field("bootstrap_token", &self.bootstrap_token.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+impl AuthConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let secret = std::env::var(key("JWT_SECRET")).ok().filter(|s| !s.is_empty());
+        if secret.as_ref().is_some_and(|s| s.len() < 32) {
+            return Err(ConfigError { key: key("JWT_SECRET"), message: "must be at least 32 bytes".into() });
+        }
+        Ok(Self {
+            jwt_secret: secret,
+            jwt_ttl: Duration::from_secs(positive("JWT_TTL_SECS", 900)?),
+            bootstrap_token: std::env::var(key("BOOTSTRAP_TOKEN")).ok().filter(|s| !s.is_empty()),
+        })
+    }
+}
+
 /// Flow control in Redis (see `flow`).
 #[derive(Debug, Clone)]
 pub struct FlowConfig {

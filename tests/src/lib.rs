@@ -15,7 +15,7 @@ use relayops_shared::api::{ApiState, IngestLimiter};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_shared::config::{
-    BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, PublisherConfig, WorkerConfig,
+    AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, PublisherConfig, WorkerConfig,
 };
 use relayops_shared::db::{self, Pool};
 use relayops_shared::flow::{FlowControl, Limit};
@@ -48,6 +48,8 @@ pub struct TestConfig {
     pub backpressure: Option<BackpressureConfig>,
     /// Flow control (always on); the key prefix is set per test.
     pub flow: FlowConfig,
+    /// Login tokens and the bootstrap token (random per test).
+    pub auth: AuthConfig,
 }
 
 impl Default for TestConfig {
@@ -80,6 +82,11 @@ impl Default for TestConfig {
                 tenant_burst: 100_000,
                 endpoint_max_in_flight: 10,
             },
+            auth: AuthConfig {
+                jwt_secret: Some(format!("test-jwt-secret-{}", uuid::Uuid::new_v4().simple())),
+                jwt_ttl: Duration::from_secs(900),
+                bootstrap_token: Some(format!("bootstrap-{}", uuid::Uuid::new_v4().simple())),
+            },
         }
     }
 }
@@ -101,6 +108,9 @@ pub struct TestEnv {
     pub broker: BrokerConfig,
     pub tenant_id: TenantId,
     pub api_key: String,
+    /// The bootstrapped admin's login.
+    pub admin_email: String,
+    pub admin_password: String,
     pub http: reqwest::Client,
     pub config: TestConfig,
     /// This test's own database.
@@ -158,11 +168,10 @@ impl TestEnv {
             // Few buckets keep the broker light with many tests at once.
             retry_delays_ms: vec![250, 1_000, 5_000],
         };
-        let request = BootstrapRequest {
-            tenant_name: "Test tenant",
-            admin_email: &format!("admin-{suffix}@example.com"),
-            admin_password: "test-password-1",
-        };
+        let admin_email = format!("admin-{suffix}@example.com");
+        let admin_password = format!("pw-{}", uuid::Uuid::new_v4().simple());
+        let request =
+            BootstrapRequest { tenant_name: "Test tenant", admin_email: &admin_email, admin_password: &admin_password };
         let tenant = bootstrap_tenant(&pool, &request).await.expect("bootstrap");
 
         let simulator = Simulator::new();
@@ -172,7 +181,11 @@ impl TestEnv {
             flow: FlowControl::new(&config.flow).expect("redis url"),
             default: Limit { per_second: config.flow.tenant_rate_per_sec, burst: config.flow.tenant_burst },
         };
-        let mut state = ApiState::new(pool.clone()).with_wakeup(wakeup.clone()).with_ingest_limiter(limiter);
+        let mut state = ApiState::new(pool.clone())
+            .with_auth(&config.auth)
+            .expect("auth config")
+            .with_wakeup(wakeup.clone())
+            .with_ingest_limiter(limiter);
         let mut tasks = vec![simulator_task];
         if let Some(backpressure_config) = &config.backpressure {
             let backpressure = Backpressure::new(backpressure_config.clone());
@@ -189,6 +202,8 @@ impl TestEnv {
             broker,
             tenant_id: tenant.tenant_id,
             api_key: tenant.api_key.expose().to_owned(),
+            admin_email,
+            admin_password,
             http: reqwest::Client::new(),
             config: config.clone(),
             database_url,

@@ -59,6 +59,11 @@ impl TestEnv {
     /// Starts `relayops <role>` against this test's database and namespace.
     /// `extra` adds or overrides environment variables.
     pub fn spawn_role(&self, role: &str, extra: &[(&str, &str)]) -> RoleProcess {
+        self.spawn_role_logging(role, extra, None)
+    }
+
+    /// As [`spawn_role`](Self::spawn_role), with the process' logs appended to a file.
+    pub fn spawn_role_logging(&self, role: &str, extra: &[(&str, &str)], log: Option<&std::path::Path>) -> RoleProcess {
         let worker = &self.config.worker;
         let delays: Vec<String> = self.broker.retry_delays_ms.iter().map(u64::to_string).collect();
         let delays = delays.join(",");
@@ -81,6 +86,8 @@ impl TestEnv {
             .env("RELAYOPS_PUBLISHER_CLAIM_TTL_MS", self.config.publisher.claim_ttl.as_millis().to_string())
             .env("RELAYOPS_RECOVERY_GRACE_MS", self.config.publisher.recovery_grace.as_millis().to_string())
             .env("RELAYOPS_OUTBOUND_ALLOW_CIDRS", allow.join(","))
+            .env("RELAYOPS_JWT_SECRET", self.config.auth.jwt_secret.clone().unwrap_or_default())
+            .env("RELAYOPS_BOOTSTRAP_TOKEN", self.config.auth.bootstrap_token.clone().unwrap_or_default())
             .env("RELAYOPS_REDIS_URL", &self.config.flow.redis_url)
             .env("RELAYOPS_REDIS_PREFIX", &self.config.flow.key_prefix)
             .env("RELAYOPS_TENANT_RATE_PER_SEC", self.config.flow.tenant_rate_per_sec.to_string())
@@ -91,6 +98,10 @@ impl TestEnv {
             .stdout(Stdio::null());
         for (key, value) in extra {
             command.env(key, value);
+        }
+        if let Some(path) = log {
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("log file");
+            command.stderr(file);
         }
         RoleProcess { child: command.spawn().expect("spawn relayops") }
     }

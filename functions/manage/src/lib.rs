@@ -1,10 +1,13 @@
-//! The manage function: webhook endpoints and their subscriptions (identity
-//! routes join it later). Every route needs an admin key and acts only within
-//! the caller's tenant.
+//! The manage function: identity (login, first-tenant bootstrap, API keys) and
+//! webhook endpoints with their subscriptions and secrets. Every route except
+//! login and bootstrap needs admin credentials and acts only within the
+//! caller's tenant.
 //!
 //! Invariant: manage never touches events, deliveries or the outbox.
+mod api_keys;
 mod endpoint_changes;
 mod endpoints;
+mod sessions;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -13,6 +16,10 @@ use relayops_shared::api::{not_found_fallback, ApiState};
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
     Router::new()
+        .route("/v1/auth/login", post(sessions::login))
+        .route("/v1/bootstrap", post(sessions::bootstrap))
+        .route("/v1/api-keys", post(api_keys::create).get(api_keys::list))
+        .route("/v1/api-keys/{key_id}", axum::routing::delete(api_keys::revoke))
         .route("/v1/endpoints", post(endpoints::create).get(endpoints::list))
         .route("/v1/endpoints/{endpoint_id}", get(endpoints::get_one).patch(endpoint_changes::update))
         .route("/v1/endpoints/{endpoint_id}/secret", get(endpoints::get_secret))

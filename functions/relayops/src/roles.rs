@@ -9,7 +9,8 @@ use relayops_publisher::Publisher;
 use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::config::{
-    BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig, PublisherConfig, WorkerConfig,
+    AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig, PublisherConfig,
+    WorkerConfig,
 };
 use relayops_shared::db::{self, Pool};
 use relayops_shared::flow::{FlowControl, Limit};
@@ -108,6 +109,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
             };
             let state = ApiState::new(pool.clone())
+                .with_auth(&AuthConfig::from_env()?)?
                 .with_wakeup(wakeup)
                 .with_backpressure(backpressure)
                 .with_ingest_limiter(limiter);

@@ -1,11 +1,10 @@
-//! The replay Lambda: builds the pool once per container, then serves the
+//! The replay Lambda: builds its clients once per container, then serves the
 //! router through lambda_http (API Gateway REST/HTTP API or a function URL).
-use relayops_shared::api::ApiState;
-use relayops_shared::{config::DatabaseConfig, db, telemetry};
+use relayops_shared::{api, telemetry};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
-    let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
-    lambda_http::run(relayops_replay::router(ApiState::new(pool))).await
+    let state = api::state_from_env()?;
+    lambda_http::run(relayops_replay::router(state)).await
 }

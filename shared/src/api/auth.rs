@@ -1,19 +1,28 @@
-//! Resolves the caller's tenant from `Authorization: Bearer <api key>`. No route
-//! takes a tenant id from the client: it only ever comes from here.
+//! Resolves the caller and its tenant from `Authorization: Bearer <credential>`:
+//! an API key (`rk_live_…`) or a user's login token (JWT). No route takes a
+//! tenant id from the client: it only ever comes from here.
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
 use super::{ApiError, ApiState};
 use crate::auth::{ApiKeySecret, Scope};
-use crate::ids::{ApiKeyId, TenantId};
-use crate::repo::api_keys;
+use crate::db::DbError;
+use crate::ids::{ApiKeyId, TenantId, UserId};
+use crate::repo::{api_keys, users};
+
+/// Who is calling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Principal {
+    ApiKey(ApiKeyId),
+    User(UserId),
+}
 
 /// An authenticated caller.
 #[derive(Debug, Clone)]
 pub struct Authenticated {
     pub tenant_id: TenantId,
-    pub key_id: ApiKeyId,
+    pub principal: Principal,
     pub scopes: Vec<Scope>,
     /// The tenant's own ingest limit (requests/s, burst), if it has one.
     pub ingest_limit: (Option<i32>, Option<i32>),
@@ -25,38 +34,63 @@ impl Authenticated {
         if self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope) {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(format!("this API key lacks the `{}` scope", scope.as_str())))
+            Err(ApiError::Forbidden(format!("these credentials lack the `{}` scope", scope.as_str())))
         }
     }
+}
+
+fn bearer(parts: &Parts) -> Option<&str> {
+    let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 impl FromRequestParts<ApiState> for Authenticated {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
-        let presented = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .and_then(|token| ApiKeySecret::from_presented(token.trim()))
-            .ok_or(ApiError::Unauthorized)?;
-        let client = state.pool.get().await.map_err(crate::db::DbError::from)?;
-        let key = api_keys::verify(&client, &presented).await?.ok_or(ApiError::Unauthorized)?;
-        drop(client);
-        // Bookkeeping only: never delays or fails the request.
-        let pool = state.pool.clone();
-        let (tenant, id) = (key.tenant_id, key.id);
-        tokio::spawn(async move {
-            if let Ok(client) = pool.get().await {
-                let _ = api_keys::touch_last_used(&client, tenant, id).await;
-            }
-        });
-        Ok(Self {
-            tenant_id: key.tenant_id,
-            key_id: key.id,
-            scopes: key.scopes,
-            ingest_limit: (key.ingest_rate_per_sec, key.ingest_burst),
-        })
+        let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
+        if let Some(key) = ApiKeySecret::from_presented(token) {
+            return by_api_key(state, &key).await;
+        }
+        by_login_token(state, token).await
     }
+}
+
+async fn by_api_key(state: &ApiState, presented: &ApiKeySecret) -> Result<Authenticated, ApiError> {
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let key = api_keys::verify(&client, presented).await?.ok_or(ApiError::Unauthorized)?;
+    drop(client);
+    // Bookkeeping only: never delays or fails the request.
+    let pool = state.pool.clone();
+    let (tenant, id) = (key.tenant_id, key.id);
+    tokio::spawn(async move {
+        if let Ok(client) = pool.get().await {
+            let _ = api_keys::touch_last_used(&client, tenant, id).await;
+        }
+    });
+    Ok(Authenticated {
+        tenant_id: key.tenant_id,
+        principal: Principal::ApiKey(key.id),
+        scopes: key.scopes,
+        ingest_limit: (key.ingest_rate_per_sec, key.ingest_burst),
+    })
+}
+
+async fn by_login_token(state: &ApiState, token: &str) -> Result<Authenticated, ApiError> {
+    let keys = state.jwt.as_ref().ok_or(ApiError::Unauthorized)?;
+    let claims = keys.verify(token).map_err(|_| ApiError::Unauthorized)?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let user = users::principal(&client, claims.tid, claims.sub).await?.ok_or(ApiError::Unauthorized)?;
+    // The role is read from the database, so a demotion takes effect at once.
+    let scopes = match user.role.as_str() {
+        "admin" => vec![Scope::Admin],
+        _ => Vec::new(),
+    };
+    Ok(Authenticated {
+        tenant_id: claims.tid,
+        principal: Principal::User(claims.sub),
+        scopes,
+        ingest_limit: (user.ingest_rate_per_sec, user.ingest_burst),
+    })
 }

@@ -7,11 +7,15 @@ mod problem;
 
 use std::sync::Arc;
 
+use sha2::{Digest, Sha256};
+
+use crate::auth::jwt::JwtKeys;
 use crate::backpressure::Backpressure;
+use crate::config::AuthConfig;
 use crate::db::Pool;
 use crate::flow::{FlowControl, Limit, TokenDecision};
 
-pub use auth::Authenticated;
+pub use auth::{Authenticated, Principal};
 pub use json::ApiJson;
 pub use problem::{not_found_fallback, ApiError};
 
@@ -37,6 +41,10 @@ pub struct ApiState {
     pub backpressure: Option<Arc<Backpressure>>,
     /// When set, each tenant's ingest rate is limited (shared across replicas).
     pub ingest_limiter: Option<IngestLimiter>,
+    /// When set, users can log in and use their session tokens.
+    pub jwt: Option<Arc<JwtKeys>>,
+    /// SHA-256 of the configured bootstrap token, when there is one.
+    pub bootstrap_token_hash: Option<[u8; 32]>,
 }
 
 /// The tenant ingest limit: the shared token bucket and the default rate.
@@ -48,7 +56,17 @@ pub struct IngestLimiter {
 
 impl ApiState {
     pub fn new(pool: Pool) -> Self {
-        Self { pool, wakeup: None, backpressure: None, ingest_limiter: None }
+        Self { pool, wakeup: None, backpressure: None, ingest_limiter: None, jwt: None, bootstrap_token_hash: None }
+    }
+
+    /// Login tokens and the bootstrap token, as configured.
+    pub fn with_auth(mut self, config: &AuthConfig) -> Result<Self, crate::auth::jwt::JwtError> {
+        if let Some(secret) = &config.jwt_secret {
+            self.jwt = Some(Arc::new(JwtKeys::new(secret.as_bytes(), config.jwt_ttl)?));
+        }
+        self.bootstrap_token_hash =
+            config.bootstrap_token.as_ref().map(|token| Sha256::digest(token.as_bytes()).into());
+        Ok(self)
     }
 
     pub fn with_backpressure(mut self, backpressure: Arc<Backpressure>) -> Self {
@@ -112,4 +130,18 @@ where
     T: std::str::FromStr<Err = crate::ids::IdParseError>,
 {
     text.parse().map_err(|error: crate::ids::IdParseError| ApiError::BadRequest(error.to_string()))
+}
+
+/// The state an HTTP function's Lambda builds once per container: the pool,
+/// login tokens, and the tenant ingest limiter (all from the environment).
+/// Backpressure sampling is left to long-lived processes.
+pub fn state_from_env() -> Result<ApiState, Box<dyn std::error::Error + Send + Sync>> {
+    use crate::config::{DatabaseConfig, FlowConfig};
+    let pool = crate::db::connect_pool(&DatabaseConfig::from_env()?)?;
+    let flow = FlowConfig::from_env()?;
+    let limiter = IngestLimiter {
+        flow: FlowControl::new(&flow)?,
+        default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
+    };
+    Ok(ApiState::new(pool).with_auth(&AuthConfig::from_env()?)?.with_ingest_limiter(limiter))
 }

@@ -22,6 +22,9 @@ pub enum ApiError {
     PayloadTooLarge(String),
     #[error("missing or invalid credentials")]
     Unauthorized,
+    /// 401 with a specific message (a failed login).
+    #[error("{0}")]
+    Unauthenticated(String),
     #[error("{0}")]
     Forbidden(String),
     #[error("{0} not found")]
@@ -53,7 +56,7 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type")
             }
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Request body too large"),
-            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            Self::Unauthorized | Self::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),

@@ -1,5 +1,6 @@
 //! Credentials: API keys (only a hash stored) and password hashing.
 pub mod api_key;
+pub mod jwt;
 pub mod password;
 
 pub use api_key::{ApiKeySecret, Scope};

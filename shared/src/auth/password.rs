@@ -8,6 +8,28 @@ use argon2::{Algorithm, Argon2, Params, Version};
 #[error("password hashing failed: {0}")]
 pub struct PasswordError(String);
 
+impl PasswordError {
+    /// The blocking task that hashed a password panicked or was cancelled.
+    pub fn from_join(error: &tokio::task::JoinError) -> Self {
+        Self(error.to_string())
+    }
+}
+
+/// Checks a password off the async workers (Argon2 takes tens of milliseconds).
+pub async fn verify_password_blocking(password: String, stored: String) -> bool {
+    tokio::task::spawn_blocking(move || verify_password(&password, &stored)).await.unwrap_or(false)
+}
+
+/// A hash no password matches, verified against when an email is unknown so
+/// that a login takes as long whether or not the account exists.
+pub fn decoy_hash() -> &'static str {
+    static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DECOY.get_or_init(|| {
+        let random = uuid::Uuid::new_v4().to_string();
+        hash_password(&random).unwrap_or_default()
+    })
+}
+
 fn hasher() -> Result<Argon2<'static>, PasswordError> {
     let params = Params::new(19 * 1024, 2, 1, None).map_err(|error| PasswordError(error.to_string()))?;
     Ok(Argon2::new(Algorithm::Argon2id, Version::V0x13, params))

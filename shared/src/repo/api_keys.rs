@@ -84,3 +84,42 @@ pub async fn touch_last_used(client: &impl GenericClient, tenant: TenantId, key:
     client.execute(TOUCH_LAST_USED, &[&key.as_uuid(), &tenant.as_uuid()]).await?;
     Ok(())
 }
+
+const LIST: &str = "SELECT id, name, key_prefix, scopes, created_at, last_used_at, revoked_at
+     FROM relayops.api_keys WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC";
+
+const REVOKE: &str = "UPDATE relayops.api_keys SET revoked_at = coalesce(revoked_at, now())
+     WHERE tenant_id = $1 AND id = $2";
+
+/// An API key as listed: never its secret or hash.
+#[derive(Debug, Clone)]
+pub struct ApiKeyRecord {
+    pub id: ApiKeyId,
+    pub name: String,
+    pub prefix: String,
+    pub scopes: Vec<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+pub async fn list_api_keys(client: &impl GenericClient, tenant: TenantId) -> Result<Vec<ApiKeyRecord>, DbError> {
+    let rows = client.query(LIST, &[&tenant.as_uuid()]).await?;
+    Ok(rows
+        .iter()
+        .map(|row| ApiKeyRecord {
+            id: ApiKeyId::from_uuid(row.get("id")),
+            name: row.get("name"),
+            prefix: row.get("key_prefix"),
+            scopes: row.get("scopes"),
+            created_at: row.get("created_at"),
+            last_used_at: row.get("last_used_at"),
+            revoked_at: row.get("revoked_at"),
+        })
+        .collect())
+}
+
+/// Revokes a key (idempotent); false if the tenant has no such key.
+pub async fn revoke_api_key(client: &impl GenericClient, tenant: TenantId, id: ApiKeyId) -> Result<bool, DbError> {
+    Ok(client.execute(REVOKE, &[&tenant.as_uuid(), &id.as_uuid()]).await? == 1)
+}

@@ -16,5 +16,6 @@ pub mod outbox;
 pub mod recovery;
 pub mod replay;
 pub mod tenants;
+pub mod users;
 
 pub use deadpool_postgres::GenericClient;

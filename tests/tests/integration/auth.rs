@@ -32,34 +32,44 @@ async fn another_tenants_objects_are_not_found() {
     let endpoint_id = delivery["endpoint_id"].as_str().unwrap();
 
     let (_, other) = env.second_tenant().await;
+    // Every route that names an object: the other tenant gets 404, nothing else.
+    let by_id: Vec<(Method, String, Option<serde_json::Value>)> = vec![
+        (Method::GET, format!("/v1/events/{event_id}"), None),
+        (Method::GET, format!("/v1/events/{event_id}/deliveries"), None),
+        (Method::GET, format!("/v1/deliveries/{delivery_id}"), None),
+        (Method::GET, format!("/v1/deliveries/{delivery_id}/attempts"), None),
+        (Method::POST, format!("/v1/deliveries/{delivery_id}/replay"), None),
+        (Method::GET, format!("/v1/endpoints/{endpoint_id}"), None),
+        (Method::PATCH, format!("/v1/endpoints/{endpoint_id}"), Some(json!({ "enabled": false }))),
+        (Method::GET, format!("/v1/endpoints/{endpoint_id}/secret"), None),
+        (Method::POST, format!("/v1/endpoints/{endpoint_id}/secret/rotate"), Some(json!({}))),
+        (Method::GET, format!("/v1/endpoints/{endpoint_id}/subscriptions"), None),
+        (Method::POST, format!("/v1/endpoints/{endpoint_id}/subscriptions"), Some(json!({ "event_type": "x.y" }))),
+    ];
+    for (method, path, body) in by_id {
+        let answer = env.request(method.clone(), &path, Some(&other), body).await;
+        let detail = answer.expect_problem(404);
+        assert!(!detail.contains("mine"), "{method} {path}: nothing of the other tenant leaks: {detail}");
+    }
+    // Lists and counts never include the other tenant's objects.
     for path in [
-        format!("/v1/events/{event_id}"),
-        format!("/v1/events/{event_id}/deliveries"),
-        format!("/v1/deliveries/{delivery_id}"),
-        format!("/v1/deliveries/{delivery_id}/attempts"),
-        format!("/v1/endpoints/{endpoint_id}"),
-        format!("/v1/endpoints/{endpoint_id}/secret"),
+        "/v1/events".to_owned(),
+        "/v1/endpoints".to_owned(),
+        "/v1/deliveries".to_owned(),
+        format!("/v1/deliveries?endpoint_id={endpoint_id}"),
     ] {
         let answer = env.request(Method::GET, &path, Some(&other), None).await;
-        let detail = answer.expect_problem(404);
-        assert!(!detail.contains("mine"), "nothing of the other tenant leaks: {detail}");
+        assert_eq!(answer.body["data"], json!([]), "{path}");
     }
-    let replay = env.request(Method::POST, &format!("/v1/deliveries/{delivery_id}/replay"), Some(&other), None).await;
-    replay.expect_problem(404);
-    let subscribe = env
-        .request(
-            Method::POST,
-            &format!("/v1/endpoints/{endpoint_id}/subscriptions"),
-            Some(&other),
-            Some(json!({ "event_type": "x.y" })),
-        )
-        .await;
-    subscribe.expect_problem(404);
+    let keys = env.request(Method::GET, "/v1/api-keys", Some(&other), None).await;
+    assert_eq!(keys.body["data"].as_array().unwrap().len(), 1, "only the other tenant's own key");
+    let replay = json!({ "endpoint_id": endpoint_id, "statuses": ["dead", "failed"], "dry_run": true });
+    let counted = env.request(Method::POST, "/v1/replays", Some(&other), Some(replay)).await;
+    assert_eq!(counted.body["matched"], 0, "counts never include another tenant's deliveries");
 
-    let lists = env.request(Method::GET, "/v1/events", Some(&other), None).await;
-    assert_eq!(lists.body["data"], json!([]), "lists show only the caller's events");
-    let endpoints = env.request(Method::GET, "/v1/endpoints", Some(&other), None).await;
-    assert_eq!(endpoints.body["data"], json!([]));
+    // And the owner still sees everything unchanged.
+    let mine = env.get(&format!("/v1/endpoints/{endpoint_id}")).await;
+    assert_eq!(mine.body["enabled"], true, "the other tenant's PATCH changed nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

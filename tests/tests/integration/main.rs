@@ -7,6 +7,7 @@ mod endpoints;
 mod exclusive;
 mod faults;
 mod flow;
+mod identity;
 mod ingest;
 mod outages;
 mod pipeline;

@@ -1,0 +1,115 @@
+//! `POST /v1/auth/login` (email + password → a short-lived token) and
+//! `POST /v1/bootstrap` (the one-time token from the environment → the first
+//! tenant, its admin and an API key).
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use relayops_shared::api::{ApiError, ApiJson, ApiState};
+use relayops_shared::auth::password::{decoy_hash, verify_password_blocking};
+use relayops_shared::bootstrap::{bootstrap_with_token, BootstrapError, BootstrapRequest};
+use relayops_shared::db::DbError;
+use relayops_shared::domain::ValidationError;
+use relayops_shared::repo::users;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+const BAD_LOGIN: &str = "invalid email or password";
+
+fn checked_email(email: &str) -> Result<&str, ValidationError> {
+    let valid = (3..=320).contains(&email.len())
+        && email.split_once('@').is_some_and(|(user, domain)| !user.is_empty() && domain.contains('.'))
+        && !email.chars().any(char::is_whitespace);
+    valid.then_some(email).ok_or_else(|| ValidationError::new("email", "must be an email address"))
+}
+
+fn checked_password(password: &str) -> Result<&str, ValidationError> {
+    match password.chars().count() {
+        10..=1024 => Ok(password),
+        _ => Err(ValidationError::new("password", "must be 10 to 1024 characters")),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoginRequest {
+    email: String,
+    password: String,
+}
+
+pub async fn login(
+    State(state): State<ApiState>,
+    ApiJson(request): ApiJson<LoginRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let keys = state
+        .jwt
+        .clone()
+        .ok_or_else(|| ApiError::Forbidden("login is not enabled on this installation (RELAYOPS_JWT_SECRET)".into()))?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let candidate = users::find_by_email(&client, &request.email).await?;
+    // Unknown emails cost the same hash check as known ones.
+    let stored = candidate.as_ref().map(|c| c.password_hash.clone()).unwrap_or_else(|| decoy_hash().to_owned());
+    let matches = verify_password_blocking(request.password, stored).await;
+    let Some(user) = candidate.filter(|_| matches) else {
+        tracing::info!("login refused");
+        return Err(ApiError::Unauthenticated(BAD_LOGIN.into()));
+    };
+    users::touch_login(&client, user.tenant_id, user.id).await?;
+    let (token, expires_at) = keys.issue(user.id, user.tenant_id, &user.role).map_err(ApiError::internal)?;
+    tracing::info!(tenant_id = %user.tenant_id, user_id = %user.id, "login");
+    Ok(Json(json!({
+        "token": token,
+        "token_type": "Bearer",
+        "expires_at": expires_at,
+        "tenant_id": user.tenant_id,
+        "user_id": user.id,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootstrapBody {
+    token: String,
+    tenant_name: String,
+    admin_email: String,
+    admin_password: String,
+}
+
+pub async fn bootstrap(
+    State(state): State<ApiState>,
+    ApiJson(body): ApiJson<BootstrapBody>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let expected = state.bootstrap_token_hash.ok_or(ApiError::NotFound("route"))?;
+    let presented: [u8; 32] = Sha256::digest(body.token.as_bytes()).into();
+    if !bool::from(presented.ct_eq(&expected)) {
+        return Err(ApiError::Unauthenticated("invalid bootstrap token".into()));
+    }
+    let name = body.tenant_name.trim();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(ValidationError::new("tenant_name", "must be 1 to 200 characters").into());
+    }
+    let request = BootstrapRequest {
+        tenant_name: name,
+        admin_email: checked_email(&body.admin_email)?,
+        admin_password: checked_password(&body.admin_password)?,
+    };
+    let created = match bootstrap_with_token(&state.pool, &presented, &request).await {
+        Ok(created) => created,
+        Err(BootstrapError::TokenUsed) => {
+            return Err(ApiError::Conflict("this bootstrap token has already been used".into()))
+        }
+        Err(BootstrapError::Database(error)) => return Err(error.into()),
+        Err(other) => return Err(ApiError::internal(other)),
+    };
+    tracing::info!(tenant_id = %created.tenant_id, "tenant bootstrapped");
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "tenant_id": created.tenant_id,
+            "user_id": created.user_id,
+            "api_key_id": created.api_key_id,
+            "api_key": created.api_key.expose(),
+        })),
+    ))
+}

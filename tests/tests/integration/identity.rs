@@ -1,0 +1,225 @@
+//! Identity: logins, API keys and their scopes, the one-time bootstrap token,
+//! and credentials never kept or logged in clear.
+use std::time::Duration;
+
+use relayops_tests::{TestConfig, TestEnv};
+use reqwest::Method;
+use serde_json::json;
+
+async fn login(env: &TestEnv, email: &str, password: &str) -> relayops_tests::Answer {
+    env.request(Method::POST, "/v1/auth/login", None, Some(json!({ "email": email, "password": password }))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_token_works_like_an_admin_key_and_bad_logins_learn_nothing() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let answer = login(&env, &env.admin_email.to_uppercase(), &env.admin_password).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let token = answer.body["token"].as_str().unwrap().to_owned();
+    assert_eq!(answer.body["tenant_id"], env.tenant_id.to_string());
+
+    let endpoints = env.request(Method::GET, "/v1/endpoints", Some(&token), None).await;
+    assert_eq!(endpoints.status, 200);
+    let posted =
+        env.request(Method::POST, "/v1/events", Some(&token), Some(json!({ "event_type": "a.b", "payload": {} })));
+    assert_eq!(posted.await.status, 201);
+
+    let wrong = login(&env, &env.admin_email, "not-the-password").await;
+    let unknown = login(&env, "nobody@example.com", "not-the-password").await;
+    let (wrong_detail, unknown_detail) = (wrong.expect_problem(401), unknown.expect_problem(401));
+    assert_eq!(wrong_detail, unknown_detail, "the answer does not reveal which emails exist");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_expired_tampered_and_orphaned_tokens_are_refused() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let token = login(&env, &env.admin_email, &env.admin_password).await.body["token"].as_str().unwrap().to_owned();
+    let secret = env.config.auth.jwt_secret.clone().unwrap();
+
+    #[derive(serde::Serialize)]
+    struct Claims {
+        sub: String,
+        tid: String,
+        role: String,
+        iss: String,
+        iat: i64,
+        exp: i64,
+    }
+    let user = env.pool.get().await.unwrap().query_one("SELECT id FROM relayops.user_accounts", &[]).await.unwrap();
+    let user: uuid::Uuid = user.get(0);
+    let claims = |exp: i64| Claims {
+        sub: format!("usr_{}", user.simple()),
+        tid: env.tenant_id.to_string(),
+        role: "admin".into(),
+        iss: "relayops".into(),
+        iat: 0,
+        exp,
+    };
+    let sign = |claims: &Claims, key: &[u8]| {
+        jsonwebtoken::encode(&jsonwebtoken::Header::default(), claims, &jsonwebtoken::EncodingKey::from_secret(key))
+            .unwrap()
+    };
+    let now = chrono::Utc::now().timestamp();
+    let valid_again = sign(&claims(now + 600), secret.as_bytes());
+    assert_eq!(env.request(Method::GET, "/v1/endpoints", Some(&valid_again), None).await.status, 200, "control");
+
+    let forged = sign(&claims(now + 600), b"some-other-secret-of-32-bytes-or-more!!");
+    let expired = sign(&claims(now - 600), secret.as_bytes());
+    let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
+    parts[1] = parts[1].chars().rev().collect();
+    let tampered = parts.join(".");
+    for bad in [forged.as_str(), expired.as_str(), tampered.as_str(), "not.a.jwt"] {
+        env.request(Method::GET, "/v1/endpoints", Some(bad), None).await.expect_problem(401);
+    }
+    // A deleted user's token stops working at once.
+    env.pool.get().await.unwrap().execute("DELETE FROM relayops.user_accounts", &[]).await.unwrap();
+    env.request(Method::GET, "/v1/endpoints", Some(&token), None).await.expect_problem(401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_are_shown_once_scoped_listed_without_secrets_and_revocable() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let created = env.post("/v1/api-keys", json!({ "name": "ingest only", "scopes": ["ingest"] })).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let key = created.body["key"].as_str().unwrap().to_owned();
+    assert!(key.starts_with("rk_live_"));
+    let key_id = created.body["id"].as_str().unwrap().to_owned();
+
+    let body = json!({ "event_type": "a.b", "payload": {} });
+    assert_eq!(env.request(Method::POST, "/v1/events", Some(&key), Some(body.clone())).await.status, 201);
+    for (method, path) in [(Method::GET, "/v1/endpoints"), (Method::GET, "/v1/api-keys"), (Method::POST, "/v1/replays")]
+    {
+        let answer = env.request(method, path, Some(&key), Some(json!({}))).await;
+        let detail = answer.expect_problem(403);
+        assert!(detail.contains("admin"), "{detail}");
+    }
+
+    let listed = env.get("/v1/api-keys").await;
+    let text = listed.body.to_string();
+    assert!(!text.contains(&key), "a list never shows a secret");
+    let entry = listed.body["data"].as_array().unwrap().iter().find(|k| k["id"] == key_id.as_str()).unwrap().clone();
+    assert_eq!(entry["prefix"], &key[..20]);
+    assert_eq!(entry["scopes"], json!(["ingest"]));
+
+    let (_, other) = env.second_tenant().await;
+    let path = format!("/v1/api-keys/{key_id}");
+    env.request(Method::DELETE, &path, Some(&other), None).await.expect_problem(404);
+    assert_eq!(env.request(Method::DELETE, &path, Some(&env.api_key), None).await.status, 204);
+    env.request(Method::POST, "/v1/events", Some(&key), Some(body)).await.expect_problem(401);
+    env.post("/v1/api-keys", json!({ "name": "x", "scopes": ["root"] })).await.expect_problem(422);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bootstrap_token_creates_one_tenant_once() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let token = env.config.auth.bootstrap_token.clone().unwrap();
+    let body = |token: &str| json!({ "token": token, "tenant_name": "Acme", "admin_email": "ops@acme.example", "admin_password": "a-long-password-1" });
+    env.request(Method::POST, "/v1/bootstrap", None, Some(body("wrong"))).await.expect_problem(401);
+    let created = env.request(Method::POST, "/v1/bootstrap", None, Some(body(&token))).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let key = created.body["api_key"].as_str().unwrap();
+    assert_eq!(env.request(Method::GET, "/v1/endpoints", Some(key), None).await.status, 200);
+    env.request(Method::POST, "/v1/bootstrap", None, Some(body(&token))).await.expect_problem(409);
+
+    let client = env.pool.get().await.unwrap();
+    let stored: String = client
+        .query_one("SELECT row_to_json(t)::text FROM relayops.used_bootstrap_tokens t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!stored.contains(&token), "only the token's hash is kept");
+    let tenants: i64 = client.query_one("SELECT count(*) FROM relayops.tenants", &[]).await.unwrap().get(0);
+    assert_eq!(tenants, 2, "the test's own tenant and exactly one bootstrapped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_payloads_and_signatures_never_appear_in_the_database_or_logs() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let log = std::env::temp_dir().join(format!("relayops-log-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let debug = [("RELAYOPS_API_LISTEN", listen.as_str()), ("RELAYOPS_LOG", "debug,lapin=info,h2=info,hyper=info")];
+    let _api = env.spawn_role_logging("api", &debug, Some(&log));
+    let _worker = env.spawn_role_logging("worker", &debug, Some(&log));
+    let api = format!("http://{listen}");
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + relayops_tests::WAIT;
+    while !http.get(format!("{api}/health/ready")).send().await.is_ok_and(|r| r.status().is_success()) {
+        assert!(std::time::Instant::now() < deadline, "api never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let password = "correct-horse-battery-staple";
+    let token = env.config.auth.bootstrap_token.clone().unwrap();
+    let boot =
+        json!({ "token": token, "tenant_name": "Logs", "admin_email": "logs@example.com", "admin_password": password });
+    let created: serde_json::Value =
+        http.post(format!("{api}/v1/bootstrap")).json(&boot).send().await.unwrap().json().await.unwrap();
+    let key = created["api_key"].as_str().unwrap().to_owned();
+    let login: serde_json::Value = http
+        .post(format!("{api}/v1/auth/login"))
+        .json(&json!({ "email": "logs@example.com", "password": password }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let jwt = login["token"].as_str().unwrap().to_owned();
+    let endpoint: serde_json::Value = http
+        .post(format!("{api}/v1/endpoints"))
+        .bearer_auth(&jwt)
+        .json(&json!({ "url": format!("{}/sim/ok", env.simulator_url), "event_types": ["*"] }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let secret = endpoint["secret"].as_str().unwrap().to_owned();
+    let marker = format!("payload-marker-{}", uuid::Uuid::new_v4().simple());
+    let posted = http
+        .post(format!("{api}/v1/events"))
+        .bearer_auth(&key)
+        .json(&json!({ "event_type": "a.b", "payload": { "card": marker } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 201);
+    let received = env.simulator.wait_until(relayops_tests::WAIT, |all| !all.is_empty()).await;
+    let signature = received[0].webhook_signature.clone().unwrap();
+    let signature_value = signature.trim_start_matches("v1,").to_owned();
+
+    let client = env.pool.get().await.unwrap();
+    for table in ["user_accounts", "api_keys", "used_bootstrap_tokens", "delivery_attempts"] {
+        let rows = client.query(&format!("SELECT row_to_json(t)::text FROM relayops.{table} t"), &[]).await.unwrap();
+        for row in rows {
+            let text: String = row.get(0);
+            for (what, needle) in [
+                ("password", password),
+                ("API key", &key),
+                ("bootstrap token", &token),
+                ("signature", &signature_value),
+            ] {
+                assert!(!text.contains(needle), "{table} holds the {what} in clear: {text}");
+            }
+        }
+    }
+    // Stop the processes so every log line is written, then read the logs.
+    drop(_api);
+    drop(_worker);
+    let logs = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(logs.contains("event accepted") && logs.contains("delivery attempt"), "the processes did log: {logs:.500}");
+    for (what, needle) in [
+        ("password", password),
+        ("API key", key.as_str()),
+        ("login token", jwt.as_str()),
+        ("bootstrap token", token.as_str()),
+        ("endpoint secret", secret.as_str()),
+        ("payload", marker.as_str()),
+        ("signature", signature_value.as_str()),
+    ] {
+        assert!(!logs.contains(needle), "the logs contain the {what}");
+    }
+}
