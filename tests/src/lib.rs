@@ -224,6 +224,8 @@ impl TestEnv {
 
     /// Starts an outbox publisher loop (woken by this env's ingest).
     pub fn start_publisher(&mut self) {
+        let listener = db::listen::wake_on_outbox_inserts(self.database_url.clone(), self.wakeup.clone());
+        self.tasks.push(tokio::spawn(listener));
         let publisher = Publisher::new(self.pool.clone(), self.broker.clone(), self.config.publisher.clone());
         self.tasks.push(tokio::spawn(std::sync::Arc::new(publisher).run(self.wakeup.clone())));
     }

@@ -34,6 +34,8 @@ pub struct PublishReport {
     pub reclaimed: u64,
     /// Stranded deliveries (expired worker lease, overdue retry) re-enqueued.
     pub requeued: u64,
+    /// Published rows past their retention, deleted.
+    pub purged: u64,
 }
 
 impl PublishReport {
@@ -43,8 +45,12 @@ impl PublishReport {
         self.released += other.released;
         self.reclaimed += other.reclaimed;
         self.requeued += other.requeued;
+        self.purged += other.purged;
     }
 }
+
+/// Published rows deleted per tick at most: cleanup never competes with work.
+const PURGE_BATCH: i64 = 5_000;
 
 pub struct Publisher {
     pool: Pool,
@@ -112,8 +118,8 @@ impl Publisher {
         Ok(report)
     }
 
-    /// The recovery pass: reclaims expired outbox claims and re-enqueues
-    /// stranded deliveries (see `repo::recovery`).
+    /// The recovery pass: reclaims expired outbox claims, re-enqueues stranded
+    /// deliveries (see `repo::recovery`) and deletes old published rows.
     pub async fn recover(&self) -> Result<PublishReport, PublishError> {
         let mut client = self.pool.get().await.map_err(DbError::from)?;
         let reclaimed = outbox::reclaim_expired(&client).await?;
@@ -123,7 +129,8 @@ impl Publisher {
         if requeued > 0 {
             tracing::info!(requeued, "stranded deliveries re-enqueued");
         }
-        Ok(PublishReport { reclaimed, requeued, ..Default::default() })
+        let purged = outbox::purge_published(&client, self.config.outbox_retention, PURGE_BATCH).await?;
+        Ok(PublishReport { reclaimed, requeued, purged, ..Default::default() })
     }
 
     /// The long-lived loop (local runner): drains whenever woken, and at least

@@ -36,6 +36,16 @@ enum Command {
         #[arg(long, env = "RELAYOPS_BOOTSTRAP_PASSWORD", hide_env_values = true)]
         password: String,
     },
+    /// Set a tenant's ingest limit (events/s and burst); without values, back
+    /// to the platform default.
+    TenantLimit {
+        /// The tenant (`ten_…`).
+        tenant: String,
+        #[arg(long, requires = "burst")]
+        rate: Option<i32>,
+        #[arg(long, requires = "rate")]
+        burst: Option<i32>,
+    },
     /// All HTTP functions on one port, plus the outbox publisher loop.
     Api,
     /// The outbox publisher loop on its own (the api role runs one too).
@@ -89,6 +99,21 @@ async fn main() -> anyhow::Result<()> {
             roles::run(roles::Roles { api: false, publisher: false, worker: false, simulator: true }).await?
         }
         Command::All => roles::run(roles::Roles { api: true, publisher: false, worker: true, simulator: true }).await?,
+        Command::TenantLimit { tenant, rate, burst } => {
+            let tenant: relayops_shared::ids::TenantId = tenant.parse()?;
+            if rate.is_some_and(|r| r <= 0) || burst.is_some_and(|b| b <= 0) {
+                anyhow::bail!("--rate and --burst must be positive");
+            }
+            let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
+            let client = pool.get().await?;
+            if !relayops_shared::repo::tenants::set_ingest_limit(&client, tenant, rate, burst).await? {
+                anyhow::bail!("no tenant {tenant}");
+            }
+            println!(
+                "{}",
+                serde_json::json!({ "tenant_id": tenant, "ingest_rate_per_sec": rate, "ingest_burst": burst })
+            );
+        }
         Command::Publisher => {
             roles::run(roles::Roles { api: false, publisher: true, worker: false, simulator: false }).await?
         }

@@ -89,6 +89,12 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let broker = BrokerConfig::from_env()?;
         let wakeup = Arc::new(Notify::new());
         if roles.api || roles.publisher {
+            // Wake on commits from any process (ingest replicas, replays, recovery).
+            let listener = db::listen::wake_on_outbox_inserts(DatabaseConfig::from_env()?.url, Arc::clone(&wakeup));
+            tasks.spawn(async move {
+                listener.await;
+                Ok(())
+            });
             let publisher = Arc::new(Publisher::new(pool.clone(), broker.clone(), PublisherConfig::from_env()?));
             let notify = Arc::clone(&wakeup);
             tasks.spawn(async move {

@@ -8,8 +8,10 @@ use tokio_postgres::Client;
 use super::DbError;
 
 /// (version, SQL), in the order they apply.
-const MIGRATIONS: &[(&str, &str)] =
-    &[("0001_initial_schema", include_str!("../../../migrations/0001_initial_schema.sql"))];
+const MIGRATIONS: &[(&str, &str)] = &[
+    ("0001_initial_schema", include_str!("../../../migrations/0001_initial_schema.sql")),
+    ("0002_outbox_notify", include_str!("../../../migrations/0002_outbox_notify.sql")),
+];
 
 /// Arbitrary, fixed: the advisory lock key that serialises migrators.
 const LOCK_KEY: i64 = 0x7265_6c61_796f_7073;

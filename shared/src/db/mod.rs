@@ -1,6 +1,7 @@
 //! Postgres plumbing: the connection pool, the migration runner and the one
 //! place where SQLSTATEs and constraint names become domain errors.
 mod error;
+pub mod listen;
 pub mod migrate;
 
 use std::str::FromStr;

@@ -116,3 +116,16 @@ pub async fn insert_delivery_messages(
     client.execute(INSERT_DELIVERY_MESSAGES, &[&tenants, &deliveries, &envelopes]).await?;
     Ok(())
 }
+
+/// Uses the partial index on published rows; bounded per call.
+const PURGE_PUBLISHED: &str = "DELETE FROM relayops.outbox_messages WHERE id IN (
+         SELECT id FROM relayops.outbox_messages
+         WHERE status = 'published' AND published_at < now() - $1::bigint * interval '1 millisecond'
+         LIMIT $2)";
+
+/// Deletes up to `limit` rows published more than `retention` ago, so the
+/// outbox stays as small as the work in flight. Returns how many.
+pub async fn purge_published(client: &impl GenericClient, retention: Duration, limit: i64) -> Result<u64, DbError> {
+    let retention_ms = retention.as_millis() as i64;
+    Ok(client.execute(PURGE_PUBLISHED, &[&retention_ms, &limit]).await?)
+}

@@ -28,3 +28,16 @@ pub async fn insert_user(client: &impl GenericClient, tenant: TenantId, user: &N
         .await?;
     Ok(id)
 }
+
+const SET_INGEST_LIMIT: &str = "UPDATE relayops.tenants SET ingest_rate_per_sec = $2, ingest_burst = $3 WHERE id = $1";
+
+/// Sets (or, with `None`, clears back to the platform default) a tenant's
+/// ingest limit. An operator action: tenants cannot raise their own limit.
+pub async fn set_ingest_limit(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    rate_per_sec: Option<i32>,
+    burst: Option<i32>,
+) -> Result<bool, DbError> {
+    Ok(client.execute(SET_INGEST_LIMIT, &[&tenant.as_uuid(), &rate_per_sec, &burst]).await? == 1)
+}

@@ -11,6 +11,7 @@ mod identity;
 mod ingest;
 mod outages;
 mod pipeline;
+mod publishing;
 mod replay;
 mod retries;
 mod ssrf;
