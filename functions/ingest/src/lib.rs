@@ -1,9 +1,12 @@
-//! The ingest function: `POST /v1/events`. Authenticates the API key, validates
-//! the body, and in ONE transaction stores the event, a delivery per matching
-//! enabled endpoint and an outbox row per delivery. A repeated idempotency key
-//! returns the original event with 200.
+//! The ingest function: `POST /v1/events` (and `POST /v1/events/batch`, see
+//! [`batch`]). Authenticates the caller, validates the body, and in ONE
+//! transaction stores the event, a delivery per matching enabled endpoint and an
+//! outbox row per delivery. A repeated idempotency key returns the original
+//! event with 200.
 //!
 //! Invariant: ingest never talks to RabbitMQ; the outbox is its only output.
+mod batch;
+
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
@@ -19,10 +22,15 @@ use serde::{Deserialize, Serialize};
 
 /// Room for the envelope around the largest payload.
 const MAX_BODY_BYTES: usize = MAX_PAYLOAD_BYTES + 16 * 1024;
+/// A batch may carry up to 8 MiB in all (each event still within its own limit).
+const MAX_BATCH_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
-    Router::new().route("/v1/events", post(post_event)).layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+    Router::new()
+        .route("/v1/events", post(post_event))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .route("/v1/events/batch", post(batch::post_batch).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
 }
 
 /// The function on its own, as its Lambda serves it.
@@ -40,7 +48,7 @@ struct PostEventRequest {
 }
 
 #[derive(Debug, Serialize)]
-struct EventReceiptResponse {
+pub(crate) struct EventReceiptResponse {
     id: EventId,
     event_type: String,
     idempotency_key: Option<String>,

@@ -83,12 +83,17 @@ impl ApiState {
     /// cannot be consulted (fail closed: an unlimited tenant could flood the
     /// pipeline for everyone).
     pub async fn check_ingest_rate(&self, caller: &Authenticated) -> Result<(), ApiError> {
+        self.check_ingest_rate_for(caller, 1).await
+    }
+
+    /// As [`check_ingest_rate`](Self::check_ingest_rate), for `events` at once.
+    pub async fn check_ingest_rate_for(&self, caller: &Authenticated, events: u32) -> Result<(), ApiError> {
         let Some(limiter) = &self.ingest_limiter else { return Ok(()) };
         let limit = match caller.ingest_limit {
             (Some(rate), burst) => Limit { per_second: f64::from(rate), burst: burst.unwrap_or(rate).max(1) as u32 },
             (None, _) => limiter.default,
         };
-        match limiter.flow.take_token("tenant", &caller.tenant_id.to_string(), limit).await {
+        match limiter.flow.take_tokens("tenant", &caller.tenant_id.to_string(), limit, events).await {
             Ok(TokenDecision::Taken) => Ok(()),
             Ok(TokenDecision::Wait(wait)) => Err(ApiError::RateLimited {
                 detail: format!(

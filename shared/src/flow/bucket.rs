@@ -7,7 +7,7 @@ use redis::Script;
 
 use super::{FlowControl, FlowError};
 
-/// KEYS[1]: bucket. ARGV: rate per second, burst. Returns {taken, wait_micros}.
+/// KEYS[1]: bucket. ARGV: rate per second, burst, cost. Returns {taken, wait_micros}.
 static TAKE_TOKEN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -15,6 +15,7 @@ static TAKE_TOKEN: LazyLock<Script> = LazyLock::new(|| {
         local now = tonumber(now_parts[1]) * 1000000 + tonumber(now_parts[2])
         local rate = tonumber(ARGV[1])
         local burst = tonumber(ARGV[2])
+        local cost = tonumber(ARGV[3])
         local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
         local tokens = tonumber(state[1])
         local at = tonumber(state[2])
@@ -25,11 +26,11 @@ static TAKE_TOKEN: LazyLock<Script> = LazyLock::new(|| {
         tokens = math.min(burst, tokens + math.max(0, now - at) * rate / 1000000)
         local taken = 0
         local wait = 0
-        if tokens >= 1 then
-          tokens = tokens - 1
+        if tokens >= cost then
+          tokens = tokens - cost
           taken = 1
         else
-          wait = math.ceil((1 - tokens) * 1000000 / rate)
+          wait = math.ceil((cost - tokens) * 1000000 / rate)
         end
         redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
         redis.call('PEXPIRE', KEYS[1], math.ceil(burst * 1000 / rate) + 1000)
@@ -55,12 +56,18 @@ pub enum TokenDecision {
 impl FlowControl {
     /// Takes one token from the bucket `kind:id` (e.g. `tenant:<id>`).
     pub async fn take_token(&self, kind: &str, id: &str, limit: Limit) -> Result<TokenDecision, FlowError> {
+        self.take_tokens(kind, id, limit, 1).await
+    }
+
+    /// Takes `cost` tokens at once (never more than the burst, which could never fill).
+    pub async fn take_tokens(&self, kind: &str, id: &str, limit: Limit, cost: u32) -> Result<TokenDecision, FlowError> {
         let key = self.key(kind, id);
         let mut connection = self.connection.clone();
         let rate = limit.per_second.max(0.001);
         let burst = limit.burst.max(1);
+        let cost = cost.clamp(1, burst);
         let (taken, wait_micros): (i64, i64) =
-            self.bounded(TAKE_TOKEN.key(key).arg(rate).arg(burst).invoke_async(&mut connection)).await?;
+            self.bounded(TAKE_TOKEN.key(key).arg(rate).arg(burst).arg(cost).invoke_async(&mut connection)).await?;
         Ok(if taken == 1 {
             TokenDecision::Taken
         } else {

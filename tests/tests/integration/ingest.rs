@@ -114,3 +114,61 @@ async fn invalid_endpoint_definitions_are_refused_with_the_reason() {
     }
     assert_eq!(env.count("webhook_endpoints").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_commits_its_valid_events_together_with_a_result_per_item() {
+    let env = TestEnv::start().await;
+    env.create_endpoint("/sim/ok", &["order.*"], json!({})).await;
+    let batch = json!({ "events": [
+        { "event_type": "order.created", "payload": { "n": 1 } },
+        { "event_type": "order.paid", "payload": { "n": 2 }, "idempotency_key": "k1" },
+        { "event_type": "no spaces allowed", "payload": {} },
+        { "event_type": "order.paid", "payload": { "n": 2 }, "idempotency_key": "k1" },
+        { "event_type": "order.paid", "payload": { "n": 3 }, "idempotency_key": "k1" },
+        { "event_type": "order.created", "payload": [] },
+    ]});
+    let answer = env.post("/v1/events/batch", batch).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let statuses: Vec<u64> =
+        answer.body["results"].as_array().unwrap().iter().map(|r| r["status"].as_u64().unwrap()).collect();
+    assert_eq!(statuses, [201, 201, 422, 200, 409, 422]);
+    assert_eq!(
+        (answer.body["accepted"].as_u64(), answer.body["duplicates"].as_u64(), answer.body["rejected"].as_u64()),
+        (Some(2), Some(1), Some(3))
+    );
+    let results = answer.body["results"].as_array().unwrap();
+    assert_eq!(results[1]["event"]["id"], results[3]["event"]["id"], "the repeat names the original event");
+    assert!(results[2]["error"].as_str().unwrap().contains("event_type"));
+    assert_eq!(env.count("events").await, 2);
+    for result in &results[..2] {
+        env.wait_for_status(result["event"]["id"].as_str().unwrap(), "delivered").await;
+    }
+
+    env.post("/v1/events/batch", json!({ "events": [] })).await.expect_problem(422);
+    let too_many: Vec<_> = (0..501).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
+    env.post("/v1/events/batch", json!({ "events": too_many })).await.expect_problem(422);
+    assert_eq!(env.count("events").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_transaction_fails_writes_nothing() {
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    env.pool
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(
+            "CREATE FUNCTION relayops.fail_second() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN IF (SELECT count(*) FROM relayops.events) >= 2 THEN RAISE EXCEPTION 'injected'; END IF; RETURN NEW; END $$;
+             CREATE TRIGGER fail_second BEFORE INSERT ON relayops.events FOR EACH ROW EXECUTE FUNCTION relayops.fail_second();",
+        )
+        .await
+        .unwrap();
+    let batch: Vec<_> = (0..5).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
+    env.post("/v1/events/batch", json!({ "events": batch })).await.expect_problem(500);
+    assert_eq!(
+        (env.count("events").await, env.count("deliveries").await, env.count("outbox_messages").await),
+        (0, 0, 0)
+    );
+}

@@ -1,0 +1,192 @@
+//! `relayops-bench`: drives a running RelayOps (`relayops all`, or separate
+//! roles) and prints ingest throughput and latency, delivery throughput and
+//! end-to-end latency (to a receiver the bench runs itself on loopback), the
+//! machine's own Postgres and RabbitMQ ceilings measured in the same run, the
+//! ratios between them, and the RelayOps processes' memory. `--json` for
+//! machines.
+mod ceilings;
+mod memory;
+mod receiver;
+mod scenarios;
+mod stats;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
+use relayops_shared::config::{BrokerConfig, DatabaseConfig};
+use relayops_shared::repo::tenants;
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(name = "relayops-bench", about = "Load generator for a running RelayOps")]
+struct Args {
+    /// The RelayOps API.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    api: String,
+    /// Events per scenario.
+    #[arg(long, default_value_t = 5000)]
+    events: usize,
+    /// Concurrent ingest clients (and Postgres connections for the ceiling).
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Seconds each ceiling is measured for.
+    #[arg(long, default_value_t = 5)]
+    ceiling_secs: u64,
+    /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery, fanout.
+    #[arg(long, default_value = "ceilings,ingest,batch,delivery,fanout")]
+    scenarios: String,
+    /// Print one JSON document instead of the human report.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A progress line on stderr, once a second, until aborted.
+pub(crate) fn progress(
+    label: &str,
+    sent: Arc<AtomicUsize>,
+    total: usize,
+    receiver: receiver::Receiver,
+) -> tokio::task::JoinHandle<()> {
+    let label = label.to_owned();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let sent = sent.load(Ordering::Relaxed).min(total);
+            eprintln!("[{label}] posted {sent}/{total}, delivered {}", receiver.delivered());
+        }
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let scenarios: Vec<&str> = args.scenarios.split(',').map(str::trim).collect();
+    let database = DatabaseConfig { url: DatabaseConfig::from_env()?.url, pool_size: args.concurrency.max(4) + 2 };
+    let pool = relayops_shared::db::connect_pool(&database)?;
+
+    // A tenant of its own, with an ingest limit that measures capacity, not policy.
+    let email = format!("bench-{}@example.com", uuid::Uuid::new_v4().simple());
+    let password = uuid::Uuid::new_v4().to_string();
+    let request = BootstrapRequest { tenant_name: "bench", admin_email: &email, admin_password: &password };
+    let tenant = bootstrap_tenant(&pool, &request).await?;
+    tenants::set_ingest_limit(&pool.get().await?, tenant.tenant_id, Some(1_000_000), Some(1_000_000)).await?;
+
+    let (receiver, receiver_url) = receiver::start().await?;
+    let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
+    let target = scenarios::Target {
+        http,
+        api: args.api.clone(),
+        key: tenant.api_key.expose().to_owned(),
+        receiver,
+        receiver_url,
+    };
+    let timeout = Duration::from_secs(300);
+    let mut report = serde_json::Map::new();
+
+    if scenarios.contains(&"ceilings") {
+        eprintln!("[ceilings] postgres and rabbitmq, {} s each", args.ceiling_secs);
+        let pg = ceilings::postgres(&pool, args.concurrency, Duration::from_secs(args.ceiling_secs)).await?;
+        let mq = ceilings::rabbitmq(&BrokerConfig::from_env()?, Duration::from_secs(args.ceiling_secs)).await?;
+        report.insert(
+            "ceilings".into(),
+            json!({ "postgres_ingest_tx_per_sec": pg, "rabbitmq_confirmed_publishes_per_sec": mq }),
+        );
+    }
+    if scenarios.contains(&"ingest") {
+        let (figures, _) = target.ingest("bench.none", args.events, args.concurrency, "ingest").await;
+        report.insert("ingest".into(), serde_json::to_value(figures)?);
+    }
+    if scenarios.contains(&"batch") {
+        let figures = target.ingest_batches(args.events * 4, 500, (args.concurrency / 4).max(1)).await;
+        report.insert("batch_ingest".into(), serde_json::to_value(figures)?);
+    }
+    if scenarios.contains(&"delivery") {
+        let figures = target.deliver("bench.one", 1, args.events, args.concurrency, timeout).await?;
+        report.insert("delivery".into(), serde_json::to_value(figures)?);
+    }
+    if scenarios.contains(&"fanout") {
+        let figures = target.deliver("bench.fanout", 10, (args.events / 10).max(1), args.concurrency, timeout).await?;
+        report.insert("fanout_10".into(), serde_json::to_value(figures)?);
+    }
+    report.insert("processes".into(), serde_json::to_value(memory::relayops_processes())?);
+    add_ratios(&mut report);
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_human(&report);
+    }
+    Ok(())
+}
+
+fn add_ratios(report: &mut serde_json::Map<String, serde_json::Value>) {
+    let pg = report.get("ceilings").and_then(|c| c["postgres_ingest_tx_per_sec"].as_f64());
+    let ingest = report.get("ingest").and_then(|i| i["events_per_sec"].as_f64());
+    let mq = report.get("ceilings").and_then(|c| c["rabbitmq_confirmed_publishes_per_sec"].as_f64());
+    let delivery = report.get("delivery").and_then(|d| d["deliveries_per_sec"].as_f64());
+    let mut ratios = serde_json::Map::new();
+    if let (Some(pg), Some(ingest)) = (pg, ingest) {
+        ratios.insert("ingest_vs_postgres_ceiling".into(), json!(ingest / pg));
+    }
+    if let (Some(mq), Some(delivery)) = (mq, delivery) {
+        ratios.insert("delivery_vs_rabbitmq_ceiling".into(), json!(delivery / mq));
+    }
+    report.insert("ratios".into(), serde_json::Value::Object(ratios));
+}
+
+fn print_human(report: &serde_json::Map<String, serde_json::Value>) {
+    let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+    if let Some(c) = report.get("ceilings") {
+        println!(
+            "ceilings   postgres ingest-shaped tx/s {}   rabbitmq confirmed publishes/s {}",
+            f(&c["postgres_ingest_tx_per_sec"]),
+            f(&c["rabbitmq_confirmed_publishes_per_sec"])
+        );
+    }
+    if let Some(i) = report.get("ingest") {
+        println!(
+            "ingest     {} events/s   latency p50 {} ms  p95 {} ms  p99 {} ms   errors {}",
+            f(&i["events_per_sec"]),
+            f(&i["latency"]["p50_ms"]),
+            f(&i["latency"]["p95_ms"]),
+            f(&i["latency"]["p99_ms"]),
+            i["errors_by_status"]
+        );
+    }
+    if let Some(b) = report.get("batch_ingest") {
+        println!(
+            "batch      {} events/s in batches of {}   batch latency p50 {} ms  p99 {} ms",
+            f(&b["events_per_sec"]),
+            b["batch_size"],
+            f(&b["batch_latency"]["p50_ms"]),
+            f(&b["batch_latency"]["p99_ms"])
+        );
+    }
+    for (name, key) in [("delivery", "delivery"), ("fan-out 10", "fanout_10")] {
+        if let Some(d) = report.get(key) {
+            println!(
+                "{name:<10} {} deliveries/s ({} of them{})   end-to-end p50 {} ms  p95 {} ms  p99 {} ms   attempts/delivery {}   ingest {} events/s",
+                f(&d["deliveries_per_sec"]), d["deliveries"], if d["complete"] == true { "" } else { ", INCOMPLETE" },
+                f(&d["end_to_end"]["p50_ms"]), f(&d["end_to_end"]["p95_ms"]), f(&d["end_to_end"]["p99_ms"]),
+                f(&d["attempts_per_delivery"]), f(&d["ingest"]["events_per_sec"])
+            );
+        }
+    }
+    if let Some(r) = report.get("ratios") {
+        println!("ratios     {r}");
+    }
+    if let Some(serde_json::Value::Array(processes)) = report.get("processes") {
+        for p in processes {
+            println!(
+                "memory     pid {} `{}`: peak RSS {} MiB, now {} MiB",
+                p["pid"],
+                p["command"].as_str().unwrap_or(""),
+                f(&p["peak_rss_mib"]),
+                f(&p["rss_mib"])
+            );
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The load scenarios: ingest only (no subscriber), delivery to one endpoint,
+//! and fan-out to ten. Events are posted by `concurrency` clients as fast as
+//! the API answers; deliveries are timed from the ingest response to the
+//! receiver's arrival.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::receiver::Receiver;
+use crate::stats::{percentiles, Percentiles};
+
+pub struct Target {
+    pub http: reqwest::Client,
+    pub api: String,
+    pub key: String,
+    pub receiver: Receiver,
+    pub receiver_url: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IngestFigures {
+    pub events: usize,
+    pub accepted: usize,
+    pub events_per_sec: f64,
+    pub latency: Percentiles,
+    pub errors_by_status: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeliveryFigures {
+    pub endpoints: usize,
+    pub ingest: IngestFigures,
+    pub deliveries: usize,
+    pub deliveries_per_sec: f64,
+    pub end_to_end: Percentiles,
+    pub attempts_per_delivery: f64,
+    pub complete: bool,
+}
+
+impl Target {
+    /// Creates `count` endpoints at the receiver subscribed to `event_type`.
+    pub async fn endpoints(&self, event_type: &str, count: usize) -> anyhow::Result<()> {
+        for n in 0..count {
+            let body = json!({
+                "url": format!("{}/hook/{event_type}-{n}", self.receiver_url),
+                "event_types": [event_type],
+                "max_in_flight": 256,
+            });
+            let response =
+                self.http.post(format!("{}/v1/endpoints", self.api)).bearer_auth(&self.key).json(&body).send().await?;
+            anyhow::ensure!(response.status().as_u16() == 201, "creating an endpoint: {}", response.text().await?);
+        }
+        Ok(())
+    }
+
+    /// Posts `events` events of `event_type`; returns the figures and each
+    /// accepted event's response instant.
+    pub async fn ingest(
+        &self,
+        event_type: &str,
+        events: usize,
+        concurrency: usize,
+        label: &str,
+    ) -> (IngestFigures, HashMap<String, Instant>) {
+        let next = Arc::new(AtomicUsize::new(0));
+        let acked = Arc::new(Mutex::new(HashMap::with_capacity(events)));
+        let latencies = Arc::new(Mutex::new(Vec::with_capacity(events)));
+        let errors = Arc::new(Mutex::new(BTreeMap::new()));
+        let started = Instant::now();
+        let progress = crate::progress(label, next.clone(), events, self.receiver.clone());
+        let mut clients = Vec::new();
+        for _ in 0..concurrency {
+            let (http, url, key) = (self.http.clone(), format!("{}/v1/events", self.api), self.key.clone());
+            let (next, acked, latencies, errors) = (next.clone(), acked.clone(), latencies.clone(), errors.clone());
+            let event_type = event_type.to_owned();
+            clients.push(tokio::spawn(async move {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= events {
+                        break;
+                    }
+                    let body = json!({ "event_type": event_type, "payload": { "seq": n, "bench": true } });
+                    let sent = Instant::now();
+                    let response = http.post(&url).bearer_auth(&key).json(&body).send().await;
+                    let done = Instant::now();
+                    match response {
+                        Ok(response) if response.status().as_u16() == 201 => {
+                            let receipt: serde_json::Value = response.json().await.unwrap_or_default();
+                            let id = receipt["id"].as_str().unwrap_or_default().to_owned();
+                            latencies
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .push((done - sent).as_secs_f64() * 1000.0);
+                            acked.lock().unwrap_or_else(|p| p.into_inner()).insert(id, done);
+                        }
+                        Ok(response) => {
+                            *errors
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .entry(response.status().as_u16().to_string())
+                                .or_insert(0) += 1;
+                        }
+                        Err(_) => {
+                            *errors.lock().unwrap_or_else(|p| p.into_inner()).entry("transport".into()).or_insert(0) +=
+                                1
+                        }
+                    }
+                }
+            }));
+        }
+        for client in clients {
+            let _ = client.await;
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        progress.abort();
+        let acked = std::mem::take(&mut *acked.lock().unwrap_or_else(|p| p.into_inner()));
+        let latencies = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
+        let errors = std::mem::take(&mut *errors.lock().unwrap_or_else(|p| p.into_inner()));
+        let figures = IngestFigures {
+            events,
+            accepted: acked.len(),
+            events_per_sec: acked.len() as f64 / elapsed,
+            latency: percentiles(latencies),
+            errors_by_status: errors,
+        };
+        (figures, acked)
+    }
+
+    /// Posts events to `endpoints` subscribers and waits for every delivery.
+    pub async fn deliver(
+        &self,
+        event_type: &str,
+        endpoints: usize,
+        events: usize,
+        concurrency: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<DeliveryFigures> {
+        self.endpoints(event_type, endpoints).await?;
+        self.receiver.reset();
+        let started = Instant::now();
+        let (ingest, acked) = self.ingest(event_type, events, concurrency, event_type).await;
+        let expected = ingest.accepted * endpoints;
+        let deadline = Instant::now() + timeout;
+        while self.receiver.delivered() < expected && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let arrivals = self.receiver.arrivals.lock().map_err(|_| anyhow::anyhow!("receiver lock"))?;
+        let last = arrivals.by_delivery.values().map(|(_, at)| *at).max().unwrap_or(started);
+        let latencies: Vec<f64> = arrivals
+            .by_delivery
+            .values()
+            .filter_map(|(event, at)| {
+                acked.get(event).map(|ack| at.saturating_duration_since(*ack).as_secs_f64() * 1000.0)
+            })
+            .collect();
+        let delivered = arrivals.by_delivery.len();
+        Ok(DeliveryFigures {
+            endpoints,
+            deliveries: delivered,
+            deliveries_per_sec: delivered as f64 / (last - started).as_secs_f64().max(0.001),
+            end_to_end: percentiles(latencies),
+            attempts_per_delivery: arrivals.requests as f64 / delivered.max(1) as f64,
+            complete: delivered >= expected,
+            ingest,
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct BatchFigures {
+    pub events: usize,
+    pub batch_size: usize,
+    pub accepted: usize,
+    pub events_per_sec: f64,
+    pub batch_latency: Percentiles,
+}
+
+impl Target {
+    /// Posts `events` events in batches of `batch_size` from `concurrency` clients.
+    pub async fn ingest_batches(&self, events: usize, batch_size: usize, concurrency: usize) -> BatchFigures {
+        let batches = events.div_ceil(batch_size);
+        let next = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let latencies = Arc::new(Mutex::new(Vec::new()));
+        let started = Instant::now();
+        let mut clients = Vec::new();
+        for _ in 0..concurrency {
+            let (http, url, key) = (self.http.clone(), format!("{}/v1/events/batch", self.api), self.key.clone());
+            let (next, accepted, latencies) = (next.clone(), accepted.clone(), latencies.clone());
+            clients.push(tokio::spawn(async move {
+                loop {
+                    let batch = next.fetch_add(1, Ordering::Relaxed);
+                    if batch >= batches {
+                        break;
+                    }
+                    let items: Vec<_> = (0..batch_size)
+                        .map(|n| json!({ "event_type": "bench.none", "payload": { "batch": batch, "n": n } }))
+                        .collect();
+                    let sent = Instant::now();
+                    let response = http.post(&url).bearer_auth(&key).json(&json!({ "events": items })).send().await;
+                    if let Ok(response) = response {
+                        let body: serde_json::Value = response.json().await.unwrap_or_default();
+                        accepted.fetch_add(body["accepted"].as_u64().unwrap_or(0) as usize, Ordering::Relaxed);
+                        latencies.lock().unwrap_or_else(|p| p.into_inner()).push(sent.elapsed().as_secs_f64() * 1000.0);
+                    }
+                }
+            }));
+        }
+        for client in clients {
+            let _ = client.await;
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let accepted = accepted.load(Ordering::Relaxed);
+        let latencies = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
+        BatchFigures {
+            events,
+            batch_size,
+            accepted,
+            events_per_sec: accepted as f64 / elapsed,
+            batch_latency: percentiles(latencies),
+        }
+    }
+}

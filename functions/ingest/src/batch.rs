@@ -1,0 +1,117 @@
+//! `POST /v1/events/batch`: up to 500 events in one transaction, each with its
+//! own idempotency key and its own result. Invalid items are reported and
+//! skipped; the valid ones are committed together (or, if the database fails,
+//! none are). Rate limits count every event of the batch.
+use axum::extract::State;
+use axum::Json;
+use relayops_shared::api::{ApiError, ApiJson, ApiState, Authenticated};
+use relayops_shared::auth::Scope;
+use relayops_shared::db::DbError;
+use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, ValidationError};
+use relayops_shared::repo::events::{self, IngestOutcome, NewEvent};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{EventReceiptResponse, PostEventRequest};
+
+pub const MAX_BATCH: usize = 500;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    events: Vec<Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ItemResult {
+    index: usize,
+    /// 201 created, 200 a repeat of an earlier event, 409 key reused for a
+    /// different event, 422 invalid.
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event: Option<EventReceiptResponse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BatchResponse {
+    accepted: usize,
+    duplicates: usize,
+    rejected: usize,
+    results: Vec<ItemResult>,
+}
+
+struct Parsed {
+    event_type: EventType,
+    payload: EventPayload,
+    key: Option<IdempotencyKey>,
+}
+
+fn parse_item(value: Value) -> Result<Parsed, String> {
+    let item: PostEventRequest = serde_json::from_value(value).map_err(|error| error.to_string())?;
+    let event_type = EventType::parse(&item.event_type).map_err(|error| error.to_string())?;
+    let payload = EventPayload::parse(item.payload).map_err(|error| error.to_string())?;
+    let key =
+        item.idempotency_key.as_deref().map(IdempotencyKey::parse).transpose().map_err(|error| error.to_string())?;
+    Ok(Parsed { event_type, payload, key })
+}
+
+pub async fn post_batch(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    ApiJson(request): ApiJson<BatchRequest>,
+) -> Result<Json<BatchResponse>, ApiError> {
+    caller.require(Scope::Ingest)?;
+    if request.events.is_empty() || request.events.len() > MAX_BATCH {
+        return Err(ValidationError::new("events", format!("must hold 1 to {MAX_BATCH} events")).into());
+    }
+    state.check_backpressure()?;
+    state.check_ingest_rate_for(&caller, request.events.len() as u32).await?;
+
+    let parsed: Vec<Result<Parsed, String>> = request.events.into_iter().map(parse_item).collect();
+    let mut results = Vec::with_capacity(parsed.len());
+    let mut client = state.pool.get().await.map_err(DbError::from)?;
+    let tx = client.transaction().await.map_err(DbError::from)?;
+    let mut fanned_out = false;
+    for (index, item) in parsed.into_iter().enumerate() {
+        let item = match item {
+            Ok(item) => item,
+            Err(error) => {
+                results.push(ItemResult { index, status: 422, event: None, error: Some(error) });
+                continue;
+            }
+        };
+        let new_event =
+            NewEvent { event_type: &item.event_type, payload: &item.payload, idempotency_key: item.key.as_ref() };
+        let result = match events::insert_event_with_deliveries(&tx, caller.tenant_id, &new_event).await? {
+            IngestOutcome::Created(receipt) => {
+                fanned_out |= receipt.deliveries > 0;
+                ItemResult { index, status: 201, event: Some(receipt.into()), error: None }
+            }
+            IngestOutcome::Duplicate(receipt) => {
+                ItemResult { index, status: 200, event: Some(receipt.into()), error: None }
+            }
+            IngestOutcome::KeyReused { original } => ItemResult {
+                index,
+                status: 409,
+                event: None,
+                error: Some(format!("idempotency key already used for event {original} with a different request")),
+            },
+        };
+        results.push(result);
+    }
+    tx.commit().await.map_err(DbError::from)?;
+    if fanned_out {
+        state.wake_publisher();
+    }
+    let count = |status: u16| results.iter().filter(|r| r.status == status).count();
+    let response = BatchResponse {
+        accepted: count(201),
+        duplicates: count(200),
+        rejected: results.len() - count(201) - count(200),
+        results,
+    };
+    tracing::info!(tenant_id = %caller.tenant_id, accepted = response.accepted, rejected = response.rejected, "event batch");
+    Ok(Json(response))
+}
