@@ -5,7 +5,7 @@ export RELAYOPS_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/%2f
 export RELAYOPS_REDIS_URL ?= redis://127.0.0.1:6379
 export RELAYOPS_LOG ?= warn,relayops=info
 
-.PHONY: demo test services lint unit integration run clean-test-databases
+.PHONY: demo test services lint run bench bench-smoke clean-test-databases
 
 ## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
 ## every role in one process, endpoints at the simulator, events, delivery table.
@@ -16,7 +16,7 @@ demo: services
 ## Tests named `exclusive_*` restart the shared broker or load the machine, so
 ## they run after the others, one at a time.
 test: services lint
-	cargo build -q -p relayops --bin relayops
+	cargo build -q -p relayops --bin relayops -p relayops-bench
 	@if cargo nextest --version >/dev/null 2>&1; then \
 	  cargo nextest run --workspace --no-fail-fast -E 'not test(/exclusive_/)' && \
 	  cargo nextest run -p relayops-tests --no-fail-fast --test-threads 1 -E 'test(/exclusive_/)'; \
@@ -24,6 +24,13 @@ test: services lint
 	  cargo test --workspace --no-fail-fast -- --skip exclusive_ && \
 	  cargo test -p relayops-tests --test integration --no-fail-fast -- exclusive_ --test-threads 1; \
 	fi
+	bash scripts/bench-smoke.sh
+
+## The load generator against a release build of `relayops all` (see BENCHMARKS.md).
+bench: services
+	cargo build --release -q -p relayops -p relayops-bench
+	RELAYOPS_LOG=warn $${CARGO_TARGET_DIR:-target}/release/relayops all & pid=$$!; \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
 
 services:
 	bash scripts/services.sh

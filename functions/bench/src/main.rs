@@ -76,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
 
     let (receiver, receiver_url) = receiver::start().await?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
+    wait_until_ready(&http, &args.api).await?;
     let target = scenarios::Target {
         http,
         api: args.api.clone(),
@@ -120,6 +121,16 @@ async fn main() -> anyhow::Result<()> {
         print_human(&report);
     }
     Ok(())
+}
+
+async fn wait_until_ready(http: &reqwest::Client, api: &str) -> anyhow::Result<()> {
+    for _ in 0..300 {
+        if http.get(format!("{api}/health/ready")).send().await.is_ok_and(|r| r.status().is_success()) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("{api} did not become ready within 30 s")
 }
 
 fn add_ratios(report: &mut serde_json::Map<String, serde_json::Value>) {
