@@ -174,6 +174,14 @@ impl TestEnv {
             BootstrapRequest { tenant_name: "Test tenant", admin_email: &admin_email, admin_password: &admin_password };
         let tenant = bootstrap_tenant(&pool, &request).await.expect("bootstrap");
 
+        // Declare the topology up front (quorum queues take a moment to create on
+        // a busy broker), so components start against queues that exist.
+        let connection =
+            relayops_shared::broker::connect(&broker, "test-setup").await.expect("RabbitMQ is not reachable");
+        let channel = connection.create_channel().await.expect("channel");
+        relayops_shared::broker::Topology::new(&broker).declare(&channel).await.expect("topology");
+        let _ = connection.close(0, "setup done").await;
+
         let simulator = Simulator::new();
         let (simulator_url, simulator_task) = spawn_http(relayops_simulator::router(simulator.clone())).await;
         let wakeup = std::sync::Arc::new(Notify::new());
@@ -217,7 +225,7 @@ impl TestEnv {
             env.start_publisher();
         }
         if config.run_worker {
-            env.start_worker();
+            env.start_worker().await;
         }
         env
     }
@@ -231,11 +239,17 @@ impl TestEnv {
     }
 
     /// Starts a worker with the test's worker config (replacing none).
-    pub fn start_worker(&mut self) {
+    /// Returns once the worker consumes, so tests time their work, not start-up.
+    pub async fn start_worker(&mut self) {
         let gate = Gate::from_config(&self.config.flow, &self.config.worker).expect("redis url");
         let worker =
             Worker::new(self.pool.clone(), self.broker.clone(), self.config.worker.clone(), gate).expect("worker");
+        let mut consuming = worker.consuming();
         self.worker = Some(tokio::spawn(async move { worker.run().await }));
+        tokio::time::timeout(Duration::from_secs(60), consuming.wait_for(|consuming| *consuming))
+            .await
+            .expect("the worker started consuming within 60 s")
+            .expect("worker alive");
     }
 
     /// Kills the worker as a crash would: in-flight work is dropped unsettled.

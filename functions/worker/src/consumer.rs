@@ -29,20 +29,29 @@ pub struct Worker {
     broker: BrokerConfig,
     config: WorkerConfig,
     processor: Processor,
+    /// True while a consumer is registered on the ready queue (for readiness).
+    consuming: tokio::sync::watch::Sender<bool>,
 }
 
 impl Worker {
     pub fn new(pool: Pool, broker: BrokerConfig, config: WorkerConfig, gate: Gate) -> Result<Self, SenderError> {
         let sender = Sender::new(&config)?;
         let processor = Processor::new(pool, sender, gate, config.clone());
-        Ok(Self { broker, config, processor })
+        Ok(Self { broker, config, processor, consuming: tokio::sync::watch::channel(false).0 })
+    }
+
+    /// Whether the worker is consuming now; changes as it (re)connects.
+    pub fn consuming(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.consuming.subscribe()
     }
 
     /// Consumes until the process ends, reconnecting as needed.
     pub async fn run(&self) {
         let mut failures: u32 = 0;
         loop {
-            match self.consume().await {
+            let result = self.consume().await;
+            self.consuming.send_replace(false);
+            match result {
                 Ok(()) => {
                     failures = 0;
                     tracing::warn!("consumer stream ended; reconnecting");
@@ -74,6 +83,7 @@ impl Worker {
             .await
             .map_err(BrokerError::Channel)?;
         tracing::info!(queue = %topology.ready_queue, prefetch = self.config.concurrency, "worker consuming");
+        self.consuming.send_replace(true);
         // In-flight messages belong to this connection: if it is dropped, so are
         // they (unacked, so the broker redelivers them).
         let mut in_flight = JoinSet::new();

@@ -4,6 +4,7 @@ use deadpool_postgres::GenericClient;
 use crate::auth::{ApiKeySecret, Scope};
 use crate::db::DbError;
 use crate::ids::{ApiKeyId, TenantId, UserId};
+use crate::repo::sql;
 
 const INSERT_API_KEY: &str =
     "INSERT INTO relayops.api_keys (id, tenant_id, name, key_prefix, key_hash, scopes, created_by)
@@ -33,20 +34,20 @@ pub async fn insert_api_key(
     let id = ApiKeyId::new();
     let scopes: Vec<&str> = key.scopes.iter().map(Scope::as_str).collect();
     let hash = key.secret.hash().to_vec();
-    client
-        .execute(
-            INSERT_API_KEY,
-            &[
-                &id.as_uuid(),
-                &tenant.as_uuid(),
-                &key.name,
-                &key.secret.prefix(),
-                &hash,
-                &scopes,
-                &key.created_by.map(|user| user.as_uuid()),
-            ],
-        )
-        .await?;
+    sql::execute(
+        client,
+        INSERT_API_KEY,
+        &[
+            &id.as_uuid(),
+            &tenant.as_uuid(),
+            &key.name,
+            &key.secret.prefix(),
+            &hash,
+            &scopes,
+            &key.created_by.map(|user| user.as_uuid()),
+        ],
+    )
+    .await?;
     Ok(id)
 }
 
@@ -63,7 +64,7 @@ pub struct VerifiedApiKey {
 
 /// Finds the key by its prefix and compares hashes in constant time.
 pub async fn verify(client: &impl GenericClient, presented: &ApiKeySecret) -> Result<Option<VerifiedApiKey>, DbError> {
-    let Some(row) = client.query_opt(FIND_BY_PREFIX, &[&presented.prefix()]).await? else {
+    let Some(row) = sql::query_opt(client, FIND_BY_PREFIX, &[&presented.prefix()]).await? else {
         return Ok(None);
     };
     let stored_hash: Vec<u8> = row.get("key_hash");
@@ -81,7 +82,7 @@ pub async fn verify(client: &impl GenericClient, presented: &ApiKeySecret) -> Re
 }
 
 pub async fn touch_last_used(client: &impl GenericClient, tenant: TenantId, key: ApiKeyId) -> Result<(), DbError> {
-    client.execute(TOUCH_LAST_USED, &[&key.as_uuid(), &tenant.as_uuid()]).await?;
+    sql::execute(client, TOUCH_LAST_USED, &[&key.as_uuid(), &tenant.as_uuid()]).await?;
     Ok(())
 }
 
@@ -104,7 +105,7 @@ pub struct ApiKeyRecord {
 }
 
 pub async fn list_api_keys(client: &impl GenericClient, tenant: TenantId) -> Result<Vec<ApiKeyRecord>, DbError> {
-    let rows = client.query(LIST, &[&tenant.as_uuid()]).await?;
+    let rows = sql::query(client, LIST, &[&tenant.as_uuid()]).await?;
     Ok(rows
         .iter()
         .map(|row| ApiKeyRecord {
@@ -121,5 +122,5 @@ pub async fn list_api_keys(client: &impl GenericClient, tenant: TenantId) -> Res
 
 /// Revokes a key (idempotent); false if the tenant has no such key.
 pub async fn revoke_api_key(client: &impl GenericClient, tenant: TenantId, id: ApiKeyId) -> Result<bool, DbError> {
-    Ok(client.execute(REVOKE, &[&tenant.as_uuid(), &id.as_uuid()]).await? == 1)
+    Ok(sql::execute(client, REVOKE, &[&tenant.as_uuid(), &id.as_uuid()]).await? == 1)
 }

@@ -5,6 +5,7 @@ use deadpool_postgres::GenericClient;
 
 use crate::db::DbError;
 use crate::ids::{AttemptId, DeliveryId, TenantId};
+use crate::repo::sql;
 
 const LIST_ATTEMPTS: &str = "SELECT id, attempt_number, outcome, http_status, error, request_headers, response_body,
             latency_ms, started_at, finished_at
@@ -29,7 +30,7 @@ pub async fn list_attempts(
     tenant: TenantId,
     delivery: DeliveryId,
 ) -> Result<Vec<AttemptRecordRow>, DbError> {
-    let rows = client.query(LIST_ATTEMPTS, &[&tenant.as_uuid(), &delivery.as_uuid()]).await?;
+    let rows = sql::query(client, LIST_ATTEMPTS, &[&tenant.as_uuid(), &delivery.as_uuid()]).await?;
     Ok(rows
         .iter()
         .map(|row| AttemptRecordRow {

@@ -10,6 +10,7 @@ use tokio_postgres::Row;
 use crate::db::DbError;
 use crate::domain::{AttemptOutcome, DeliveryStatus};
 use crate::ids::{AttemptId, DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::sql;
 
 /// Takes the lease if the delivery is due: pending, a retry whose time has
 /// come, or in progress under a lease that expired (its worker died). Terminal
@@ -105,9 +106,10 @@ pub async fn claim(
     lease: Duration,
 ) -> Result<ClaimOutcome, DbError> {
     let lease_ms = lease.as_millis() as i64;
-    let claimed = client.query_opt(CLAIM, &[&tenant.as_uuid(), &delivery.as_uuid(), &worker_id, &lease_ms]).await?;
+    let claimed =
+        sql::query_opt(client, CLAIM, &[&tenant.as_uuid(), &delivery.as_uuid(), &worker_id, &lease_ms]).await?;
     let Some(row) = claimed else {
-        let state = client.query_opt(CURRENT_STATE, &[&tenant.as_uuid(), &delivery.as_uuid()]).await?;
+        let state = sql::query_opt(client, CURRENT_STATE, &[&tenant.as_uuid(), &delivery.as_uuid()]).await?;
         return Ok(ClaimOutcome::NotClaimable {
             status: state.as_ref().and_then(|row| DeliveryStatus::parse(row.get("status"))),
             next_attempt_at: state.as_ref().and_then(|row| row.get("next_attempt_at")),
@@ -165,25 +167,26 @@ pub async fn record_attempt(
     attempt: &AttemptRecord<'_>,
 ) -> Result<Settled, DbError> {
     let status = attempt.outcome.next_status().as_str();
-    let updated = tx
-        .execute(
-            SETTLE,
-            &[
-                &job.tenant_id.as_uuid(),
-                &job.delivery_id.as_uuid(),
-                &status,
-                &job.attempt_number,
-                &attempt.next_attempt_at,
-                &attempt.http_status,
-                &attempt.error,
-                &worker_id,
-            ],
-        )
-        .await?;
+    let updated = sql::execute(
+        tx,
+        SETTLE,
+        &[
+            &job.tenant_id.as_uuid(),
+            &job.delivery_id.as_uuid(),
+            &status,
+            &job.attempt_number,
+            &attempt.next_attempt_at,
+            &attempt.http_status,
+            &attempt.error,
+            &worker_id,
+        ],
+    )
+    .await?;
     if updated == 0 {
         return Ok(Settled::LeaseLost);
     }
-    tx.execute(
+    sql::execute(
+        tx,
         INSERT_ATTEMPT,
         &[
             &AttemptId::new().as_uuid(),
@@ -212,7 +215,8 @@ pub async fn defer(
 ) -> Result<Settled, DbError> {
     let wait_ms = wait.as_millis() as i64;
     let updated =
-        client.execute(DEFER, &[&job.tenant_id.as_uuid(), &job.delivery_id.as_uuid(), &wait_ms, &worker_id]).await?;
+        sql::execute(client, DEFER, &[&job.tenant_id.as_uuid(), &job.delivery_id.as_uuid(), &wait_ms, &worker_id])
+            .await?;
     Ok(if updated == 0 { Settled::LeaseLost } else { Settled::Recorded })
 }
 
@@ -223,12 +227,12 @@ pub async fn settle_without_attempt(
     status: DeliveryStatus,
     reason: &str,
 ) -> Result<Settled, DbError> {
-    let updated = client
-        .execute(
-            SETTLE_WITHOUT_ATTEMPT,
-            &[&job.tenant_id.as_uuid(), &job.delivery_id.as_uuid(), &status.as_str(), &reason, &worker_id],
-        )
-        .await?;
+    let updated = sql::execute(
+        client,
+        SETTLE_WITHOUT_ATTEMPT,
+        &[&job.tenant_id.as_uuid(), &job.delivery_id.as_uuid(), &status.as_str(), &reason, &worker_id],
+    )
+    .await?;
     Ok(if updated == 0 { Settled::LeaseLost } else { Settled::Recorded })
 }
 
@@ -272,7 +276,7 @@ pub async fn get_delivery(
     id: DeliveryId,
 ) -> Result<Option<DeliveryRecord>, DbError> {
     let sql = format!("SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2");
-    let row = client.query_opt(&sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
+    let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(DeliveryRecord::from_row))
 }
 
@@ -285,7 +289,7 @@ pub async fn list_for_event(
         "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND event_id = $2
          ORDER BY created_at, id"
     );
-    let rows = client.query(&sql, &[&tenant.as_uuid(), &event.as_uuid()]).await?;
+    let rows = sql::query(client, &sql, &[&tenant.as_uuid(), &event.as_uuid()]).await?;
     Ok(rows.iter().map(DeliveryRecord::from_row).collect())
 }
 
@@ -310,6 +314,6 @@ pub async fn list_deliveries(
     );
     let status = filter.status.map(|status| status.as_str());
     let endpoint = filter.endpoint.map(|id| id.as_uuid());
-    let rows = client.query(&sql, &[&tenant.as_uuid(), &status, &endpoint, &limit]).await?;
+    let rows = sql::query(client, &sql, &[&tenant.as_uuid(), &status, &endpoint, &limit]).await?;
     Ok(rows.iter().map(DeliveryRecord::from_row).collect())
 }

@@ -6,6 +6,7 @@ use tokio_postgres::Row;
 use crate::db::DbError;
 use crate::domain::{EndpointUrl, EventTypePattern, SigningSecret};
 use crate::ids::{EndpointId, SubscriptionId, TenantId};
+use crate::repo::sql;
 
 const ENDPOINT_COLUMNS: &str = "id, url, description, enabled, disabled_reason, rate_limit_per_sec,
      rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, created_at, updated_at";
@@ -80,25 +81,25 @@ pub async fn insert_endpoint(
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          RETURNING {ENDPOINT_COLUMNS}"
     );
-    let row = client
-        .query_one(
-            &sql,
-            &[
-                &EndpointId::new().as_uuid(),
-                &tenant.as_uuid(),
-                &endpoint.url.as_str(),
-                &endpoint.description,
-                &endpoint.secret.expose(),
-                &endpoint.enabled,
-                &endpoint.rate_limit_per_sec,
-                &endpoint.rate_limit_burst,
-                &endpoint.max_in_flight,
-                &endpoint.max_attempts,
-                &endpoint.timeout_ms,
-                &endpoint.retry_schedule_secs,
-            ],
-        )
-        .await?;
+    let row = sql::query_one(
+        client,
+        &sql,
+        &[
+            &EndpointId::new().as_uuid(),
+            &tenant.as_uuid(),
+            &endpoint.url.as_str(),
+            &endpoint.description,
+            &endpoint.secret.expose(),
+            &endpoint.enabled,
+            &endpoint.rate_limit_per_sec,
+            &endpoint.rate_limit_burst,
+            &endpoint.max_in_flight,
+            &endpoint.max_attempts,
+            &endpoint.timeout_ms,
+            &endpoint.retry_schedule_secs,
+        ],
+    )
+    .await?;
     Ok(EndpointRecord::from_row(&row))
 }
 
@@ -108,7 +109,7 @@ pub async fn get_endpoint(
     id: EndpointId,
 ) -> Result<Option<EndpointRecord>, DbError> {
     let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM relayops.webhook_endpoints WHERE tenant_id = $1 AND id = $2");
-    let row = client.query_opt(&sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
+    let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(EndpointRecord::from_row))
 }
 
@@ -121,7 +122,7 @@ pub async fn list_endpoints(
         "SELECT {ENDPOINT_COLUMNS} FROM relayops.webhook_endpoints WHERE tenant_id = $1
          ORDER BY created_at DESC, id DESC LIMIT $2"
     );
-    let rows = client.query(&sql, &[&tenant.as_uuid(), &limit]).await?;
+    let rows = sql::query(client, &sql, &[&tenant.as_uuid(), &limit]).await?;
     Ok(rows.iter().map(EndpointRecord::from_row).collect())
 }
 
@@ -130,12 +131,12 @@ pub async fn get_secret(
     tenant: TenantId,
     id: EndpointId,
 ) -> Result<Option<String>, DbError> {
-    let row = client
-        .query_opt(
-            "SELECT secret FROM relayops.webhook_endpoints WHERE tenant_id = $1 AND id = $2",
-            &[&tenant.as_uuid(), &id.as_uuid()],
-        )
-        .await?;
+    let row = sql::query_opt(
+        client,
+        "SELECT secret FROM relayops.webhook_endpoints WHERE tenant_id = $1 AND id = $2",
+        &[&tenant.as_uuid(), &id.as_uuid()],
+    )
+    .await?;
     Ok(row.map(|row| row.get(0)))
 }
 
@@ -153,12 +154,12 @@ pub async fn insert_subscription(
     endpoint: EndpointId,
     pattern: &EventTypePattern,
 ) -> Result<(), DbError> {
-    client
-        .execute(
-            INSERT_SUBSCRIPTION,
-            &[&SubscriptionId::new().as_uuid(), &tenant.as_uuid(), &endpoint.as_uuid(), &pattern.as_str()],
-        )
-        .await?;
+    sql::execute(
+        client,
+        INSERT_SUBSCRIPTION,
+        &[&SubscriptionId::new().as_uuid(), &tenant.as_uuid(), &endpoint.as_uuid(), &pattern.as_str()],
+    )
+    .await?;
     Ok(())
 }
 
@@ -167,7 +168,7 @@ pub async fn list_subscriptions(
     tenant: TenantId,
     endpoint: EndpointId,
 ) -> Result<Vec<SubscriptionRecord>, DbError> {
-    let rows = client.query(LIST_SUBSCRIPTIONS, &[&tenant.as_uuid(), &endpoint.as_uuid()]).await?;
+    let rows = sql::query(client, LIST_SUBSCRIPTIONS, &[&tenant.as_uuid(), &endpoint.as_uuid()]).await?;
     Ok(rows
         .iter()
         .map(|row| SubscriptionRecord {
@@ -188,7 +189,7 @@ pub async fn disable_endpoint(
     id: EndpointId,
     reason: &str,
 ) -> Result<(), DbError> {
-    client.execute(DISABLE, &[&tenant.as_uuid(), &id.as_uuid(), &reason]).await?;
+    sql::execute(client, DISABLE, &[&tenant.as_uuid(), &id.as_uuid(), &reason]).await?;
     Ok(())
 }
 
@@ -208,7 +209,8 @@ pub async fn rotate_secret(
     grace_secs: i64,
 ) -> Result<bool, DbError> {
     let updated =
-        client.execute(ROTATE_SECRET, &[&tenant.as_uuid(), &id.as_uuid(), &new_secret.expose(), &grace_secs]).await?;
+        sql::execute(client, ROTATE_SECRET, &[&tenant.as_uuid(), &id.as_uuid(), &new_secret.expose(), &grace_secs])
+            .await?;
     Ok(updated == 1)
 }
 
@@ -254,29 +256,29 @@ pub async fn update_endpoint(
     let flag = |field: &Option<Option<i32>>| field.is_some();
     let value = |field: &Option<Option<i32>>| field.flatten();
     let schedule = changes.retry_schedule_secs.clone().flatten();
-    let row = client
-        .query_opt(
-            &sql,
-            &[
-                &tenant.as_uuid(),
-                &id.as_uuid(),
-                &changes.url.map(EndpointUrl::as_str),
-                &changes.description,
-                &changes.enabled,
-                &flag(&changes.rate_limit_per_sec),
-                &value(&changes.rate_limit_per_sec),
-                &flag(&changes.rate_limit_burst),
-                &value(&changes.rate_limit_burst),
-                &flag(&changes.max_in_flight),
-                &value(&changes.max_in_flight),
-                &flag(&changes.max_attempts),
-                &value(&changes.max_attempts),
-                &changes.retry_schedule_secs.is_some(),
-                &schedule,
-                &flag(&changes.timeout_ms),
-                &value(&changes.timeout_ms),
-            ],
-        )
-        .await?;
+    let row = sql::query_opt(
+        client,
+        &sql,
+        &[
+            &tenant.as_uuid(),
+            &id.as_uuid(),
+            &changes.url.map(EndpointUrl::as_str),
+            &changes.description,
+            &changes.enabled,
+            &flag(&changes.rate_limit_per_sec),
+            &value(&changes.rate_limit_per_sec),
+            &flag(&changes.rate_limit_burst),
+            &value(&changes.rate_limit_burst),
+            &flag(&changes.max_in_flight),
+            &value(&changes.max_in_flight),
+            &flag(&changes.max_attempts),
+            &value(&changes.max_attempts),
+            &changes.retry_schedule_secs.is_some(),
+            &schedule,
+            &flag(&changes.timeout_ms),
+            &value(&changes.timeout_ms),
+        ],
+    )
+    .await?;
     Ok(row.as_ref().map(EndpointRecord::from_row))
 }

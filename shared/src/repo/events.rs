@@ -11,6 +11,7 @@ use crate::db::DbError;
 use crate::domain::{EventPayload, EventType, IdempotencyKey};
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
+use crate::repo::sql;
 
 /// A conflicting idempotency key leaves no row, so the caller can tell.
 const INSERT_EVENT: &str =
@@ -92,18 +93,18 @@ pub async fn insert_event_with_deliveries(
     let request_hash = event.request_hash();
     let payload = Value::Object(event.payload.as_json().clone());
     let key = event.idempotency_key.map(IdempotencyKey::as_str);
-    let inserted = tx
-        .query_opt(
-            INSERT_EVENT,
-            &[&id.as_uuid(), &tenant.as_uuid(), &event.event_type.as_str(), &payload, &key, &request_hash],
-        )
-        .await?;
+    let inserted = sql::query_opt(
+        tx,
+        INSERT_EVENT,
+        &[&id.as_uuid(), &tenant.as_uuid(), &event.event_type.as_str(), &payload, &key, &request_hash],
+    )
+    .await?;
     let Some(inserted) = inserted else {
         return find_duplicate(tx, tenant, key.unwrap_or_default(), &request_hash).await;
     };
 
     let deliveries =
-        tx.query(INSERT_DELIVERIES, &[&tenant.as_uuid(), &id.as_uuid(), &event.event_type.as_str()]).await?;
+        sql::query(tx, INSERT_DELIVERIES, &[&tenant.as_uuid(), &id.as_uuid(), &event.event_type.as_str()]).await?;
     let tasks: Vec<DeliveryTask> = deliveries
         .iter()
         .map(|row| DeliveryTask {
@@ -129,7 +130,7 @@ async fn find_duplicate(
     key: &str,
     request_hash: &[u8],
 ) -> Result<IngestOutcome, DbError> {
-    let row = tx.query_one(FIND_BY_IDEMPOTENCY_KEY, &[&tenant.as_uuid(), &key]).await?;
+    let row = sql::query_one(tx, FIND_BY_IDEMPOTENCY_KEY, &[&tenant.as_uuid(), &key]).await?;
     let id = EventId::from_uuid(row.get("id"));
     let stored_hash: Vec<u8> = row.get("request_hash");
     if stored_hash != request_hash {
@@ -170,7 +171,7 @@ pub async fn get_event(
     tenant: TenantId,
     id: EventId,
 ) -> Result<Option<EventRecord>, DbError> {
-    let row = client.query_opt(GET_EVENT, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
+    let row = sql::query_opt(client, GET_EVENT, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(EventRecord::from_row))
 }
 
@@ -179,6 +180,6 @@ pub async fn list_events(
     tenant: TenantId,
     limit: i64,
 ) -> Result<Vec<EventRecord>, DbError> {
-    let rows = client.query(LIST_EVENTS, &[&tenant.as_uuid(), &limit]).await?;
+    let rows = sql::query(client, LIST_EVENTS, &[&tenant.as_uuid(), &limit]).await?;
     Ok(rows.iter().map(EventRecord::from_row).collect())
 }

@@ -15,6 +15,7 @@ pub mod events;
 pub mod outbox;
 pub mod recovery;
 pub mod replay;
+mod sql;
 pub mod tenants;
 pub mod users;
 

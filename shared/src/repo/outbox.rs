@@ -8,6 +8,7 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 
 use crate::db::DbError;
+use crate::repo::sql;
 
 const CLAIM_BATCH: &str = "UPDATE relayops.outbox_messages o
      SET status = 'claimed', claimed_by = $1,
@@ -48,7 +49,7 @@ pub async fn claim_batch(
     ttl: Duration,
 ) -> Result<Vec<OutboxMessage>, DbError> {
     let ttl_ms = ttl.as_millis() as i64;
-    let rows = client.query(CLAIM_BATCH, &[&owner, &limit, &ttl_ms]).await?;
+    let rows = sql::query(client, CLAIM_BATCH, &[&owner, &limit, &ttl_ms]).await?;
     let mut messages: Vec<OutboxMessage> =
         rows.iter().map(|row| OutboxMessage { id: row.get("id"), envelope: row.get("envelope") }).collect();
     // RETURNING does not keep the subquery's order; publish oldest first.
@@ -61,7 +62,7 @@ pub async fn mark_published(client: &impl GenericClient, owner: &str, ids: &[i64
     if ids.is_empty() {
         return Ok(0);
     }
-    Ok(client.execute(MARK_PUBLISHED, &[&ids, &owner]).await?)
+    sql::execute(client, MARK_PUBLISHED, &[&ids, &owner]).await
 }
 
 /// Gives rows back for another try (the broker refused them).
@@ -69,17 +70,17 @@ pub async fn release(client: &impl GenericClient, owner: &str, ids: &[i64], erro
     if ids.is_empty() {
         return Ok(0);
     }
-    Ok(client.execute(RELEASE, &[&ids, &owner, &error]).await?)
+    sql::execute(client, RELEASE, &[&ids, &owner, &error]).await
 }
 
 /// Makes rows claimed by a publisher that died (claim expired) claimable again.
 pub async fn reclaim_expired(client: &impl GenericClient) -> Result<u64, DbError> {
-    Ok(client.execute(RECLAIM_EXPIRED, &[]).await?)
+    sql::execute(client, RECLAIM_EXPIRED, &[]).await
 }
 
 /// Rows not yet published (the backlog).
 pub async fn backlog(client: &impl GenericClient) -> Result<i64, DbError> {
-    Ok(client.query_one(COUNT_PENDING, &[]).await?.get(0))
+    Ok(sql::query_one(client, COUNT_PENDING, &[]).await?.get(0))
 }
 
 const INSERT_MESSAGE: &str =
@@ -92,7 +93,8 @@ pub async fn insert_message(
     delivery: Option<crate::ids::DeliveryId>,
     message: &crate::broker::QueueMessage,
 ) -> Result<(), DbError> {
-    client.execute(INSERT_MESSAGE, &[&tenant.as_uuid(), &delivery.map(|id| id.as_uuid()), &message.to_json()]).await?;
+    sql::execute(client, INSERT_MESSAGE, &[&tenant.as_uuid(), &delivery.map(|id| id.as_uuid()), &message.to_json()])
+        .await?;
     Ok(())
 }
 
@@ -113,7 +115,7 @@ pub async fn insert_delivery_messages(
     let deliveries: Vec<uuid::Uuid> = tasks.iter().map(|task| task.delivery_id.as_uuid()).collect();
     let envelopes: Vec<serde_json::Value> =
         tasks.iter().map(|task| crate::broker::QueueMessage::DeliveryV1(*task).to_json()).collect();
-    client.execute(INSERT_DELIVERY_MESSAGES, &[&tenants, &deliveries, &envelopes]).await?;
+    sql::execute(client, INSERT_DELIVERY_MESSAGES, &[&tenants, &deliveries, &envelopes]).await?;
     Ok(())
 }
 
@@ -127,5 +129,5 @@ const PURGE_PUBLISHED: &str = "DELETE FROM relayops.outbox_messages WHERE id IN 
 /// outbox stays as small as the work in flight. Returns how many.
 pub async fn purge_published(client: &impl GenericClient, retention: Duration, limit: i64) -> Result<u64, DbError> {
     let retention_ms = retention.as_millis() as i64;
-    Ok(client.execute(PURGE_PUBLISHED, &[&retention_ms, &limit]).await?)
+    sql::execute(client, PURGE_PUBLISHED, &[&retention_ms, &limit]).await
 }

@@ -12,6 +12,7 @@ use crate::broker::envelope::DeliveryTask;
 use crate::db::DbError;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
+use crate::repo::sql;
 
 const FIND_STRANDED: &str = "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
      WHERE (status = 'in_progress' AND lease_expires_at < now())
@@ -31,7 +32,7 @@ const REVIVE: &str = "UPDATE relayops.deliveries
 /// a transaction (the caller's).
 pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i64) -> Result<u64, DbError> {
     let grace_ms = grace.as_millis() as i64;
-    let rows = tx.query(FIND_STRANDED, &[&grace_ms, &limit]).await?;
+    let rows = sql::query(tx, FIND_STRANDED, &[&grace_ms, &limit]).await?;
     if rows.is_empty() {
         return Ok(0);
     }
@@ -45,7 +46,7 @@ pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i
         })
         .collect();
     let ids: Vec<Uuid> = tasks.iter().map(|task| task.delivery_id.as_uuid()).collect();
-    tx.execute(REVIVE, &[&ids]).await?;
+    sql::execute(tx, REVIVE, &[&ids]).await?;
     outbox::insert_delivery_messages(tx, &tasks).await?;
     Ok(rows.len() as u64)
 }

@@ -11,6 +11,7 @@ use crate::db::DbError;
 use crate::domain::DeliveryStatus;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
+use crate::repo::sql;
 
 const REVIVE_ONE: &str = "UPDATE relayops.deliveries
      SET status = 'pending', next_attempt_at = NULL, updated_at = now()
@@ -50,8 +51,8 @@ pub async fn replay_delivery(
     tenant: TenantId,
     id: DeliveryId,
 ) -> Result<ReplayOutcome, DbError> {
-    let Some(row) = tx.query_opt(REVIVE_ONE, &[&tenant.as_uuid(), &id.as_uuid()]).await? else {
-        let status = tx.query_opt(CURRENT_STATUS, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
+    let Some(row) = sql::query_opt(tx, REVIVE_ONE, &[&tenant.as_uuid(), &id.as_uuid()]).await? else {
+        let status = sql::query_opt(tx, CURRENT_STATUS, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
         return Ok(match status.and_then(|row| DeliveryStatus::parse(row.get(0))) {
             Some(status) => ReplayOutcome::NotReplayable(status),
             None => ReplayOutcome::NotFound,
@@ -85,12 +86,12 @@ pub async fn count_matching(
 ) -> Result<i64, DbError> {
     let sql = format!("SELECT count(*) {MATCHING}");
     let endpoint = filter.endpoint.map(|id| id.as_uuid());
-    let row = client
-        .query_one(
-            &sql,
-            &[&tenant.as_uuid(), &filter.statuses(), &endpoint, &filter.event_type, &filter.since, &filter.until],
-        )
-        .await?;
+    let row = sql::query_one(
+        client,
+        &sql,
+        &[&tenant.as_uuid(), &filter.statuses(), &endpoint, &filter.event_type, &filter.since, &filter.until],
+    )
+    .await?;
     Ok(row.get(0))
 }
 
@@ -109,12 +110,12 @@ pub async fn replay_matching(
          RETURNING d.id, d.event_id, d.endpoint_id"
     );
     let endpoint = filter.endpoint.map(|id| id.as_uuid());
-    let rows = tx
-        .query(
-            &sql,
-            &[&tenant.as_uuid(), &filter.statuses(), &endpoint, &filter.event_type, &filter.since, &filter.until, &cap],
-        )
-        .await?;
+    let rows = sql::query(
+        tx,
+        &sql,
+        &[&tenant.as_uuid(), &filter.statuses(), &endpoint, &filter.event_type, &filter.since, &filter.until, &cap],
+    )
+    .await?;
     let tasks: Vec<DeliveryTask> = rows.iter().map(|row| task(tenant, row)).collect();
     outbox::insert_delivery_messages(tx, &tasks).await?;
     Ok(tasks.iter().map(|task| task.delivery_id).collect())

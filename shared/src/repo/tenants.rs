@@ -3,6 +3,7 @@ use deadpool_postgres::GenericClient;
 
 use crate::db::DbError;
 use crate::ids::{TenantId, UserId};
+use crate::repo::sql;
 
 const INSERT_TENANT: &str = "INSERT INTO relayops.tenants (id, name) VALUES ($1, $2)";
 
@@ -11,7 +12,7 @@ const INSERT_USER: &str = "INSERT INTO relayops.user_accounts (id, tenant_id, em
 
 pub async fn insert_tenant(client: &impl GenericClient, name: &str) -> Result<TenantId, DbError> {
     let id = TenantId::new();
-    client.execute(INSERT_TENANT, &[&id.as_uuid(), &name]).await?;
+    sql::execute(client, INSERT_TENANT, &[&id.as_uuid(), &name]).await?;
     Ok(id)
 }
 
@@ -23,9 +24,12 @@ pub struct NewUser<'a> {
 
 pub async fn insert_user(client: &impl GenericClient, tenant: TenantId, user: &NewUser<'_>) -> Result<UserId, DbError> {
     let id = UserId::new();
-    client
-        .execute(INSERT_USER, &[&id.as_uuid(), &tenant.as_uuid(), &user.email, &user.password_hash, &user.role])
-        .await?;
+    sql::execute(
+        client,
+        INSERT_USER,
+        &[&id.as_uuid(), &tenant.as_uuid(), &user.email, &user.password_hash, &user.role],
+    )
+    .await?;
     Ok(id)
 }
 
@@ -39,5 +43,5 @@ pub async fn set_ingest_limit(
     rate_per_sec: Option<i32>,
     burst: Option<i32>,
 ) -> Result<bool, DbError> {
-    Ok(client.execute(SET_INGEST_LIMIT, &[&tenant.as_uuid(), &rate_per_sec, &burst]).await? == 1)
+    Ok(sql::execute(client, SET_INGEST_LIMIT, &[&tenant.as_uuid(), &rate_per_sec, &burst]).await? == 1)
 }

@@ -3,6 +3,7 @@ use deadpool_postgres::GenericClient;
 
 use crate::db::DbError;
 use crate::ids::{TenantId, UserId};
+use crate::repo::sql;
 
 /// Not tenant-scoped: an email is how a login finds its tenant.
 const FIND_BY_EMAIL: &str = "SELECT id, tenant_id, password_hash, role FROM relayops.user_accounts
@@ -24,7 +25,7 @@ pub struct LoginCandidate {
 }
 
 pub async fn find_by_email(client: &impl GenericClient, email: &str) -> Result<Option<LoginCandidate>, DbError> {
-    let row = client.query_opt(FIND_BY_EMAIL, &[&email]).await?;
+    let row = sql::query_opt(client, FIND_BY_EMAIL, &[&email]).await?;
     Ok(row.map(|row| LoginCandidate {
         id: UserId::from_uuid(row.get("id")),
         tenant_id: TenantId::from_uuid(row.get("tenant_id")),
@@ -34,7 +35,7 @@ pub async fn find_by_email(client: &impl GenericClient, email: &str) -> Result<O
 }
 
 pub async fn touch_login(client: &impl GenericClient, tenant: TenantId, user: UserId) -> Result<(), DbError> {
-    client.execute(TOUCH_LOGIN, &[&tenant.as_uuid(), &user.as_uuid()]).await?;
+    sql::execute(client, TOUCH_LOGIN, &[&tenant.as_uuid(), &user.as_uuid()]).await?;
     Ok(())
 }
 
@@ -49,7 +50,7 @@ pub async fn principal(
     tenant: TenantId,
     user: UserId,
 ) -> Result<Option<UserPrincipal>, DbError> {
-    let row = client.query_opt(PRINCIPAL, &[&tenant.as_uuid(), &user.as_uuid()]).await?;
+    let row = sql::query_opt(client, PRINCIPAL, &[&tenant.as_uuid(), &user.as_uuid()]).await?;
     Ok(row.map(|row| UserPrincipal {
         role: row.get("role"),
         ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
@@ -65,7 +66,7 @@ const LINK_BOOTSTRAP_TOKEN: &str = "UPDATE relayops.used_bootstrap_tokens SET te
 /// Records a bootstrap token as used; false if it already was. Run it in the
 /// transaction that creates the tenant, so a failed bootstrap uses nothing.
 pub async fn use_bootstrap_token(client: &impl GenericClient, token_hash: &[u8]) -> Result<bool, DbError> {
-    Ok(client.execute(USE_BOOTSTRAP_TOKEN, &[&token_hash]).await? == 1)
+    Ok(sql::execute(client, USE_BOOTSTRAP_TOKEN, &[&token_hash]).await? == 1)
 }
 
 pub async fn link_bootstrap_token(
@@ -73,6 +74,6 @@ pub async fn link_bootstrap_token(
     token_hash: &[u8],
     tenant: TenantId,
 ) -> Result<(), DbError> {
-    client.execute(LINK_BOOTSTRAP_TOKEN, &[&token_hash, &tenant.as_uuid()]).await?;
+    sql::execute(client, LINK_BOOTSTRAP_TOKEN, &[&token_hash, &tenant.as_uuid()]).await?;
     Ok(())
 }

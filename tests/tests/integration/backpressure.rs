@@ -51,7 +51,7 @@ async fn ready_queue_over_threshold_makes_ingest_refuse_until_workers_catch_up()
     assert!(detail.contains("ready queue"), "{detail}");
     assert_eq!(env.count("events").await, 3);
 
-    env.start_worker();
+    env.start_worker().await;
     env.wait_for_readiness(true).await;
     assert_eq!(env.post_event("a.b", json!({})).await.status, 201);
 }

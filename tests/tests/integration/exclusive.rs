@@ -172,7 +172,7 @@ async fn exclusive_redis_outage_during_traffic_refuses_ingest_defers_delivery_an
     refused.expect_problem(503);
     assert!(refused.headers.contains_key("retry-after"));
     // … and the worker defers deliveries instead of sending them without limits.
-    env.start_worker();
+    env.start_worker().await;
     env.wait_for_sql(
         "deliveries deferred by the worker",
         "SELECT count(*) = 10 FROM relayops.deliveries WHERE status = 'scheduled' AND attempt_count = 0",

@@ -93,7 +93,7 @@ async fn worker_dying_before_persisting_is_recovered_after_its_lease_expires() {
     env.wait_for_status(&event_id, "in_progress").await;
     env.kill_worker().await;
 
-    env.start_worker();
+    env.start_worker().await;
     let delivery = env.wait_for_status(&event_id, "delivered").await;
     assert_eq!(delivery["attempt_count"], 1, "the killed attempt left no record");
     let received = env.simulator.received();
