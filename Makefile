@@ -16,7 +16,7 @@ demo: services
 ## Tests named `exclusive_*` restart the shared broker or load the machine, so
 ## they run after the others, one at a time.
 test: services lint
-	cargo build -q -p relayops --bin relayops -p relayops-bench
+	cargo build -q -p relayops -p relayops-bench --bins
 	@if cargo nextest --version >/dev/null 2>&1; then \
 	  cargo nextest run --workspace --no-fail-fast -E 'not test(/exclusive_/)' && \
 	  cargo nextest run -p relayops-tests --no-fail-fast --test-threads 1 -E 'test(/exclusive_/)'; \

@@ -153,39 +153,27 @@ async fn credentials_payloads_and_signatures_never_appear_in_the_database_or_log
     let token = env.config.auth.bootstrap_token.clone().unwrap();
     let boot =
         json!({ "token": token, "tenant_name": "Logs", "admin_email": "logs@example.com", "admin_password": password });
-    let created: serde_json::Value =
-        http.post(format!("{api}/v1/bootstrap")).json(&boot).send().await.unwrap().json().await.unwrap();
+    // POSTs JSON to the child API with an optional bearer credential.
+    let call = |path: &str, bearer: Option<&str>, body: serde_json::Value| {
+        let mut request = http.post(format!("{api}{path}")).json(&body);
+        if let Some(bearer) = bearer {
+            request = request.bearer_auth(bearer);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.json::<serde_json::Value>().await.unwrap_or_default())
+        }
+    };
+    let (_, created) = call("/v1/bootstrap", None, boot).await;
     let key = created["api_key"].as_str().unwrap().to_owned();
-    let login: serde_json::Value = http
-        .post(format!("{api}/v1/auth/login"))
-        .json(&json!({ "email": "logs@example.com", "password": password }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, login) = call("/v1/auth/login", None, json!({ "email": "logs@example.com", "password": password })).await;
     let jwt = login["token"].as_str().unwrap().to_owned();
-    let endpoint: serde_json::Value = http
-        .post(format!("{api}/v1/endpoints"))
-        .bearer_auth(&jwt)
-        .json(&json!({ "url": format!("{}/sim/ok", env.simulator_url), "event_types": ["*"] }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let endpoint_body = json!({ "url": format!("{}/sim/ok", env.simulator_url), "event_types": ["*"] });
+    let (_, endpoint) = call("/v1/endpoints", Some(&jwt), endpoint_body).await;
     let secret = endpoint["secret"].as_str().unwrap().to_owned();
     let marker = format!("payload-marker-{}", uuid::Uuid::new_v4().simple());
-    let posted = http
-        .post(format!("{api}/v1/events"))
-        .bearer_auth(&key)
-        .json(&json!({ "event_type": "a.b", "payload": { "card": marker } }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(posted.status(), 201);
+    let (status, _) = call("/v1/events", Some(&key), json!({ "event_type": "a.b", "payload": { "card": marker } })).await;
+    assert_eq!(status, 201);
     let received = env.simulator.wait_until(relayops_tests::WAIT, |all| !all.is_empty()).await;
     let signature = received[0].webhook_signature.clone().unwrap();
     let signature_value = signature.trim_start_matches("v1,").to_owned();
