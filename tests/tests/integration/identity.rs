@@ -172,7 +172,8 @@ async fn credentials_payloads_and_signatures_never_appear_in_the_database_or_log
     let (_, endpoint) = call("/v1/endpoints", Some(&jwt), endpoint_body).await;
     let secret = endpoint["secret"].as_str().unwrap().to_owned();
     let marker = format!("payload-marker-{}", uuid::Uuid::new_v4().simple());
-    let (status, _) = call("/v1/events", Some(&key), json!({ "event_type": "a.b", "payload": { "card": marker } })).await;
+    let (status, _) =
+        call("/v1/events", Some(&key), json!({ "event_type": "a.b", "payload": { "card": marker } })).await;
     assert_eq!(status, 201);
     let received = env.simulator.wait_until(relayops_tests::WAIT, |all| !all.is_empty()).await;
     let signature = received[0].webhook_signature.clone().unwrap();
