@@ -59,5 +59,9 @@ mod tests {
         assert_eq!(classify(&SendResult::NoAnswer { timed_out: true }), Verdict::Retryable { not_before: None });
         let limited = SendResult::Answered { status: 429, retry_after: Some(Duration::from_secs(7)) };
         assert_eq!(classify(&limited), Verdict::Retryable { not_before: Some(Duration::from_secs(7)) });
+        let unavailable = SendResult::Answered { status: 503, retry_after: Some(Duration::from_secs(30)) };
+        assert_eq!(classify(&unavailable), Verdict::Retryable { not_before: Some(Duration::from_secs(30)) });
+        let other_5xx = SendResult::Answered { status: 502, retry_after: Some(Duration::from_secs(30)) };
+        assert_eq!(classify(&other_5xx), Verdict::Retryable { not_before: None }, "Retry-After counts on 429/503 only");
     }
 }
