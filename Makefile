@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export RELAYOPS_DATABASE_URL ?= postgres://relayops:relayops@127.0.0.1:5432/relayops
 export RELAYOPS_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/%2f
 export RELAYOPS_REDIS_URL ?= redis://127.0.0.1:6379
-export RELAYOPS_LOG ?= warn,relayops=info
+export RELAYOPS_LOG ?= warn
 
 .PHONY: demo test services lint run bench bench-smoke clean-test-databases
 

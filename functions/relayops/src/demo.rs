@@ -62,6 +62,7 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
         ("/sim/flaky/1", json!({ "retry_schedule_secs": [1] })),
         ("/sim/status/400", json!({})),
     ];
+    let mut paths = std::collections::HashMap::new();
     for (path, extra) in endpoints {
         let mut body = json!({ "url": format!("{simulator}{path}"), "event_types": ["order.*"] });
         if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
@@ -74,6 +75,7 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
         let secret = endpoint["secret"].as_str().unwrap_or_default();
         client.http.post(format!("{simulator}/_sim/secrets")).json(&json!({ "secret": secret })).send().await?;
         println!("endpoint {} -> {}", endpoint["id"].as_str().unwrap_or("?"), path);
+        paths.insert(endpoint["id"].as_str().unwrap_or_default().to_owned(), path);
     }
 
     let events = [
@@ -112,11 +114,15 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    println!("\n{:<38} {:<38} {:<10} {:>8} {:>6}", "event", "delivery", "status", "attempts", "http");
+    println!(
+        "\n{:<38} {:<16} {:<38} {:<10} {:>8} {:>6}",
+        "event", "endpoint", "delivery", "status", "attempts", "http"
+    );
     for (event_id, delivery) in &rows {
         println!(
-            "{:<38} {:<38} {:<10} {:>8} {:>6}",
+            "{:<38} {:<16} {:<38} {:<10} {:>8} {:>6}",
             event_id,
+            paths.get(delivery["endpoint_id"].as_str().unwrap_or_default()).copied().unwrap_or("?"),
             delivery["id"].as_str().unwrap_or("?"),
             delivery["status"].as_str().unwrap_or("?"),
             delivery["attempt_count"].to_string(),
@@ -127,15 +133,15 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
     let received = received.as_array().cloned().unwrap_or_default();
     let valid = received.iter().filter(|r| r["signature_valid"] == json!(true)).count();
     println!("\nthe simulator received {} requests; {valid} with a valid signature", received.len());
-    println!("\ntry it yourself:\n  curl -s {api}/v1/events -H 'Authorization: Bearer {}'", client.key);
-
     if keep_running {
-        println!("\nrelayops is still running (Ctrl-C to stop)");
+        println!("\nrelayops is still running (Ctrl-C to stop); try:");
+        println!("  curl -s {api}/v1/events -H 'Authorization: Bearer {}'", client.key);
         roles::wait(tasks).await?;
     } else {
         // Ending the process stops every role at once, as Ctrl-C would; nothing
         // is lost (unacked messages return to the queue, leases expire).
         use std::io::Write;
+        println!("\n(`cargo run -p relayops -- demo --keep-running` leaves it running to explore)");
         std::io::stdout().flush()?;
         std::process::exit(0);
     }
