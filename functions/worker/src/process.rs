@@ -120,8 +120,9 @@ impl Processor {
         self.record(&job, &exchange, &verdict, outcome, wait, started_at).await
     }
 
-    /// The attempt, the delivery's next state, a dead letter for operators and
-    /// the endpoint's disabling on 410: one transaction.
+    /// The attempt and the delivery's next state (one statement); when the
+    /// delivery dies or the endpoint answered 410, the dead letter and the
+    /// endpoint's disabling commit in the same transaction.
     async fn record(
         &self,
         job: &DeliveryJob,
@@ -131,8 +132,6 @@ impl Processor {
         wait: Option<Duration>,
         started_at: chrono::DateTime<Utc>,
     ) -> Result<Disposition, DbError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
         let record = AttemptRecord {
             outcome,
             http_status: http_status(&exchange.result),
@@ -143,28 +142,40 @@ impl Processor {
             started_at,
             next_attempt_at: wait.and_then(|wait| chrono::Duration::from_std(wait).ok()).map(|wait| Utc::now() + wait),
         };
-        if deliveries::record_attempt(&tx, job, &self.config.worker_id, &record).await? == Settled::LeaseLost {
+        let disables_endpoint = *verdict == (Verdict::Permanent { disable_endpoint: true });
+        let mut client = self.pool.get().await?;
+        let settled = if outcome == AttemptOutcome::Dead || disables_endpoint {
+            let tx = client.transaction().await?;
+            let settled = deliveries::record_attempt(&tx, job, &self.config.worker_id, &record).await?;
+            if settled == Settled::Recorded {
+                if outcome == AttemptOutcome::Dead {
+                    let letter = DeadLetter {
+                        tenant_id: job.tenant_id,
+                        delivery_id: job.delivery_id,
+                        event_id: job.event_id,
+                        endpoint_id: job.endpoint_id,
+                        attempts: job.attempt_number,
+                        last_http_status: record.http_status,
+                        reason: exchange.error.clone().unwrap_or_else(|| "retries exhausted".to_owned()),
+                    };
+                    let message = QueueMessage::DeadLetterV1(letter);
+                    outbox::insert_message(&tx, job.tenant_id, Some(job.delivery_id), &message).await?;
+                }
+                if disables_endpoint {
+                    let reason = "receiver answered 410 Gone";
+                    endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, reason).await?;
+                }
+                tx.commit().await?;
+            }
+            settled
+        } else {
+            deliveries::record_attempt(&client, job, &self.config.worker_id, &record).await?
+        };
+        if settled == Settled::LeaseLost {
             tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
                 "lease lost before recording; another worker owns the delivery");
             return Ok(Disposition::Ack);
         }
-        if outcome == AttemptOutcome::Dead {
-            let letter = DeadLetter {
-                tenant_id: job.tenant_id,
-                delivery_id: job.delivery_id,
-                event_id: job.event_id,
-                endpoint_id: job.endpoint_id,
-                attempts: job.attempt_number,
-                last_http_status: record.http_status,
-                reason: exchange.error.clone().unwrap_or_else(|| "retries exhausted".to_owned()),
-            };
-            outbox::insert_message(&tx, job.tenant_id, Some(job.delivery_id), &QueueMessage::DeadLetterV1(letter))
-                .await?;
-        }
-        if *verdict == (Verdict::Permanent { disable_endpoint: true }) {
-            endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, "receiver answered 410 Gone").await?;
-        }
-        tx.commit().await?;
         Ok(match wait {
             Some(wait) => Disposition::Delay { wait, throttled: false },
             None => Disposition::Ack,

@@ -33,18 +33,21 @@ const CLAIM: &str = "UPDATE relayops.deliveries d
 const CURRENT_STATE: &str = "SELECT status, next_attempt_at FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
 
 /// Only the lease holder may settle the delivery.
-const SETTLE: &str = "UPDATE relayops.deliveries
-     SET status = $3, attempt_count = $4, next_attempt_at = $5,
-         lease_owner = NULL, lease_expires_at = NULL,
-         last_http_status = $6, last_error = $7,
-         delivered_at = CASE WHEN $3 = 'delivered' THEN now() ELSE delivered_at END,
-         updated_at = now()
-     WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $8";
-
-const INSERT_ATTEMPT: &str =
-    "INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
+/// The attempt and the delivery's next state in ONE statement (atomic on its
+/// own, one round trip). Only the lease holder may settle: if the lease was
+/// lost, the UPDATE matches nothing and so nothing is inserted.
+const SETTLE_WITH_ATTEMPT: &str = "WITH settled AS (
+         UPDATE relayops.deliveries
+         SET status = $3, attempt_count = $4, next_attempt_at = $5,
+             lease_owner = NULL, lease_expires_at = NULL,
+             last_http_status = $6, last_error = $7,
+             delivered_at = CASE WHEN $3 = 'delivered' THEN now() ELSE delivered_at END,
+             updated_at = now()
+         WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $8
+         RETURNING tenant_id, id)
+     INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
          http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+     SELECT $9, settled.tenant_id, settled.id, $4, $10, $6, $7, $11, $12, $13, $8, $14 FROM settled";
 
 /// Gives a claimed delivery back without an attempt, due again after a wait
 /// (flow control said not now). `attempt_count` is untouched.
@@ -158,18 +161,18 @@ pub enum Settled {
     LeaseLost,
 }
 
-/// Records the attempt and the delivery's new state. Must run in a transaction
-/// (the caller's): either both are written or neither.
+/// Records the attempt and the delivery's new state, both or neither (one
+/// statement). Pass a transaction when more must commit with it.
 pub async fn record_attempt(
-    tx: &impl GenericClient,
+    client: &impl GenericClient,
     job: &DeliveryJob,
     worker_id: &str,
     attempt: &AttemptRecord<'_>,
 ) -> Result<Settled, DbError> {
     let status = attempt.outcome.next_status().as_str();
-    let updated = sql::execute(
-        tx,
-        SETTLE,
+    let inserted = sql::execute(
+        client,
+        SETTLE_WITH_ATTEMPT,
         &[
             &job.tenant_id.as_uuid(),
             &job.delivery_id.as_uuid(),
@@ -179,32 +182,16 @@ pub async fn record_attempt(
             &attempt.http_status,
             &attempt.error,
             &worker_id,
-        ],
-    )
-    .await?;
-    if updated == 0 {
-        return Ok(Settled::LeaseLost);
-    }
-    sql::execute(
-        tx,
-        INSERT_ATTEMPT,
-        &[
             &AttemptId::new().as_uuid(),
-            &job.tenant_id.as_uuid(),
-            &job.delivery_id.as_uuid(),
-            &job.attempt_number,
             &attempt.outcome.as_str(),
-            &attempt.http_status,
-            &attempt.error,
             &attempt.request_headers,
             &attempt.response_body,
             &attempt.latency_ms,
-            &worker_id,
             &attempt.started_at,
         ],
     )
     .await?;
-    Ok(Settled::Recorded)
+    Ok(if inserted == 0 { Settled::LeaseLost } else { Settled::Recorded })
 }
 
 pub async fn defer(
