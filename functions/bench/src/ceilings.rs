@@ -34,24 +34,22 @@ pub async fn postgres(pool: &Pool, connections: usize, duration: Duration) -> an
         tasks.push(tokio::spawn(async move {
             let mut client = pool.get().await?;
             let tenant = uuid::Uuid::now_v7();
+            // Prepared once per connection, as RelayOps' own statements are.
+            let insert_event = client
+                .prepare_cached(&format!("INSERT INTO {SCHEMA}.events (id, tenant_id, event_type, payload, request_hash) VALUES ($1, $2, 'bench.x', '{{\"n\": 1}}', sha256('x'))"))
+                .await?;
+            let insert_delivery = client
+                .prepare_cached(&format!("INSERT INTO {SCHEMA}.deliveries (id, tenant_id, event_id, endpoint_id) VALUES ($1, $2, $3, $2)"))
+                .await?;
+            let insert_outbox = client
+                .prepare_cached(&format!("INSERT INTO {SCHEMA}.outbox (tenant_id, delivery_id, envelope) VALUES ($1, $2, '{{}}')"))
+                .await?;
             while started.elapsed() < duration {
                 let (event, delivery) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
                 let tx = client.transaction().await?;
-                tx.execute(
-                    &format!("INSERT INTO {SCHEMA}.events (id, tenant_id, event_type, payload, request_hash) VALUES ($1, $2, 'bench.x', '{{\"n\": 1}}', sha256('x'))"),
-                    &[&event, &tenant],
-                )
-                .await?;
-                tx.execute(
-                    &format!("INSERT INTO {SCHEMA}.deliveries (id, tenant_id, event_id, endpoint_id) VALUES ($1, $2, $3, $2)"),
-                    &[&delivery, &tenant, &event],
-                )
-                .await?;
-                tx.execute(
-                    &format!("INSERT INTO {SCHEMA}.outbox (tenant_id, delivery_id, envelope) VALUES ($1, $2, '{{}}')"),
-                    &[&tenant, &delivery],
-                )
-                .await?;
+                tx.execute(&insert_event, &[&event, &tenant]).await?;
+                tx.execute(&insert_delivery, &[&delivery, &tenant, &event]).await?;
+                tx.execute(&insert_outbox, &[&tenant, &delivery]).await?;
                 tx.commit().await?;
                 done.fetch_add(1, Ordering::Relaxed);
             }
