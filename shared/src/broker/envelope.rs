@@ -62,6 +62,28 @@ impl QueueMessage {
 mod tests {
     use super::*;
 
+    /// Ingest builds this JSON in SQL (`repo::events::INGEST`); this pins the shape it must build.
+    #[test]
+    fn delivery_message_has_the_shape_ingest_builds_in_sql() {
+        let task = DeliveryTask {
+            tenant_id: TenantId::new(),
+            delivery_id: DeliveryId::new(),
+            event_id: EventId::new(),
+            endpoint_id: EndpointId::new(),
+        };
+        let json = QueueMessage::DeliveryV1(task).to_json();
+        let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["delivery_id", "endpoint_id", "event_id", "tenant_id", "type"]);
+        let built_like_sql = serde_json::json!({
+            "type": "delivery.v1",
+            "tenant_id": task.tenant_id.to_string(),
+            "delivery_id": format!("dlv_{}", task.delivery_id.as_uuid().hyphenated().to_string().replace('-', "")),
+            "event_id": task.event_id.to_string(),
+            "endpoint_id": format!("ep_{}", task.endpoint_id.as_uuid().hyphenated().to_string().replace('-', "")),
+        });
+        assert_eq!(serde_json::from_value::<QueueMessage>(built_like_sql).unwrap(), QueueMessage::DeliveryV1(task));
+    }
+
     #[test]
     fn delivery_message_round_trips_with_its_version_tag() {
         let message = QueueMessage::DeliveryV1(DeliveryTask {

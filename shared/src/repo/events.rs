@@ -1,43 +1,57 @@
-//! Ingest's one transaction: the event, a delivery per matching enabled
-//! endpoint, and an outbox row per delivery; and reading events back.
+//! Ingest's one atomic write — the event, a delivery per matching enabled
+//! endpoint, and an outbox row per delivery — and reading events back.
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio_postgres::Row;
 
-use crate::broker::envelope::DeliveryTask;
 use crate::db::DbError;
 use crate::domain::{EventPayload, EventType, IdempotencyKey};
-use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
-use crate::repo::outbox;
+use crate::ids::{EventId, TenantId};
 use crate::repo::sql;
 
-/// A conflicting idempotency key leaves no row, so the caller can tell.
-const INSERT_EVENT: &str =
-    "INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash)
-     VALUES ($1, $2, $3, $4, $5, $6)
-     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-     RETURNING received_at";
+/// The whole of ingest in ONE statement (atomic by itself, one round trip):
+/// the event; one delivery per enabled endpoint of the tenant whose
+/// subscription matches exactly, by `prefix.*`, or `*` (the rule of
+/// `EventTypePattern::matches`); one outbox row per delivery. A conflicting
+/// idempotency key inserts nothing and returns no row, so the caller can tell.
+///
+/// The envelope is built here as `QueueMessage::DeliveryV1` serializes it
+/// (`ids` text form: prefix + 32 hex digits); a unit test in `broker::envelope`
+/// pins that shape, and every delivery test reads these messages back.
+const INGEST: &str = "WITH new_event AS (
+         INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+         RETURNING id, tenant_id, received_at),
+     new_deliveries AS (
+         INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
+         SELECT gen_random_uuid(), ep.tenant_id, new_event.id, ep.id
+         FROM new_event JOIN relayops.webhook_endpoints ep ON ep.tenant_id = new_event.tenant_id
+         WHERE ep.enabled
+           AND EXISTS (
+             SELECT 1 FROM relayops.endpoint_subscriptions s
+             WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
+               AND (s.event_type_pattern = $3
+                    OR s.event_type_pattern = '*'
+                    OR (right(s.event_type_pattern, 2) = '.*'
+                        AND starts_with($3, left(s.event_type_pattern, -1)))))
+         RETURNING id, endpoint_id),
+     new_outbox AS (
+         INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
+         SELECT $2, d.id, jsonb_build_object(
+             'type', 'delivery.v1',
+             'tenant_id', $7::text,
+             'delivery_id', 'dlv_' || replace(d.id::text, '-', ''),
+             'event_id', $8::text,
+             'endpoint_id', 'ep_' || replace(d.endpoint_id::text, '-', ''))
+         FROM new_deliveries d)
+     SELECT received_at, (SELECT count(*) FROM new_deliveries) AS deliveries FROM new_event";
 
 const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_key, e.request_hash, e.received_at,
             (SELECT count(*) FROM relayops.deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_id = e.id) AS deliveries
      FROM relayops.events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2";
-
-/// One delivery per enabled endpoint of the tenant with a subscription that
-/// matches: exactly, by `prefix.*`, or `*` (the rule of `EventTypePattern::matches`).
-const INSERT_DELIVERIES: &str = "INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
-     SELECT gen_random_uuid(), ep.tenant_id, $2, ep.id
-     FROM relayops.webhook_endpoints ep
-     WHERE ep.tenant_id = $1 AND ep.enabled
-       AND EXISTS (
-         SELECT 1 FROM relayops.endpoint_subscriptions s
-         WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
-           AND (s.event_type_pattern = $3
-                OR s.event_type_pattern = '*'
-                OR (right(s.event_type_pattern, 2) = '.*'
-                    AND starts_with($3, left(s.event_type_pattern, -1)))))
-     RETURNING id, endpoint_id";
 
 const GET_EVENT: &str = "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
      WHERE tenant_id = $1 AND id = $2";
@@ -83,9 +97,10 @@ pub enum IngestOutcome {
     },
 }
 
-/// Runs inside the caller's transaction; the caller commits.
+/// One statement: atomic without a transaction; inside the caller's (a batch)
+/// it commits with the rest.
 pub async fn insert_event_with_deliveries(
-    tx: &impl GenericClient,
+    client: &impl GenericClient,
     tenant: TenantId,
     event: &NewEvent<'_>,
 ) -> Result<IngestOutcome, DbError> {
@@ -94,33 +109,29 @@ pub async fn insert_event_with_deliveries(
     let payload = Value::Object(event.payload.as_json().clone());
     let key = event.idempotency_key.map(IdempotencyKey::as_str);
     let inserted = sql::query_opt(
-        tx,
-        INSERT_EVENT,
-        &[&id.as_uuid(), &tenant.as_uuid(), &event.event_type.as_str(), &payload, &key, &request_hash],
+        client,
+        INGEST,
+        &[
+            &id.as_uuid(),
+            &tenant.as_uuid(),
+            &event.event_type.as_str(),
+            &payload,
+            &key,
+            &request_hash,
+            &tenant.to_string(),
+            &id.to_string(),
+        ],
     )
     .await?;
     let Some(inserted) = inserted else {
-        return find_duplicate(tx, tenant, key.unwrap_or_default(), &request_hash).await;
+        return find_duplicate(client, tenant, key.unwrap_or_default(), &request_hash).await;
     };
-
-    let deliveries =
-        sql::query(tx, INSERT_DELIVERIES, &[&tenant.as_uuid(), &id.as_uuid(), &event.event_type.as_str()]).await?;
-    let tasks: Vec<DeliveryTask> = deliveries
-        .iter()
-        .map(|row| DeliveryTask {
-            tenant_id: tenant,
-            delivery_id: DeliveryId::from_uuid(row.get("id")),
-            event_id: id,
-            endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
-        })
-        .collect();
-    outbox::insert_delivery_messages(tx, &tasks).await?;
     Ok(IngestOutcome::Created(EventReceipt {
         id,
         event_type: event.event_type.as_str().to_owned(),
         idempotency_key: key.map(str::to_owned),
         received_at: inserted.get("received_at"),
-        deliveries: deliveries.len() as i64,
+        deliveries: inserted.get("deliveries"),
     }))
 }
 
