@@ -11,12 +11,15 @@ mod process;
 use std::time::Duration;
 
 use relayops_publisher::Publisher;
-use relayops_shared::api::{ApiState, IngestLimiter};
+use std::sync::Arc;
+
+use relayops_shared::api::{ApiState, IngestLimiter, Wakeups};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_shared::config::{
     AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, PublisherConfig, WorkerConfig,
 };
+use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
 use relayops_shared::flow::{FlowControl, Limit};
 use relayops_shared::ids::TenantId;
@@ -192,7 +195,7 @@ impl TestEnv {
         let mut state = ApiState::new(pool.clone())
             .with_auth(&config.auth)
             .expect("auth config")
-            .with_wakeup(wakeup.clone())
+            .with_wakeup(Arc::new(Wakeups(vec![wakeup.clone(), Arc::new(PgNotifier::new(pool.clone()))])))
             .with_ingest_limiter(limiter);
         let mut tasks = vec![simulator_task];
         if let Some(backpressure_config) = &config.backpressure {

@@ -6,12 +6,13 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use relayops_publisher::Publisher;
-use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter};
+use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter, Wakeups};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::config::{
     AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig, PublisherConfig,
     WorkerConfig,
 };
+use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
 use relayops_shared::flow::{FlowControl, Limit};
 use relayops_worker::gate::Gate;
@@ -116,7 +117,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             };
             let state = ApiState::new(pool.clone())
                 .with_auth(&AuthConfig::from_env()?)?
-                .with_wakeup(wakeup)
+                .with_wakeup(Arc::new(Wakeups(vec![wakeup, Arc::new(PgNotifier::new(pool.clone()))])))
                 .with_backpressure(backpressure)
                 .with_ingest_limiter(limiter);
             let listener = tokio::net::TcpListener::bind(listen.api).await?;

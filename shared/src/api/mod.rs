@@ -32,6 +32,17 @@ impl PublisherWakeup for tokio::sync::Notify {
     }
 }
 
+/// Several wake-ups at once (in-process, and other processes via Postgres).
+pub struct Wakeups(pub Vec<Arc<dyn PublisherWakeup>>);
+
+impl PublisherWakeup for Wakeups {
+    fn wake(&self) {
+        for wakeup in &self.0 {
+            wakeup.wake();
+        }
+    }
+}
+
 /// State shared by the HTTP functions' handlers.
 #[derive(Clone)]
 pub struct ApiState {
@@ -148,5 +159,6 @@ pub fn state_from_env() -> Result<ApiState, Box<dyn std::error::Error + Send + S
         flow: FlowControl::new(&flow)?,
         default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
     };
-    Ok(ApiState::new(pool).with_auth(&AuthConfig::from_env()?)?.with_ingest_limiter(limiter))
+    let notifier: Arc<dyn PublisherWakeup> = Arc::new(crate::db::listen::PgNotifier::new(pool.clone()));
+    Ok(ApiState::new(pool).with_auth(&AuthConfig::from_env()?)?.with_ingest_limiter(limiter).with_wakeup(notifier))
 }

@@ -1,9 +1,15 @@
-//! `LISTEN relayops_outbox` on a dedicated connection: every commit that adds
-//! outbox rows (a trigger notifies) wakes the local publisher at once, from any
-//! process that writes to the same database. Best effort: if the connection
-//! drops it is re-opened, and the publisher's idle interval covers the gap.
+//! Waking publishers in other processes: writers send `NOTIFY relayops_outbox`
+//! after committing outbox rows ([`PgNotifier`], debounced per process), and
+//! every long-lived publisher `LISTEN`s on a dedicated connection
+//! ([`wake_on_outbox_inserts`]). Best effort both ways: a lost notification is
+//! covered by the publisher's idle interval, and the outbox is the truth.
+//!
+//! The NOTIFY is sent apart from the writer's transaction on purpose: Postgres
+//! serialises the commits of transactions that notify, which under load costs
+//! more than the wake-up saves.
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::{stream, StreamExt};
 use tokio::sync::Notify;
@@ -56,4 +62,37 @@ async fn listen_once(database_url: &str, notify: &Notify) -> Result<(), tokio_po
         }
     }
     Ok(())
+}
+
+/// Sends at most one `NOTIFY relayops_outbox` per debounce interval from this
+/// process, on a pooled connection, without waiting for it.
+pub struct PgNotifier {
+    pool: crate::db::Pool,
+    started: Instant,
+    /// Milliseconds since `started` of the last notification sent.
+    last_sent_ms: AtomicU64,
+    debounce: Duration,
+}
+
+impl PgNotifier {
+    pub fn new(pool: crate::db::Pool) -> Self {
+        Self { pool, started: Instant::now(), last_sent_ms: AtomicU64::new(0), debounce: Duration::from_millis(20) }
+    }
+}
+
+impl crate::api::PublisherWakeup for PgNotifier {
+    fn wake(&self) {
+        let now_ms = self.started.elapsed().as_millis() as u64 + self.debounce.as_millis() as u64;
+        let last = self.last_sent_ms.load(Ordering::Relaxed);
+        let due = now_ms.saturating_sub(last) >= self.debounce.as_millis() as u64;
+        if !due || self.last_sent_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return;
+        }
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            if let Ok(client) = pool.get().await {
+                let _ = client.batch_execute(&format!("NOTIFY {OUTBOX_CHANNEL}")).await;
+            }
+        });
+    }
 }

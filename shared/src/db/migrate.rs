@@ -11,6 +11,10 @@ use super::DbError;
 const MIGRATIONS: &[(&str, &str)] = &[
     ("0001_initial_schema", include_str!("../../../migrations/0001_initial_schema.sql")),
     ("0002_outbox_notify", include_str!("../../../migrations/0002_outbox_notify.sql")),
+    (
+        "0003_outbox_notify_from_the_application",
+        include_str!("../../../migrations/0003_outbox_notify_from_the_application.sql"),
+    ),
 ];
 
 /// Arbitrary, fixed: the advisory lock key that serialises migrators.
