@@ -59,12 +59,18 @@ pub struct Publisher {
     /// Claim owner; unique per process so a claim can be told apart.
     owner: String,
     session: Mutex<Option<Session>>,
+    /// When the recovery pass last ran: it runs at most once per
+    /// `RECOVERY_INTERVAL`, not on every wake-up (which, under load, is every
+    /// ingest).
+    last_recovery: std::sync::Mutex<Option<Instant>>,
 }
+
+const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
         let owner = format!("publisher-{}", uuid_suffix());
-        Self { pool, broker, config, owner, session: Mutex::new(None) }
+        Self { pool, broker, config, owner, session: Mutex::new(None), last_recovery: std::sync::Mutex::new(None) }
     }
 
     /// Claims one batch, publishes it and settles it. Returns what it did.
@@ -94,10 +100,10 @@ impl Publisher {
         Ok(PublishReport { batches: 1, published, released, ..Default::default() })
     }
 
-    /// Reclaims expired claims, then publishes batches until the outbox is empty
+    /// Runs the recovery pass when due (at most once a second), then publishes batches until the outbox is empty
     /// or the next batch might not finish before `deadline`.
     pub async fn drain(&self, deadline: Option<Instant>) -> Result<PublishReport, PublishError> {
-        let mut report = self.recover().await?;
+        let mut report = if self.recovery_due() { self.recover().await? } else { PublishReport::default() };
         let mut slowest_batch = Duration::ZERO;
         loop {
             if let Some(deadline) = deadline {
@@ -116,6 +122,15 @@ impl Publisher {
             }
         }
         Ok(report)
+    }
+
+    fn recovery_due(&self) -> bool {
+        let mut last = self.last_recovery.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let due = last.is_none_or(|at| at.elapsed() >= RECOVERY_INTERVAL);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
     }
 
     /// The recovery pass: reclaims expired outbox claims, re-enqueues stranded
