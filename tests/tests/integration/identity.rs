@@ -177,7 +177,8 @@ async fn credentials_payloads_and_signatures_never_appear_in_the_database_or_log
     assert_eq!(status, 201);
     let received = env.simulator.wait_until(relayops_tests::WAIT, |all| !all.is_empty()).await;
     // Recorded means the worker has logged the attempt (it logs before recording).
-    env.wait_for_sql("attempt recorded", "SELECT count(*) = 1 FROM relayops.deliveries WHERE status = 'delivered'").await;
+    env.wait_for_sql("attempt recorded", "SELECT count(*) = 1 FROM relayops.deliveries WHERE status = 'delivered'")
+        .await;
     let signature = received[0].webhook_signature.clone().unwrap();
     let signature_value = signature.trim_start_matches("v1,").to_owned();
 
