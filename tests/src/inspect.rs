@@ -1,0 +1,79 @@
+//! Reaching around RelayOps in tests: cutting this test's database, and looking
+//! at its RabbitMQ namespace directly.
+use serde_json::Value;
+
+use crate::TestEnv;
+
+/// Outages of this test's own database (other tests are unaffected).
+impl TestEnv {
+    async fn admin(&self) -> tokio_postgres::Client {
+        let (client, connection) =
+            tokio_postgres::connect(&self.admin_url, tokio_postgres::NoTls).await.expect("admin connection");
+        tokio::spawn(connection);
+        client
+    }
+
+    /// Refuses new connections to the test database and cuts the open ones:
+    /// to every RelayOps component, Postgres is down.
+    pub async fn cut_database(&self) {
+        let admin = self.admin().await;
+        let name = &self.database_name;
+        admin.batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false")).await.expect("block");
+        admin
+            .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", &[name])
+            .await
+            .expect("terminate");
+    }
+
+    pub async fn restore_database(&self) {
+        let admin = self.admin().await;
+        admin
+            .batch_execute(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", self.database_name))
+            .await
+            .expect("unblock");
+    }
+}
+
+/// Looking at the test's RabbitMQ namespace directly.
+impl TestEnv {
+    pub fn topology(&self) -> relayops_shared::broker::Topology {
+        relayops_shared::broker::Topology::new(&self.broker)
+    }
+
+    async fn channel(&self) -> (lapin::Connection, lapin::Channel) {
+        let connection = relayops_shared::broker::connect(&self.broker, "test-inspector").await.expect("broker");
+        let channel = connection.create_channel().await.expect("channel");
+        (connection, channel)
+    }
+
+    /// Messages ready in a queue (passive declare: the queue must exist).
+    pub async fn queue_depth(&self, queue: &str) -> u32 {
+        let (_connection, channel) = self.channel().await;
+        let options = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
+        let declared = channel.queue_declare(queue, options, Default::default()).await.expect("queue exists");
+        declared.message_count()
+    }
+
+    /// Messages waiting in any retry queue.
+    pub async fn retry_queue_depth(&self) -> u32 {
+        let mut total = 0;
+        for bucket in self.topology().retry_buckets {
+            total += self.queue_depth(&bucket.queue).await;
+        }
+        total
+    }
+
+    /// Takes (gets and acks) every message on the operations dead-letter queue.
+    pub async fn take_dead_letters(&self) -> Vec<Value> {
+        let (_connection, channel) = self.channel().await;
+        let queue = self.topology().dead_queue;
+        let mut letters = Vec::new();
+        while let Some(message) =
+            channel.basic_get(&queue, lapin::options::BasicGetOptions::default()).await.expect("basic.get")
+        {
+            letters.push(serde_json::from_slice(&message.delivery.data).unwrap_or(Value::Null));
+            message.delivery.acker.ack(Default::default()).await.expect("ack");
+        }
+        letters
+    }
+}
