@@ -48,22 +48,44 @@ pub fn api_router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Readiness: Postgres reachable with every migration applied, and ingest not
-/// refusing work because of backpressure. The body names each part's state.
+/// Readiness: Postgres reachable with every migration applied, RabbitMQ
+/// measurable (from the backpressure sampler's last sample), Redis answering,
+/// and ingest not refusing work. The body names each dependency's state.
 async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
-    let postgres = match state.pool.get().await {
-        Ok(client) => match db::migrate::is_current(&client).await {
+    let postgres = match tokio::time::timeout(std::time::Duration::from_secs(2), state.pool.get()).await {
+        Ok(Ok(client)) => match db::migrate::is_current(&client).await {
             Ok(true) => "ok",
             Ok(false) => "migrations pending",
             Err(_) => "unreachable",
         },
-        Err(_) => "unreachable",
+        _ => "unreachable",
+    };
+    let redis = match &state.ingest_limiter {
+        Some(limiter) => {
+            if limiter.flow.ping().await.is_ok() {
+                "ok"
+            } else {
+                "unreachable"
+            }
+        }
+        None => "not used",
     };
     let backpressure = state.backpressure.as_ref().map(|gauge| gauge.report());
+    let rabbitmq = match &backpressure {
+        Some(report) if report["ready_depth"].is_null() => "unreachable",
+        Some(_) => "ok",
+        None => "not sampled",
+    };
     let accepting = backpressure.as_ref().is_none_or(|report| report["accepting"] == true);
-    let ready = postgres == "ok" && accepting;
+    let ready = postgres == "ok" && redis != "unreachable" && rabbitmq != "unreachable" && accepting;
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    let body = json!({ "status": if ready { "ready" } else { "unready" }, "postgres": postgres, "backpressure": backpressure });
+    let body = json!({
+        "status": if ready { "ready" } else { "unready" },
+        "postgres": postgres,
+        "rabbitmq": rabbitmq,
+        "redis": redis,
+        "backpressure": backpressure,
+    });
     (status, Json(body))
 }
 

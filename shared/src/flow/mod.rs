@@ -63,3 +63,12 @@ impl FlowControl {
         }
     }
 }
+
+impl FlowControl {
+    /// Whether Redis answers (for readiness).
+    pub async fn ping(&self) -> Result<(), FlowError> {
+        let mut connection = self.connection.clone();
+        let _: String = self.bounded(redis::cmd("PING").query_async(&mut connection)).await?;
+        Ok(())
+    }
+}

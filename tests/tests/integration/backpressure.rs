@@ -33,7 +33,10 @@ async fn outbox_backlog_over_threshold_makes_ingest_refuse_until_it_drains() {
     assert_eq!(env.count("events").await, 4, "nothing written while refusing");
 
     env.start_publisher();
-    env.wait_for_readiness(true).await;
+    let ready = env.wait_for_readiness(true).await;
+    for dependency in ["postgres", "rabbitmq", "redis"] {
+        assert_eq!(ready[dependency], "ok", "readiness names each dependency: {ready}");
+    }
     assert_eq!(env.post_event("a.b", json!({ "n": "after" })).await.status, 201);
 }
 

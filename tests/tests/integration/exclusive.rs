@@ -171,6 +171,8 @@ async fn exclusive_redis_outage_during_traffic_refuses_ingest_defers_delivery_an
     }
 
     assert!(redis(&["redis-cli", "-p", "6379", "shutdown", "nosave"]) || !redis(&["redis-cli", "-p", "6379", "ping"]));
+    let unready = env.wait_for_readiness(false).await;
+    assert_eq!(unready["redis"], "unreachable", "{unready}");
     // Documented behaviour with Redis down: ingest fails closed with 503 …
     let refused = env.post_event("a.b", json!({ "during": "outage" })).await;
     refused.expect_problem(503);
@@ -203,6 +205,8 @@ async fn exclusive_redis_outage_during_traffic_refuses_ingest_defers_delivery_an
         assert!(Instant::now() < deadline, "redis did not come back");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let ready = env.wait_for_readiness(true).await;
+    assert_eq!(ready["redis"], "ok");
     // Ingest recovers by itself.
     let deadline = Instant::now() + LONG_WAIT;
     loop {
