@@ -42,10 +42,6 @@ impl DeliveryStatus {
             _ => return None,
         })
     }
-
-    pub fn is_terminal(&self) -> bool {
-        matches!(self, Self::Delivered | Self::Failed | Self::Dead)
-    }
 }
 
 /// What one attempt led to; also the delivery's next status.
