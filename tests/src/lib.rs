@@ -95,6 +95,36 @@ impl Default for TestConfig {
     }
 }
 
+/// Polls `check` every 50 ms until it returns `Ok`, for at most `limit`;
+/// panics with the last `Err` (a description of the state seen) otherwise.
+pub async fn eventually<T, F, Fut>(limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(state) if tokio::time::Instant::now() >= deadline => panic!("timed out after {limit:?}: {state}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Waits until `GET {base}/health/ready` answers 2xx (a process we started).
+pub async fn wait_until_ready(http: &reqwest::Client, base: &str) {
+    let url = format!("{base}/health/ready");
+    eventually(WAIT, || async {
+        match http.get(&url).send().await {
+            Ok(response) if response.status().is_success() => Ok(()),
+            Ok(response) => Err(format!("{url} answered {}", response.status())),
+            Err(error) => Err(format!("{url}: {error}")),
+        }
+    })
+    .await
+}
+
 /// An HTTP answer: status and JSON body (`Null` when the body is not JSON).
 #[derive(Debug)]
 pub struct Answer {
@@ -328,19 +358,18 @@ impl TestEnv {
         limit: Duration,
         done: impl Fn(&[Value]) -> bool,
     ) -> Vec<Value> {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let answer = self.get(&format!("/v1/events/{event_id}/deliveries")).await;
+        let path = format!("/v1/events/{event_id}/deliveries");
+        let done = &done;
+        eventually(limit, || async {
+            let answer = self.get(&path).await;
             let deliveries = answer.body["data"].as_array().cloned().unwrap_or_default();
             if done(&deliveries) {
-                return deliveries;
+                Ok(deliveries)
+            } else {
+                Err(format!("deliveries never reached the expected state: {deliveries:#?}"))
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "deliveries never reached the expected state: {deliveries:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// Waits until the event's single delivery has `status`; returns it.
@@ -356,29 +385,29 @@ impl TestEnv {
 
     /// Polls `GET /health/ready` until its readiness is `ready`; returns the body.
     pub async fn wait_for_readiness(&self, ready: bool) -> Value {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
+        eventually(WAIT, || async {
             let answer = self.request(reqwest::Method::GET, "/health/ready", None, None).await;
             if (answer.status == 200) == ready {
-                return answer.body;
+                Ok(answer.body)
+            } else {
+                Err(format!("readiness never became {ready}: {:?}", answer.body))
             }
-            assert!(tokio::time::Instant::now() < deadline, "readiness never became {ready}: {:?}", answer.body);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// Polls a SQL condition (a query returning one boolean) until it holds.
     pub async fn wait_for_sql(&self, what: &str, sql: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
+        eventually(WAIT, || async {
             let client = self.pool.get().await.expect("connection");
             let holds: bool = client.query_one(sql, &[]).await.expect("condition query").get(0);
             if holds {
-                return;
+                Ok(())
+            } else {
+                Err(format!("waiting for: {what}"))
             }
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 }
 

@@ -11,6 +11,7 @@ use relayops_shared::config::WorkerConfig;
 use relayops_shared::domain::SigningSecret;
 use relayops_shared::repo::deliveries::DeliveryJob;
 use relayops_shared::signing;
+use relayops_shared::telemetry::error_chain;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use serde_json::{Map, Value};
 
@@ -205,6 +206,8 @@ pub fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
     Some(Duration::from_secs(seconds))
 }
 
+/// What went wrong, for the attempt record. The causes only: reqwest's own
+/// message names the URL, which may carry a receiver's credentials.
 fn describe(error: &reqwest::Error) -> String {
     let kind = if error.is_timeout() {
         "timeout"
@@ -213,14 +216,10 @@ fn describe(error: &reqwest::Error) -> String {
     } else {
         "request failed"
     };
-    let mut text = kind.to_owned();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+    match std::error::Error::source(error) {
+        Some(cause) => format!("{kind}: {}", error_chain(cause)),
+        None => kind.to_owned(),
     }
-    text
 }
 
 #[cfg(test)]

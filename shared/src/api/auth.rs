@@ -61,14 +61,17 @@ async fn by_api_key(state: &ApiState, presented: &ApiKeySecret) -> Result<Authen
     let client = state.pool.get().await.map_err(DbError::from)?;
     let key = api_keys::verify(&client, presented).await?.ok_or(ApiError::Unauthorized)?;
     drop(client);
-    // Bookkeeping only: never delays or fails the request.
-    let pool = state.pool.clone();
-    let (tenant, id) = (key.tenant_id, key.id);
-    tokio::spawn(async move {
-        if let Ok(client) = pool.get().await {
-            let _ = api_keys::touch_last_used(&client, tenant, id).await;
-        }
-    });
+    // Bookkeeping only, at most once a minute per key: never delays or fails
+    // the request, and adds no statement to the common request.
+    if key.last_used_stale {
+        let pool = state.pool.clone();
+        let (tenant, id) = (key.tenant_id, key.id);
+        tokio::spawn(async move {
+            if let Ok(client) = pool.get().await {
+                let _ = api_keys::touch_last_used(&client, tenant, id).await;
+            }
+        });
+    }
     Ok(Authenticated {
         tenant_id: key.tenant_id,
         principal: Principal::ApiKey(key.id),

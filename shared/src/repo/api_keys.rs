@@ -11,7 +11,8 @@ const INSERT_API_KEY: &str =
      VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 /// Not tenant-scoped: this lookup is how a request's tenant is found.
-const FIND_BY_PREFIX: &str = "SELECT k.id, k.tenant_id, k.key_hash, k.scopes, t.ingest_rate_per_sec, t.ingest_burst
+const FIND_BY_PREFIX: &str =
+    "SELECT k.id, k.tenant_id, k.key_hash, k.scopes, k.last_used_at, t.ingest_rate_per_sec, t.ingest_burst
      FROM relayops.api_keys k JOIN relayops.tenants t ON t.id = k.tenant_id
      WHERE k.key_prefix = $1 AND k.revoked_at IS NULL";
 
@@ -60,6 +61,9 @@ pub struct VerifiedApiKey {
     /// The tenant's own ingest limit, if it has one.
     pub ingest_rate_per_sec: Option<i32>,
     pub ingest_burst: Option<i32>,
+    /// Whether `last_used_at` is more than a minute old (or unset): only then
+    /// is it worth writing again.
+    pub last_used_stale: bool,
 }
 
 /// Finds the key by its prefix and compares hashes in constant time.
@@ -78,6 +82,9 @@ pub async fn verify(client: &impl GenericClient, presented: &ApiKeySecret) -> Re
         scopes: scopes.iter().filter_map(|scope| Scope::parse(scope)).collect(),
         ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
         ingest_burst: row.get("ingest_burst"),
+        last_used_stale: row
+            .get::<_, Option<chrono::DateTime<chrono::Utc>>>("last_used_at")
+            .is_none_or(|at| chrono::Utc::now() - at > chrono::Duration::minutes(1)),
     }))
 }
 

@@ -68,3 +68,19 @@ async fn endpoints_can_be_disabled_reenabled_and_retuned() {
     let event = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
     env.wait_for_status(&event, "delivered").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_rotation_keeps_the_current_secret() {
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    let endpoint = env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let id = endpoint["id"].as_str().unwrap();
+    let path = format!("/v1/endpoints/{id}/secret/rotate");
+    for body in [
+        json!({ "grace_period_secs": -1 }),
+        json!({ "grace_period_secs": 8 * 24 * 3600 }),
+        json!({ "secret": "plain" }),
+    ] {
+        env.post(&path, body).await.expect_problem(422);
+    }
+    assert_eq!(env.get(&format!("/v1/endpoints/{id}/secret")).await.body["secret"], endpoint["secret"]);
+}

@@ -47,11 +47,7 @@ async fn two_api_processes_enforce_one_shared_tenant_limit() {
     }
     let http = reqwest::Client::new();
     for url in &urls {
-        let deadline = Instant::now() + relayops_tests::WAIT;
-        while !http.get(format!("{url}/health/ready")).send().await.is_ok_and(|r| r.status().is_success()) {
-            assert!(Instant::now() < deadline, "api at {url} never became ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        relayops_tests::wait_until_ready(&http, url).await;
     }
 
     // Four clients per process hammer both for a fixed window.

@@ -1,6 +1,5 @@
 //! Identity: logins, API keys and their scopes, the one-time bootstrap token,
 //! and credentials never kept or logged in clear.
-use std::time::Duration;
 
 use relayops_tests::{TestConfig, TestEnv};
 use reqwest::Method;
@@ -143,11 +142,7 @@ async fn credentials_payloads_and_signatures_never_appear_in_the_database_or_log
     let _worker = env.spawn_role_logging("worker", &debug, Some(&log));
     let api = format!("http://{listen}");
     let http = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + relayops_tests::WAIT;
-    while !http.get(format!("{api}/health/ready")).send().await.is_ok_and(|r| r.status().is_success()) {
-        assert!(std::time::Instant::now() < deadline, "api never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    relayops_tests::wait_until_ready(&http, &api).await;
 
     let password = "correct-horse-battery-staple";
     let token = env.config.auth.bootstrap_token.clone().unwrap();
@@ -214,4 +209,24 @@ async fn credentials_payloads_and_signatures_never_appear_in_the_database_or_log
     ] {
         assert!(!logs.contains(needle), "the logs contain the {what}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_bootstrap_request_does_not_use_up_the_token() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let token = env.config.auth.bootstrap_token.clone().unwrap();
+    let body = |email: &str, password: &str| json!({ "token": token, "tenant_name": "Acme", "admin_email": email, "admin_password": password });
+    for (email, password, field) in
+        [("not-an-email", "a-long-password-1", "email"), ("ops@acme.example", "short", "password")]
+    {
+        let detail =
+            env.request(Method::POST, "/v1/bootstrap", None, Some(body(email, password))).await.expect_problem(422);
+        assert!(detail.contains(field), "{detail}");
+    }
+    let login = env.request(Method::POST, "/v1/auth/login", None, Some(json!({ "email": "x" }))).await;
+    login.expect_problem(422);
+    assert_eq!(env.count("used_bootstrap_tokens").await, 0, "refused requests use nothing");
+    let created =
+        env.request(Method::POST, "/v1/bootstrap", None, Some(body("ops@acme.example", "a-long-password-1"))).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
 }
