@@ -355,3 +355,61 @@ impl ListenConfig {
         })
     }
 }
+
+/// Operations endpoints and sampled gauges.
+#[derive(Debug, Clone)]
+pub struct OpsConfig {
+    /// `RELAYOPS_WORKER_HEALTH_LISTEN` (default `127.0.0.1:8081`; `off`
+    /// disables): where a worker (or a publisher run on its own) serves
+    /// `/health/live`, `/health/ready` and `/metrics`. Port 0 picks a free one.
+    pub worker_health_listen: Option<std::net::SocketAddr>,
+    /// `RELAYOPS_GAUGE_SAMPLE_MS` (default 5000): how often the outbox backlog
+    /// and the queue depths are measured for `/metrics`.
+    pub gauge_sample_interval: Duration,
+}
+
+impl OpsConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let listen = match std::env::var(key("WORKER_HEALTH_LISTEN")) {
+            Ok(text) if text.trim() == "off" => None,
+            _ => Some(parsed("WORKER_HEALTH_LISTEN", ([127, 0, 0, 1], 8081).into())?),
+        };
+        Ok(Self { worker_health_listen: listen, gauge_sample_interval: millis("GAUGE_SAMPLE_MS", 5_000)? })
+    }
+}
+
+/// Dead-letter alerting (the `alerter` role).
+#[derive(Debug, Clone)]
+pub struct AlertConfig {
+    /// `RELAYOPS_ALERT_WEBHOOK_URL` (unset: no alerter): where each alert is
+    /// POSTed as JSON (a Slack incoming webhook, or anything accepting JSON).
+    pub webhook_url: url::Url,
+    /// `RELAYOPS_ALERT_COOLDOWN_MS` (default 300000): after an alert about an
+    /// endpoint, further dead letters of that endpoint are counted, not sent,
+    /// for this long; the next alert reports how many were held back.
+    pub cooldown: Duration,
+    /// `RELAYOPS_ALERT_TIMEOUT_MS` (default 5000): the alert request's timeout.
+    pub timeout: Duration,
+    /// `RELAYOPS_ALERT_RETRY_MS` (default 5000): pause before an alert that was
+    /// not accepted is tried again (its dead letter stays unacked meanwhile).
+    pub retry_pause: Duration,
+}
+
+impl AlertConfig {
+    /// `None` when `RELAYOPS_ALERT_WEBHOOK_URL` is unset or empty.
+    pub fn from_env() -> Result<Option<Self>, ConfigError> {
+        let Some(text) = std::env::var(key("ALERT_WEBHOOK_URL")).ok().filter(|text| !text.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let webhook_url = url::Url::parse(text.trim())
+            .ok()
+            .filter(|url| matches!(url.scheme(), "http" | "https"))
+            .ok_or_else(|| ConfigError { key: key("ALERT_WEBHOOK_URL"), message: "must be an http(s) URL".into() })?;
+        Ok(Some(Self {
+            webhook_url,
+            cooldown: millis("ALERT_COOLDOWN_MS", 300_000)?,
+            timeout: millis("ALERT_TIMEOUT_MS", 5_000)?,
+            retry_pause: millis("ALERT_RETRY_MS", 5_000)?,
+        }))
+    }
+}

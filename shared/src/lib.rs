@@ -20,6 +20,7 @@ pub mod failpoint;
 pub mod flow;
 pub mod ids;
 pub mod net_policy;
+pub mod observe;
 pub mod repo;
 pub mod signing;
 pub mod telemetry;

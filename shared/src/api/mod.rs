@@ -17,7 +17,7 @@ use crate::flow::{FlowControl, Limit, TokenDecision};
 
 pub use auth::{Authenticated, Principal};
 pub use json::ApiJson;
-pub use problem::{not_found_fallback, ApiError};
+pub use problem::{not_found_fallback, ApiError, ProblemType};
 
 /// Asks the outbox publisher to run soon. In-process it is a `Notify`; in AWS it
 /// is a debounced SQS message. Best effort: the outbox is the source of truth and

@@ -105,6 +105,7 @@ impl IntoResponse for ApiError {
             "detail": detail,
         });
         let mut response = (status, axum::Json(body)).into_response();
+        response.extensions_mut().insert(ProblemType(kind));
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if let Self::Unavailable { retry_after_secs, .. }
@@ -119,6 +120,11 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// The problem type of an error response (`rate-limited`, `overloaded`, …),
+/// left in the response's extensions for middleware that counts refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProblemType(pub &'static str);
 
 /// Router fallback: unknown paths get a problem body too.
 pub async fn not_found_fallback() -> ApiError {

@@ -1,0 +1,67 @@
+//! Sampled gauges: the outbox backlog and the depth of every queue (ready,
+//! each retry delay, the operations DLQ), measured on an interval by a
+//! background task — never per request. A measurement that cannot be taken
+//! leaves the gauge at its last value and is logged at debug level; readiness,
+//! not a gauge, is what reports an unreachable dependency.
+use std::time::Duration;
+
+use lapin::options::QueueDeclareOptions;
+
+use super::names::{OUTBOX_BACKLOG, QUEUE_DEPTH};
+use crate::broker::{self, Topology};
+use crate::config::BrokerConfig;
+use crate::db::Pool;
+use crate::repo::outbox;
+
+/// Starts sampling every `interval` on a background task.
+pub fn spawn_queue_gauges(pool: Pool, broker: BrokerConfig, interval: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let topology = Topology::new(&broker);
+        let mut queues = vec![("ready".to_owned(), topology.ready_queue.clone())];
+        for bucket in &topology.retry_buckets {
+            queues.push((format!("retry_{}", bucket.routing_key), bucket.queue.clone()));
+        }
+        queues.push(("dead".to_owned(), topology.dead_queue.clone()));
+        let mut channel: Option<(lapin::Connection, lapin::Channel)> = None;
+        loop {
+            if let Ok(client) = pool.get().await {
+                match outbox::backlog(&client).await {
+                    Ok(backlog) => metrics::gauge!(OUTBOX_BACKLOG).set(backlog as f64),
+                    Err(error) => tracing::debug!(error = %error, "outbox backlog not sampled"),
+                }
+            }
+            let usable = channel.as_ref().is_some_and(|(c, ch)| c.status().connected() && ch.status().connected());
+            if !usable {
+                channel = open(&broker).await;
+            }
+            if let Some((_, open_channel)) = &channel {
+                for (label, queue) in &queues {
+                    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+                    let declared = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        open_channel.queue_declare(queue, passive, Default::default()),
+                    )
+                    .await;
+                    match declared {
+                        Ok(Ok(declared)) => {
+                            metrics::gauge!(QUEUE_DEPTH, "queue" => label.clone()).set(f64::from(declared.message_count()))
+                        }
+                        _ => {
+                            // A failed passive declare closes the channel; reopen next round.
+                            tracing::debug!(queue = %queue, "queue depth not sampled");
+                            channel = None;
+                            break;
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(interval).await;
+        }
+    })
+}
+
+async fn open(config: &BrokerConfig) -> Option<(lapin::Connection, lapin::Channel)> {
+    let connection = broker::connect(config, "relayops-gauges").await.ok()?;
+    let channel = broker::open_channel(&connection).await.ok()?;
+    Some((connection, channel))
+}

@@ -1,0 +1,50 @@
+//! Every metric's name and its labels, in one place (the README lists them for
+//! operators). Names follow Prometheus conventions: `_total` for counters,
+//! base units (`_seconds`) for durations.
+
+/// Events stored (new); no labels.
+pub const EVENTS_RECEIVED: &str = "relayops_events_received_total";
+/// Idempotent repeats answered with the original event; no labels.
+pub const EVENTS_DUPLICATE: &str = "relayops_events_duplicate_total";
+/// Ingest requests refused; `reason`: the problem type (`validation`,
+/// `bad-request`, `unauthorized`, `conflict`, `payload-too-large`,
+/// `rate-limited`, `backpressure`, `unavailable`, …).
+pub const EVENTS_REJECTED: &str = "relayops_events_rejected_total";
+
+/// Delivery attempts; `outcome`: `delivered`, `retry`, `failed`, `dead`,
+/// `blocked` (the address is one webhooks may not reach).
+pub const DELIVERY_ATTEMPTS: &str = "relayops_delivery_attempts_total";
+/// The outbound request's duration; `outcome` as above.
+pub const DELIVERY_ATTEMPT_DURATION: &str = "relayops_delivery_attempt_duration_seconds";
+/// Deliveries settled without an attempt; `reason`: `endpoint_disabled`.
+pub const DELIVERIES_SETTLED_WITHOUT_ATTEMPT: &str = "relayops_deliveries_settled_without_attempt_total";
+/// Deliveries put back by flow control (endpoint lease or rate); no labels.
+pub const DELIVERIES_DEFERRED: &str = "relayops_deliveries_deferred_total";
+
+/// Outbox rows published (confirmed by the broker); no labels.
+pub const OUTBOX_PUBLISHED: &str = "relayops_outbox_published_total";
+/// Publish failures; `kind`: `refused` (broker nack or unroutable, row
+/// released) or `error` (a failed publisher tick).
+pub const OUTBOX_PUBLISH_FAILURES: &str = "relayops_outbox_publish_failures_total";
+/// Claim-to-settle time of one outbox batch.
+pub const OUTBOX_PUBLISH_DURATION: &str = "relayops_outbox_publish_batch_duration_seconds";
+/// Recovery actions; `action`: `reclaimed` (expired outbox claims),
+/// `requeued` (stranded deliveries), `purged` (old published rows).
+pub const RECOVERY_ACTIONS: &str = "relayops_recovery_actions_total";
+
+/// Sampled: outbox rows not yet published.
+pub const OUTBOX_BACKLOG: &str = "relayops_outbox_backlog";
+/// Sampled: messages ready in a queue; `queue`: `ready`, `dead`, or
+/// `retry_<ms>ms` (one per configured retry delay).
+pub const QUEUE_DEPTH: &str = "relayops_queue_depth";
+
+/// HTTP requests served; `method`, `route` (the route template, or
+/// `unmatched`), `status`.
+pub const HTTP_REQUEST_DURATION: &str = "relayops_http_request_duration_seconds";
+
+/// Dead-letter alerts; `result`: `sent`, `suppressed` (cool-down),
+/// `failed` (the receiver did not accept it; retried).
+pub const DEAD_LETTER_ALERTS: &str = "relayops_dead_letter_alerts_total";
+
+/// Histogram buckets for durations, in seconds: 5 ms to 30 s.
+pub const DURATION_BUCKETS: [f64; 13] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0];
