@@ -1,7 +1,8 @@
 //! Logging: JSON lines via tracing-subscriber, filtered by `RELAYOPS_LOG`
 //! (falling back to `RUST_LOG`, then `info`). Field names are the same
 //! everywhere: tenant_id, event_id, delivery_id, endpoint_id, attempt, outcome,
-//! http_status, latency_ms. Logs go to stderr, so command output on stdout
+//! http_status, latency_ms; lines written while serving an HTTP request carry
+//! its `request_id` (see `observe::http`). Logs go to stderr, so command output on stdout
 //! (a bootstrap's API key) stays machine-readable. Secrets, signatures and payload bodies are never logged.
 use tracing_subscriber::EnvFilter;
 
@@ -16,7 +17,9 @@ pub fn init() {
         .with_target(true)
         .with_writer(std::io::stderr);
     let _ = if json {
-        builder.json().flatten_event(true).with_current_span(false).try_init()
+        // The current span's fields (an HTTP request's `request_id`) ride along
+        // under `span`; the list of enclosing spans does not.
+        builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init()
     } else {
         builder.compact().try_init()
     };

@@ -176,6 +176,8 @@ impl TestEnv {
 
     pub async fn start_with(mut config: TestConfig) -> Self {
         relayops_shared::telemetry::init();
+        // Metrics are per process; nextest runs each test in its own.
+        relayops_shared::observe::install_prometheus();
         let admin_url = std::env::var("RELAYOPS_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
         let amqp_url = std::env::var("RELAYOPS_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.into());
         let suffix = unique_suffix();

@@ -95,6 +95,8 @@ impl TestEnv {
             .env("RELAYOPS_TENANT_BURST", self.config.flow.tenant_burst.to_string())
             .env("RELAYOPS_ENDPOINT_MAX_IN_FLIGHT", self.config.flow.endpoint_max_in_flight.to_string())
             .env("RELAYOPS_LOG", std::env::var("RELAYOPS_LOG").unwrap_or_else(|_| "warn".into()))
+            // Several workers per test: each picks a free operations port.
+            .env("RELAYOPS_WORKER_HEALTH_LISTEN", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         for (key, value) in extra {

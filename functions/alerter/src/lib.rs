@@ -15,9 +15,7 @@ pub mod cooldown;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use relayops_shared::broker::{self, BrokerError, QueueMessage, Topology};
 use relayops_shared::config::{AlertConfig, BrokerConfig};

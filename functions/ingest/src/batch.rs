@@ -113,5 +113,7 @@ pub async fn post_batch(
         results,
     };
     tracing::info!(tenant_id = %caller.tenant_id, accepted = response.accepted, rejected = response.rejected, "event batch");
+    crate::outcomes::count(response.accepted, response.duplicates);
+    crate::outcomes::count_rejected_items("batch-item", response.rejected);
     Ok(Json(response))
 }

@@ -6,6 +6,7 @@
 //!
 //! Invariant: ingest never talks to RabbitMQ; the outbox is its only output.
 mod batch;
+mod outcomes;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -31,6 +32,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/events", post(post_event))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .route("/v1/events/batch", post(batch::post_batch).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
+        .route_layer(axum::middleware::from_fn(outcomes::count_refusals))
 }
 
 /// The function on its own, as its Lambda serves it.
@@ -108,13 +110,17 @@ async fn post_event(
     let outcome = events::insert_event_with_deliveries(&client, caller.tenant_id, &new_event).await?;
     match outcome {
         IngestOutcome::Created(receipt) => {
+            outcomes::count(1, 0);
             if receipt.deliveries > 0 {
                 state.wake_publisher();
             }
             tracing::info!(tenant_id = %caller.tenant_id, event_id = %receipt.id, deliveries = receipt.deliveries, "event accepted");
             Ok((StatusCode::CREATED, Json(receipt.into())))
         }
-        IngestOutcome::Duplicate(receipt) => Ok((StatusCode::OK, Json(receipt.into()))),
+        IngestOutcome::Duplicate(receipt) => {
+            outcomes::count(0, 1);
+            Ok((StatusCode::OK, Json(receipt.into())))
+        }
         IngestOutcome::KeyReused { original } => Err(ApiError::Conflict(format!(
             "idempotency key already used for event {original} with a different event type or payload"
         ))),

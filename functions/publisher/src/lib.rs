@@ -7,6 +7,7 @@
 //!
 //! Invariant: the publisher knows nothing of HTTP, endpoints or tenants'
 //! payloads; it moves opaque envelopes from Postgres to RabbitMQ.
+pub mod figures;
 mod session;
 
 use std::sync::Arc;
@@ -76,6 +77,7 @@ impl Publisher {
     /// Claims one batch, publishes it and settles it. Returns what it did.
     pub async fn publish_batch(&self) -> Result<PublishReport, PublishError> {
         let client = self.pool.get().await.map_err(DbError::from)?;
+        let started = Instant::now();
         let messages = outbox::claim_batch(&client, &self.owner, self.config.batch_size, self.config.claim_ttl).await?;
         if messages.is_empty() {
             return Ok(PublishReport::default());
@@ -97,7 +99,9 @@ impl Publisher {
         }
         let published = outbox::mark_published(&client, &self.owner, &results.confirmed).await?;
         let released = outbox::release(&client, &self.owner, &results.refused, "refused by broker").await?;
-        Ok(PublishReport { batches: 1, published, released, ..Default::default() })
+        let report = PublishReport { batches: 1, published, released, ..Default::default() };
+        figures::batch(&report, started.elapsed());
+        Ok(report)
     }
 
     /// Runs the recovery pass when due (at most once a second), then publishes batches until the outbox is empty
@@ -145,7 +149,9 @@ impl Publisher {
             tracing::info!(requeued, "stranded deliveries re-enqueued");
         }
         let purged = outbox::purge_published(&client, self.config.outbox_retention, PURGE_BATCH).await?;
-        Ok(PublishReport { reclaimed, requeued, purged, ..Default::default() })
+        let report = PublishReport { reclaimed, requeued, purged, ..Default::default() };
+        figures::recovery(&report);
+        Ok(report)
     }
 
     /// The long-lived loop (local runner): drains whenever woken, and at least
@@ -163,6 +169,7 @@ impl Publisher {
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
+                    figures::tick_failed();
                     let pause = Duration::from_millis(200 * 2u64.pow(failures.min(5)));
                     tracing::warn!(error = %error_chain(&error), pause_ms = pause.as_millis() as u64, "publisher tick failed");
                     tokio::time::sleep(pause).await;

@@ -25,7 +25,15 @@ fn deadline_from(context_deadline_ms: u64) -> Instant {
 
 async fn handle(publisher: &Publisher, event: LambdaEvent<Value>) -> Result<PublishReport, Error> {
     let source = event.payload.get("source").and_then(Value::as_str).unwrap_or("unknown").to_owned();
-    let report = publisher.drain(Some(deadline_from(event.context.deadline))).await?;
+    let started = Instant::now();
+    let drained = publisher.drain(Some(deadline_from(event.context.deadline))).await;
+    // One CloudWatch EMF line per invocation: the Lambda's metrics.
+    relayops_publisher::figures::emit_invocation(
+        &drained.as_ref().copied().unwrap_or_default(),
+        started.elapsed(),
+        drained.is_err(),
+    );
+    let report = drained?;
     tracing::info!(source, ?report, "publisher invocation done");
     Ok(report)
 }

@@ -6,6 +6,7 @@
 //! - `api` serves every HTTP function on one port, routed as API Gateway
 //!   would, and runs the outbox publisher loop (woken in-process by ingest).
 //! - `worker` consumes and delivers; `simulator` is the test receiver.
+//! - `alerter` posts dead-letter alerts to an operator's webhook.
 //! - `all` is api + worker + simulator in one process; `demo` runs `all` and
 //!   then a scripted tour through the public API.
 use relayops::roles;
@@ -54,7 +55,11 @@ enum Command {
     Worker,
     /// The webhook receiver simulator.
     Simulator,
-    /// api + worker + simulator in one process.
+    /// Dead-letter alerting: posts an alert to RELAYOPS_ALERT_WEBHOOK_URL per
+    /// dead delivery, with a per-endpoint cool-down.
+    Alerter,
+    /// api + worker + simulator in one process (+ the alerter when
+    /// RELAYOPS_ALERT_WEBHOOK_URL is set).
     All,
     /// Everything in one process, then a scripted tour: endpoints, events, deliveries.
     Demo {
@@ -117,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Publisher => {
             roles::run(roles::Roles { api: false, publisher: true, worker: false, simulator: false }).await?
         }
+        Command::Alerter => roles::run_alerter().await?,
         Command::Demo { keep_running } => relayops::demo::run(keep_running).await?,
     }
     Ok(())

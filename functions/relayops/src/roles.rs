@@ -9,17 +9,20 @@ use relayops_publisher::Publisher;
 use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter, Wakeups};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::config::{
-    AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig, PublisherConfig,
-    WorkerConfig,
+    AlertConfig, AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig, OpsConfig,
+    PublisherConfig, WorkerConfig,
 };
 use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
 use relayops_shared::flow::{FlowControl, Limit};
+use relayops_shared::observe;
 use relayops_worker::gate::Gate;
 use relayops_worker::Worker;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
+
+use crate::ops::{self, OpsProbe};
 
 pub struct Roles {
     /// All HTTP functions on one port; always runs a publisher loop with them.
@@ -44,7 +47,9 @@ pub fn api_router(state: ApiState) -> Router {
         .merge(relayops_manage::routes())
         .route("/health/live", get(|| async { Json(json!({ "status": "live" })) }))
         .route("/health/ready", get(ready))
+        .route("/metrics", get(observe::metrics_handler))
         .fallback(not_found_fallback)
+        .layer(axum::middleware::from_fn(observe::http::observe))
         .with_state(state)
 }
 
@@ -52,14 +57,7 @@ pub fn api_router(state: ApiState) -> Router {
 /// measurable (from the backpressure sampler's last sample), Redis answering,
 /// and ingest not refusing work. The body names each dependency's state.
 async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
-    let postgres = match tokio::time::timeout(std::time::Duration::from_secs(2), state.pool.get()).await {
-        Ok(Ok(client)) => match db::migrate::is_current(&client).await {
-            Ok(true) => "ok",
-            Ok(false) => "migrations pending",
-            Err(_) => "unreachable",
-        },
-        _ => "unreachable",
-    };
+    let postgres = ops::postgres_state(&state.pool).await;
     let redis = match &state.ingest_limiter {
         Some(limiter) => {
             if limiter.flow.ping().await.is_ok() {
@@ -98,7 +96,10 @@ pub async fn run(roles: Roles) -> anyhow::Result<()> {
 /// Starts the roles on background tasks.
 pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> {
     let listen = ListenConfig::from_env()?;
+    let ops_config = OpsConfig::from_env()?;
+    observe::install_prometheus();
     let mut tasks = JoinSet::new();
+    let mut probe = OpsProbe::default();
 
     if roles.simulator {
         let listener = tokio::net::TcpListener::bind(listen.simulator).await?;
@@ -110,6 +111,13 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
         migrate(&pool).await?;
         let broker = BrokerConfig::from_env()?;
+        probe.pool = Some(pool.clone());
+        let gauges =
+            observe::gauges::spawn_queue_gauges(pool.clone(), broker.clone(), ops_config.gauge_sample_interval);
+        tasks.spawn(async move {
+            gauges.await?;
+            Ok(())
+        });
         let wakeup = Arc::new(Notify::new());
         if roles.api || roles.publisher {
             // Wake on commits from any process (ingest replicas, replays, recovery).
@@ -155,16 +163,58 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 config.outbound_allow = vec![listen.simulator.ip().into()];
                 tracing::info!(allowed = %listen.simulator.ip(), "outbound allow-list set to the simulator");
             }
-            let gate = Gate::from_config(&FlowConfig::from_env()?, &config)?;
+            let flow = FlowConfig::from_env()?;
+            let gate = Gate::from_config(&flow, &config)?;
+            probe.flow = Some(FlowControl::new(&flow)?);
             let worker = Worker::new(pool.clone(), broker, config, gate)?;
+            probe.worker_consuming = Some(worker.consuming());
             tasks.spawn(async move {
                 worker.run().await;
                 Ok(())
             });
         }
     }
+    if roles.api && roles.worker {
+        // `all`: alerting too, when an alert receiver is configured.
+        if let Some(config) = AlertConfig::from_env()? {
+            probe.alerter_consuming = Some(spawn_alerter(&mut tasks, config)?);
+        }
+    }
+    if !roles.api && (roles.worker || roles.publisher) {
+        if let Some(address) = ops_config.worker_health_listen {
+            tasks.spawn(ops::serve(address, probe).await?);
+        }
+    }
 
     Ok(tasks)
+}
+
+fn spawn_alerter(
+    tasks: &mut JoinSet<anyhow::Result<()>>,
+    config: AlertConfig,
+) -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
+    tracing::info!(cooldown_ms = config.cooldown.as_millis() as u64, "dead-letter alerting on");
+    let alerter = relayops_alerter::Alerter::new(BrokerConfig::from_env()?, config)?;
+    let consuming = alerter.consuming();
+    tasks.spawn(async move {
+        alerter.run().await;
+        Ok(())
+    });
+    Ok(consuming)
+}
+
+/// `relayops alerter`: dead-letter alerting on its own, with its operations port.
+pub async fn run_alerter() -> anyhow::Result<()> {
+    let config = AlertConfig::from_env()?
+        .ok_or_else(|| anyhow::anyhow!("RELAYOPS_ALERT_WEBHOOK_URL is required for the alerter"))?;
+    let ops_config = OpsConfig::from_env()?;
+    observe::install_prometheus();
+    let mut tasks = JoinSet::new();
+    let probe = OpsProbe { alerter_consuming: Some(spawn_alerter(&mut tasks, config)?), ..Default::default() };
+    if let Some(address) = ops_config.worker_health_listen {
+        tasks.spawn(ops::serve(address, probe).await?);
+    }
+    wait(tasks).await
 }
 
 /// Waits for Ctrl-C, then stops the roles.

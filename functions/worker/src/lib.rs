@@ -7,6 +7,7 @@
 //! - [`process`]: one message from envelope to settled row.
 //! - [`sender`]: the outbound HTTP client and request signing.
 //! - [`verdict`]: what an HTTP result means (delivered / retry / permanent).
+//! - [`report`]: the log line and metrics of each attempt.
 //!
 //! Invariant: the worker never creates deliveries or outbox rows for new
 //! events; it only settles the deliveries it was handed.
@@ -15,6 +16,7 @@ pub mod delay;
 pub mod gate;
 pub mod policy;
 pub mod process;
+pub mod report;
 pub mod resolver;
 pub mod sender;
 pub mod verdict;

@@ -18,6 +18,7 @@ use relayops_shared::telemetry::error_chain;
 
 use crate::gate::{Admission, Gate};
 use crate::policy::RetryPolicy;
+use crate::report::{self, AttemptReport};
 use crate::sender::{Exchange, Sender};
 use crate::verdict::{classify, SendResult, Verdict};
 
@@ -97,6 +98,7 @@ impl Processor {
             let reason = "endpoint disabled";
             deliveries::settle_without_attempt(&client, &job, &self.config.worker_id, DeliveryStatus::Failed, reason)
                 .await?;
+            report::endpoint_disabled(&job);
             return Ok(Disposition::Ack);
         }
 
@@ -105,6 +107,7 @@ impl Processor {
             Admission::Defer(wait) => {
                 let client = self.pool.get().await?;
                 deliveries::defer(&client, &job, &self.config.worker_id, wait).await?;
+                report::deferred();
                 tracing::debug!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
                     endpoint_id = %job.endpoint_id, wait_ms = wait.as_millis() as u64, "deferred by flow control");
                 return Ok(Disposition::Delay { wait, throttled: true });
@@ -116,7 +119,7 @@ impl Processor {
         let verdict = classify(&exchange.result);
         let policy = RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
         let (outcome, wait) = decide(&verdict, &policy, job.attempt_number as u32);
-        log_attempt(&job, &exchange, outcome);
+        report::attempt(&AttemptReport { job: &job, exchange: &exchange, outcome });
         self.record(&job, &exchange, &verdict, outcome, wait, started_at).await
     }
 
@@ -200,21 +203,6 @@ fn http_status(result: &SendResult) -> Option<i32> {
         SendResult::Answered { status, .. } => Some(i32::from(*status)),
         SendResult::NoAnswer { .. } | SendResult::Blocked => None,
     }
-}
-
-fn log_attempt(job: &DeliveryJob, exchange: &Exchange, outcome: AttemptOutcome) {
-    tracing::info!(
-        tenant_id = %job.tenant_id,
-        delivery_id = %job.delivery_id,
-        event_id = %job.event_id,
-        endpoint_id = %job.endpoint_id,
-        attempt = job.attempt_number,
-        outcome = outcome.as_str(),
-        http_status = http_status(&exchange.result),
-        latency_ms = exchange.latency.as_millis() as u64,
-        error = exchange.error.as_deref(),
-        "delivery attempt"
-    );
 }
 
 #[cfg(test)]

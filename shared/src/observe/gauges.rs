@@ -43,9 +43,8 @@ pub fn spawn_queue_gauges(pool: Pool, broker: BrokerConfig, interval: Duration) 
                     )
                     .await;
                     match declared {
-                        Ok(Ok(declared)) => {
-                            metrics::gauge!(QUEUE_DEPTH, "queue" => label.clone()).set(f64::from(declared.message_count()))
-                        }
+                        Ok(Ok(declared)) => metrics::gauge!(QUEUE_DEPTH, "queue" => label.clone())
+                            .set(f64::from(declared.message_count())),
                         _ => {
                             // A failed passive declare closes the channel; reopen next round.
                             tracing::debug!(queue = %queue, "queue depth not sampled");

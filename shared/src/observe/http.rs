@@ -53,11 +53,8 @@ fn method_label(method: &Method) -> &'static str {
 /// matched route template is known.
 pub async fn observe(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let request_id = request
-        .headers()
-        .get(REQUEST_ID_HEADER)
-        .and_then(accepted_request_id)
-        .unwrap_or_else(new_request_id);
+    let request_id =
+        request.headers().get(REQUEST_ID_HEADER).and_then(accepted_request_id).unwrap_or_else(new_request_id);
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
     let method = method_label(request.method());
     request.extensions_mut().insert(RequestId(request_id.clone()));

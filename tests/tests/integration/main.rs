@@ -1,5 +1,6 @@
 //! Integration tests against real Postgres, RabbitMQ and a real HTTP receiver.
 //! One test binary (fast to link); one module per area.
+mod alerting;
 mod auth;
 mod backpressure;
 mod crashes;
@@ -9,6 +10,7 @@ mod faults;
 mod flow;
 mod identity;
 mod ingest;
+mod operations;
 mod outages;
 mod pipeline;
 mod publishing;

@@ -1,0 +1,80 @@
+//! What the worker tells operators about each delivery attempt: one log line
+//! and the attempt metrics, from one place so the two never disagree.
+//!
+//! The line carries tenant_id, delivery_id, event_id, endpoint_id, attempt,
+//! outcome, http_status, latency_ms (and the error text when there is one).
+//! Never the payload, the signing secret, the signature headers or the
+//! response body: the [`AttemptReport`] does not even hold them.
+use relayops_shared::domain::AttemptOutcome;
+use relayops_shared::observe::names::{
+    DELIVERIES_DEFERRED, DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION,
+};
+use relayops_shared::repo::deliveries::DeliveryJob;
+
+use crate::sender::Exchange;
+use crate::verdict::SendResult;
+
+/// One attempt, as reported.
+pub struct AttemptReport<'a> {
+    pub job: &'a DeliveryJob,
+    pub exchange: &'a Exchange,
+    pub outcome: AttemptOutcome,
+}
+
+impl AttemptReport<'_> {
+    /// The outcome class for metrics: the outcome, except that a request
+    /// refused by the outbound filter is `blocked` (an endpoint to fix, not a
+    /// receiver's answer).
+    pub fn class(&self) -> &'static str {
+        match self.exchange.result {
+            SendResult::Blocked => "blocked",
+            _ => self.outcome.as_str(),
+        }
+    }
+
+    fn http_status(&self) -> Option<u16> {
+        match self.exchange.result {
+            SendResult::Answered { status, .. } => Some(status),
+            SendResult::NoAnswer { .. } | SendResult::Blocked => None,
+        }
+    }
+}
+
+/// Logs the attempt and counts it.
+pub fn attempt(report: &AttemptReport<'_>) {
+    let job = report.job;
+    let latency = report.exchange.latency;
+    tracing::info!(
+        tenant_id = %job.tenant_id,
+        delivery_id = %job.delivery_id,
+        event_id = %job.event_id,
+        endpoint_id = %job.endpoint_id,
+        attempt = job.attempt_number,
+        outcome = report.outcome.as_str(),
+        http_status = report.http_status(),
+        latency_ms = latency.as_millis() as u64,
+        error = report.exchange.error.as_deref(),
+        "delivery attempt"
+    );
+    let class = report.class();
+    metrics::counter!(DELIVERY_ATTEMPTS, "outcome" => class).increment(1);
+    metrics::histogram!(DELIVERY_ATTEMPT_DURATION, "outcome" => class).record(latency.as_secs_f64());
+}
+
+/// A delivery put back by flow control (no attempt made).
+pub fn deferred() {
+    metrics::counter!(DELIVERIES_DEFERRED).increment(1);
+}
+
+/// A delivery failed without an attempt because its endpoint is disabled.
+pub fn endpoint_disabled(job: &DeliveryJob) {
+    tracing::info!(
+        tenant_id = %job.tenant_id,
+        delivery_id = %job.delivery_id,
+        event_id = %job.event_id,
+        endpoint_id = %job.endpoint_id,
+        outcome = "failed",
+        "endpoint disabled; delivery failed without an attempt"
+    );
+    metrics::counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "reason" => "endpoint_disabled").increment(1);
+}
