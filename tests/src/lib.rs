@@ -112,6 +112,12 @@ where
     }
 }
 
+/// A loopback `host:port` that was free a moment ago, for a child process to bind.
+pub fn free_loopback_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    format!("127.0.0.1:{}", listener.local_addr().expect("local address").port())
+}
+
 /// Waits until `GET {base}/health/ready` answers 2xx (a process we started).
 pub async fn wait_until_ready(http: &reqwest::Client, base: &str) {
     let url = format!("{base}/health/ready");

@@ -226,3 +226,59 @@ async fn exclusive_redis_outage_during_traffic_refuses_ingest_defers_delivery_an
     assert_eq!(env.simulator.received().len(), accepted.len(), "each delivered exactly once");
     assert_eq!(env.count("events").await, accepted.len() as i64, "refused events left nothing behind");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_rabbitmq_stopped_makes_api_and_worker_unready_until_it_returns() {
+    let config = TestConfig {
+        run_worker: false,
+        backpressure: Some(relayops_shared::config::BackpressureConfig::default()),
+        ..Default::default()
+    };
+    let env = TestEnv::start_with(config).await;
+    let ops_listen = relayops_tests::free_loopback_address();
+    let _worker = env.spawn_role("worker", &[("RELAYOPS_WORKER_HEALTH_LISTEN", ops_listen.as_str())]);
+    let worker_ready = format!("http://{ops_listen}/health/ready");
+    let http = reqwest::Client::new();
+    // The worker's readiness (its own port) until it is `ready` or not.
+    let worker_readiness = |ready: bool| {
+        let (http, url) = (http.clone(), worker_ready.clone());
+        relayops_tests::eventually(LONG_WAIT, move || {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let response = http.get(&url).send().await.map_err(|error| error.to_string())?;
+                let status = response.status();
+                let body: serde_json::Value = response.json().await.unwrap_or_default();
+                if status.is_success() == ready {
+                    Ok(body)
+                } else {
+                    Err(format!("worker readiness never became {ready}: {status} {body}"))
+                }
+            }
+        })
+    };
+    assert_eq!(env.wait_for_readiness(true).await["rabbitmq"], "ok");
+    assert_eq!(worker_readiness(true).await["rabbitmq"]["worker"], "ok");
+
+    tokio::task::spawn_blocking(|| rabbitmqctl(&["stop_app"])).await.unwrap();
+    let unready = env.wait_for_readiness(false).await;
+    assert_eq!(unready["rabbitmq"], "unreachable", "{unready}");
+    assert_eq!(unready["postgres"], "ok", "only the broker is named: {unready}");
+    assert_eq!(unready["backpressure"]["accepting"], false, "{unready}");
+    let worker_unready = worker_readiness(false).await;
+    assert_eq!(worker_unready["rabbitmq"]["worker"], "not consuming", "{worker_unready}");
+
+    tokio::task::spawn_blocking(|| {
+        rabbitmqctl(&["start_app"]);
+        rabbitmqctl(&["await_startup"]);
+    })
+    .await
+    .unwrap();
+    let ready = env.wait_for_readiness(true).await;
+    assert_eq!(ready["rabbitmq"], "ok", "{ready}");
+    assert_eq!(worker_readiness(true).await["rabbitmq"]["worker"], "ok");
+    // And the pipeline works again end to end.
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let event = env.post_event("a.b", json!({ "after": "restart" })).await;
+    assert_eq!(event.status, 201, "{:?}", event.body);
+    env.wait_for_status_within(event.body["id"].as_str().unwrap(), "delivered", LONG_WAIT).await;
+}

@@ -1,13 +1,8 @@
 //! Operations: `/metrics` counts what happened, request ids, the worker's
 //! attempt log line, and readiness naming pending migrations. Processes under
 //! test are real `relayops` children, so their metrics are theirs alone.
-use relayops_tests::{eventually, wait_until_ready, TestConfig, TestEnv, WAIT};
+use relayops_tests::{eventually, free_loopback_address, wait_until_ready, TestConfig, TestEnv, WAIT};
 use serde_json::{json, Value};
-
-fn free_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    format!("127.0.0.1:{port}")
-}
 
 /// Parses Prometheus text exposition: the sum of the samples of `name` whose
 /// labels include every `(label, value)` given (0 when there is none).
@@ -45,7 +40,7 @@ async fn scrape(http: &reqwest::Client, base: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_delivered_failed_duplicate_and_rejected_events() {
     let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
-    let (api_listen, ops_listen) = (free_address(), free_address());
+    let (api_listen, ops_listen) = (free_loopback_address(), free_loopback_address());
     let _api = env.spawn_role("api", &[("RELAYOPS_API_LISTEN", api_listen.as_str())]);
     let _worker = env.spawn_role(
         "worker",
