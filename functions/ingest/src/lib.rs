@@ -37,7 +37,8 @@ pub fn routes() -> Router<ApiState> {
 
 /// The function on its own, as its Lambda serves it.
 pub fn router(state: ApiState) -> Router {
-    routes().fallback(not_found_fallback).with_state(state)
+    // Request ids, and one CloudWatch EMF line per request (its metrics).
+    relayops_shared::observe::lambda::lambda_router(routes().fallback(not_found_fallback).with_state(state), "ingest")
 }
 
 #[derive(Debug, Deserialize)]

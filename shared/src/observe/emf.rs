@@ -14,6 +14,7 @@ pub const NAMESPACE: &str = "RelayOps";
 pub enum Unit {
     Count,
     Milliseconds,
+    Seconds,
 }
 
 impl Unit {
@@ -21,17 +22,44 @@ impl Unit {
         match self {
             Self::Count => "Count",
             Self::Milliseconds => "Milliseconds",
+            Self::Seconds => "Seconds",
         }
     }
+}
+
+/// One metric of a document: a number, or (for a histogram) up to 100 numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    pub name: String,
+    pub value: Value,
+    pub unit: Unit,
 }
 
 /// One EMF document: `dimensions` (bounded values only, as for Prometheus
 /// labels) and the metric values of this invocation.
 pub fn document(dimensions: &[(&str, &str)], values: &[(&str, f64, Unit)], timestamp_ms: i64) -> Value {
+    let figures: Vec<Figure> = values
+        .iter()
+        .map(|(name, value, unit)| Figure { name: (*name).to_owned(), value: json!(value), unit: *unit })
+        .collect();
+    document_with(dimensions, &figures, &[], timestamp_ms)
+}
+
+/// As [`document`], with any figures and extra properties (searchable in
+/// CloudWatch Logs Insights, not metrics: a request id, a status).
+pub fn document_with(
+    dimensions: &[(&str, &str)],
+    figures: &[Figure],
+    properties: &[(&str, Value)],
+    timestamp_ms: i64,
+) -> Value {
     let definitions: Vec<Value> =
-        values.iter().map(|(name, _, unit)| json!({ "Name": name, "Unit": unit.as_str() })).collect();
+        figures.iter().map(|figure| json!({ "Name": figure.name, "Unit": figure.unit.as_str() })).collect();
     let dimension_names: Vec<&str> = dimensions.iter().map(|(name, _)| *name).collect();
     let mut root = Map::new();
+    for (name, value) in properties {
+        root.insert((*name).into(), value.clone());
+    }
     root.insert(
         "_aws".into(),
         json!({
@@ -42,8 +70,8 @@ pub fn document(dimensions: &[(&str, &str)], values: &[(&str, f64, Unit)], times
     for (name, value) in dimensions {
         root.insert((*name).into(), json!(value));
     }
-    for (name, value, _) in values {
-        root.insert((*name).into(), json!(value));
+    for figure in figures {
+        root.insert(figure.name.clone(), figure.value.clone());
     }
     Value::Object(root)
 }

@@ -8,6 +8,7 @@
 pub mod emf;
 pub mod gauges;
 pub mod http;
+pub mod lambda;
 pub mod names;
 mod prometheus;
 
