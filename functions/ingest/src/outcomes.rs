@@ -14,7 +14,7 @@ pub(crate) fn count(stored: usize, duplicates: usize) {
     metrics::counter!(EVENTS_DUPLICATE).increment(duplicates as u64);
 }
 
-/// Events refused inside an accepted batch (per item, `invalid` or `conflict`).
+/// Events refused inside an accepted batch (invalid items, reused keys).
 pub(crate) fn count_rejected_items(reason: &'static str, items: usize) {
     metrics::counter!(EVENTS_REJECTED, "reason" => reason).increment(items as u64);
 }

@@ -8,7 +8,8 @@ pub const EVENTS_RECEIVED: &str = "relayops_events_received_total";
 pub const EVENTS_DUPLICATE: &str = "relayops_events_duplicate_total";
 /// Ingest requests refused; `reason`: the problem type (`validation`,
 /// `bad-request`, `unauthorized`, `conflict`, `payload-too-large`,
-/// `rate-limited`, `backpressure`, `unavailable`, …).
+/// `rate-limited`, `backpressure`, `unavailable`, …; `batch-item` for items
+/// refused inside an accepted batch).
 pub const EVENTS_REJECTED: &str = "relayops_events_rejected_total";
 
 /// Delivery attempts; `outcome`: `delivered`, `retry`, `failed`, `dead`,

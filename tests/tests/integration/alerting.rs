@@ -127,3 +127,27 @@ async fn dead_letters_alert_once_per_endpoint_per_cooldown_and_only_accepted_ale
     assert_eq!(summary["suppressed_since_last_alert"], 2, "{summary}");
     assert!(summary["text"].as_str().unwrap().contains("plus 2 more"), "{summary}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alerter_role_runs_on_its_own_with_readiness_and_metrics() {
+    let env = TestEnv::start().await;
+    let (receiver, url) = AlertReceiver::start(0).await;
+    let ops = relayops_tests::free_loopback_address();
+    let _alerter = env.spawn_role(
+        "alerter",
+        &[("RELAYOPS_ALERT_WEBHOOK_URL", url.as_str()), ("RELAYOPS_WORKER_HEALTH_LISTEN", ops.as_str())],
+    );
+    let (http, ops) = (reqwest::Client::new(), format!("http://{ops}"));
+    // Ready means consuming its queue, so no dead letter can slip past it.
+    relayops_tests::wait_until_ready(&http, &ops).await;
+    let ready: Value = http.get(format!("{ops}/health/ready")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(ready["rabbitmq"]["alerter"], "ok", "{ready}");
+
+    let endpoint = env.create_endpoint("/sim/status/500", &["*"], json!({ "max_attempts": 1 })).await;
+    assert_eq!(env.post_event("a.b", json!({})).await.status, 201);
+    let alert =
+        eventually(WAIT, || async { receiver.accepted().first().cloned().ok_or("no alert yet".to_owned()) }).await;
+    assert_eq!(alert["endpoint_id"], endpoint["id"]);
+    let metrics = http.get(format!("{ops}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("relayops_dead_letter_alerts_total{result=\"sent\"} 1"), "{metrics}");
+}

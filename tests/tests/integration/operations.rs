@@ -41,7 +41,9 @@ async fn scrape(http: &reqwest::Client, base: &str) -> String {
 async fn metrics_count_delivered_failed_duplicate_and_rejected_events() {
     let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
     let (api_listen, ops_listen) = (free_loopback_address(), free_loopback_address());
-    let _api = env.spawn_role("api", &[("RELAYOPS_API_LISTEN", api_listen.as_str())]);
+    let log = std::env::temp_dir().join(format!("relayops-api-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let api_env = [("RELAYOPS_API_LISTEN", api_listen.as_str()), ("RELAYOPS_LOG", "info")];
+    let _api = env.spawn_role_logging("api", &api_env, Some(&log));
     let _worker = env.spawn_role(
         "worker",
         &[("RELAYOPS_WORKER_HEALTH_LISTEN", ops_listen.as_str()), ("RELAYOPS_GAUGE_SAMPLE_MS", "200")],
@@ -66,7 +68,14 @@ async fn metrics_count_delivered_failed_duplicate_and_rejected_events() {
         let body = json!({ "event_type": "ok.x", "payload": { "n": n }, "idempotency_key": format!("ok-{n}") });
         assert_eq!(post(body).await.unwrap().status(), 200, "an idempotent repeat");
     }
-    let invalid = post(json!({ "event_type": "", "payload": {} })).await.unwrap();
+    let invalid = http
+        .post(format!("{api}/v1/events"))
+        .bearer_auth(&env.api_key)
+        .header("x-request-id", "metrics-test-invalid")
+        .json(&json!({ "event_type": "", "payload": {} }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(invalid.status(), 422);
     env.wait_for_sql(
         "every delivery settled",
@@ -127,6 +136,23 @@ async fn metrics_count_delivered_failed_duplicate_and_rejected_events() {
     assert_eq!(ready["postgres"], "ok");
     assert_eq!(ready["redis"], "ok");
     assert_eq!(ready["rabbitmq"]["worker"], "ok");
+
+    // Request logs: one access line per request, with the request id, and the
+    // lines written inside a request carry it in their span.
+    let lines: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let _ = std::fs::remove_file(&log);
+    let access = lines
+        .iter()
+        .find(|line| line["message"] == "request" && line["request_id"] == "metrics-test-invalid")
+        .unwrap_or_else(|| panic!("no access line: {lines:?}"));
+    assert_eq!((access["route"].as_str(), access["status"].as_u64()), (Some("/v1/events"), Some(422)), "{access}");
+    assert!(access["latency_ms"].is_u64());
+    let accepted = lines.iter().find(|line| line["message"] == "event accepted").expect("an event accepted line");
+    assert!(accepted["span"]["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{accepted}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
