@@ -183,6 +183,12 @@ pub struct WorkerConfig {
     /// worker may nevertheless send to (e.g. `127.0.0.0/8` for a local
     /// receiver). Empty in production.
     pub outbound_allow: Vec<ipnet::IpNet>,
+    /// `RELAYOPS_WORKER_BATCH_SIZE` (default 128): the most claims, or attempt
+    /// records, that share one statement and commit.
+    pub batch_size: usize,
+    /// `RELAYOPS_WORKER_BATCH_LANES` (default 2): statements of each kind running
+    /// at once; batches grow while all lanes are busy.
+    pub batch_lanes: usize,
 }
 
 impl Default for WorkerConfig {
@@ -196,6 +202,8 @@ impl Default for WorkerConfig {
             lease: Duration::from_secs(45),
             worker_id: default_worker_id(),
             outbound_allow: Vec::new(),
+            batch_size: 128,
+            batch_lanes: 2,
         }
     }
 }
@@ -228,6 +236,8 @@ impl WorkerConfig {
                 &std::env::var(key("OUTBOUND_ALLOW_CIDRS")).unwrap_or_default(),
             )
             .map_err(|message| ConfigError { key: key("OUTBOUND_ALLOW_CIDRS"), message })?,
+            batch_size: positive("WORKER_BATCH_SIZE", 128)?,
+            batch_lanes: positive("WORKER_BATCH_LANES", 2)?,
         })
     }
 }

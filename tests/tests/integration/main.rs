@@ -2,6 +2,7 @@
 //! One test binary (fast to link); one module per area.
 mod auth;
 mod backpressure;
+mod batching;
 mod crashes;
 mod endpoints;
 mod exclusive;
