@@ -252,6 +252,10 @@ pub struct AuthConfig {
     /// `RELAYOPS_BOOTSTRAP_TOKEN` (unset: `POST /v1/bootstrap` is disabled). Usable
     /// once: its hash is stored when used.
     pub bootstrap_token: Option<String>,
+    /// `RELAYOPS_API_KEY_CACHE_MS` (default 2000; 0 turns it off): how long a
+    /// verified API key is trusted without asking the database, i.e. how long
+    /// a revocation made by another process may take to apply here.
+    pub api_key_cache_ttl: Option<Duration>,
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -274,6 +278,7 @@ impl AuthConfig {
             jwt_secret: secret,
             jwt_ttl: Duration::from_secs(positive("JWT_TTL_SECS", 900)?),
             bootstrap_token: std::env::var(key("BOOTSTRAP_TOKEN")).ok().filter(|s| !s.is_empty()),
+            api_key_cache_ttl: Some(Duration::from_millis(parsed("API_KEY_CACHE_MS", 2_000u64)?)),
         })
     }
 }
