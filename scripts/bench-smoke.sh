@@ -1,12 +1,29 @@
 #!/usr/bin/env bash
 # A small run of relayops-bench against a fresh `relayops all` (debug build), to
-# prove the load generator and every scenario work. Not a timed assertion.
+# prove the load generator and every scenario work; then the backlog scenario
+# against `relayops api` (no worker: the bench starts one). Not a timed assertion.
 set -euo pipefail
 target="${CARGO_TARGET_DIR:-target}/debug"
 export RELAYOPS_API_LISTEN=127.0.0.1:18080 RELAYOPS_SIMULATOR_LISTEN=127.0.0.1:18090 RELAYOPS_LOG=warn
+# The worker the backlog scenario starts picks a free operations port.
+export RELAYOPS_WORKER_HEALTH_LISTEN=127.0.0.1:0
+out=/tmp/relayops-bench-smoke.json
+
 "$target/relayops" all > /tmp/relayops-bench-smoke.log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
-"$target/relayops-bench" --api http://127.0.0.1:18080 --events 300 --concurrency 8 --ceiling-secs 1 --json > /tmp/relayops-bench-smoke.json
-grep -q '"deliveries_per_sec"' /tmp/relayops-bench-smoke.json
-echo "bench smoke: ok ($(grep -c complete\":\ true /tmp/relayops-bench-smoke.json) delivery scenarios complete)"
+"$target/relayops-bench" --api http://127.0.0.1:18080 --events 300 --concurrency 8 --ceiling-secs 1 \
+  --rate 50 --paced-secs 2 --json > "$out"
+kill $pid; wait $pid 2>/dev/null || true
+
+"$target/relayops" api > /tmp/relayops-bench-smoke-api.log 2>&1 &
+pid=$!
+"$target/relayops-bench" --api http://127.0.0.1:18080 --scenarios backlog --backlog-events 500 \
+  --backlog-prefetch 100 --relayops-bin "$target/relayops" --json > "$out.backlog"
+
+complete=$(cat "$out" "$out.backlog" | grep -c '"complete": true' || true)
+for scenario in delivery fanout_10 paced slow_endpoint backlog; do
+  grep -q "\"$scenario\"" "$out" "$out.backlog" || { echo "bench smoke: no $scenario figures" >&2; exit 1; }
+done
+[ "$complete" -ge 4 ] || { echo "bench smoke: only $complete scenarios completed" >&2; cat "$out" "$out.backlog" >&2; exit 1; }
+echo "bench smoke: ok ($complete delivery scenarios complete)"

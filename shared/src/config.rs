@@ -183,6 +183,12 @@ pub struct WorkerConfig {
     /// worker may nevertheless send to (e.g. `127.0.0.0/8` for a local
     /// receiver). Empty in production.
     pub outbound_allow: Vec<ipnet::IpNet>,
+    /// `RELAYOPS_WORKER_BATCH_SIZE` (default 128): the most claims, or attempt
+    /// records, that share one statement and commit.
+    pub batch_size: usize,
+    /// `RELAYOPS_WORKER_BATCH_LANES` (default 2): statements of each kind running
+    /// at once; batches grow while all lanes are busy.
+    pub batch_lanes: usize,
 }
 
 impl Default for WorkerConfig {
@@ -196,6 +202,8 @@ impl Default for WorkerConfig {
             lease: Duration::from_secs(45),
             worker_id: default_worker_id(),
             outbound_allow: Vec::new(),
+            batch_size: 128,
+            batch_lanes: 2,
         }
     }
 }
@@ -228,6 +236,8 @@ impl WorkerConfig {
                 &std::env::var(key("OUTBOUND_ALLOW_CIDRS")).unwrap_or_default(),
             )
             .map_err(|message| ConfigError { key: key("OUTBOUND_ALLOW_CIDRS"), message })?,
+            batch_size: positive("WORKER_BATCH_SIZE", 128)?,
+            batch_lanes: positive("WORKER_BATCH_LANES", 2)?,
         })
     }
 }
@@ -242,6 +252,10 @@ pub struct AuthConfig {
     /// `RELAYOPS_BOOTSTRAP_TOKEN` (unset: `POST /v1/bootstrap` is disabled). Usable
     /// once: its hash is stored when used.
     pub bootstrap_token: Option<String>,
+    /// `RELAYOPS_API_KEY_CACHE_MS` (default 2000; 0 turns it off): how long a
+    /// verified API key is trusted without asking the database, i.e. how long
+    /// a revocation made by another process may take to apply here.
+    pub api_key_cache_ttl: Option<Duration>,
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -264,6 +278,7 @@ impl AuthConfig {
             jwt_secret: secret,
             jwt_ttl: Duration::from_secs(positive("JWT_TTL_SECS", 900)?),
             bootstrap_token: std::env::var(key("BOOTSTRAP_TOKEN")).ok().filter(|s| !s.is_empty()),
+            api_key_cache_ttl: Some(Duration::from_millis(parsed("API_KEY_CACHE_MS", 2_000u64)?)),
         })
     }
 }

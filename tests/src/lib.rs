@@ -90,6 +90,7 @@ impl Default for TestConfig {
                 jwt_secret: Some(format!("test-jwt-secret-{}", uuid::Uuid::new_v4().simple())),
                 jwt_ttl: Duration::from_secs(900),
                 bootstrap_token: Some(format!("bootstrap-{}", uuid::Uuid::new_v4().simple())),
+                api_key_cache_ttl: None,
             },
         }
     }

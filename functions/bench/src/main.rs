@@ -4,8 +4,10 @@
 //! machine's own Postgres and RabbitMQ ceilings measured in the same run, the
 //! ratios between them, and the RelayOps processes' memory. `--json` for
 //! machines.
+mod backlog;
 mod ceilings;
 mod memory;
+mod paced;
 mod receiver;
 mod scenarios;
 mod stats;
@@ -35,9 +37,26 @@ struct Args {
     /// Seconds each ceiling is measured for.
     #[arg(long, default_value_t = 5)]
     ceiling_secs: u64,
-    /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery, fanout.
-    #[arg(long, default_value = "ceilings,ingest,batch,delivery,fanout")]
+    /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
+    /// fanout, paced, slow, backlog. `backlog` needs `--relayops-bin` and a
+    /// target running without a worker (`relayops api`).
+    #[arg(long, default_value = "ceilings,ingest,batch,delivery,fanout,paced,slow")]
     scenarios: String,
+    /// Offered rate (events/s) of the `paced` and `slow` scenarios.
+    #[arg(long, default_value_t = 500)]
+    rate: u32,
+    /// How long the `paced` and `slow` scenarios offer events.
+    #[arg(long, default_value_t = 10)]
+    paced_secs: u64,
+    /// Events queued before the `backlog` scenario starts its worker.
+    #[arg(long, default_value_t = 100_000)]
+    backlog_events: usize,
+    /// Prefetch (messages in flight) of the worker the `backlog` scenario starts.
+    #[arg(long, default_value_t = 1000)]
+    backlog_prefetch: u32,
+    /// The `relayops` binary the `backlog` scenario runs `worker` from.
+    #[arg(long)]
+    relayops_bin: Option<String>,
     /// Print one JSON document instead of the human report.
     #[arg(long)]
     json: bool,
@@ -101,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
         report.insert("ingest".into(), serde_json::to_value(figures)?);
     }
     if scenarios.contains(&"batch") {
-        let figures = target.ingest_batches(args.events * 4, 500, (args.concurrency / 4).max(1)).await;
+        let figures = target.ingest_batches("bench.none", args.events * 4, 500, (args.concurrency / 4).max(1)).await;
         report.insert("batch_ingest".into(), serde_json::to_value(figures)?);
     }
     if scenarios.contains(&"delivery") {
@@ -111,6 +130,28 @@ async fn main() -> anyhow::Result<()> {
     if scenarios.contains(&"fanout") {
         let figures = target.deliver("bench.fanout", 10, (args.events / 10).max(1), args.concurrency, timeout).await?;
         report.insert("fanout_10".into(), serde_json::to_value(figures)?);
+    }
+    if scenarios.contains(&"paced") {
+        let figures = target.paced(args.rate, args.paced_secs, timeout).await?;
+        report.insert("paced".into(), serde_json::to_value(figures)?);
+    }
+    if scenarios.contains(&"slow") {
+        let figures = target.slow_endpoint(args.rate.min(200), args.paced_secs, timeout).await?;
+        report.insert("slow_endpoint".into(), serde_json::to_value(figures)?);
+    }
+    if scenarios.contains(&"backlog") {
+        let Some(relayops_bin) = args.relayops_bin.as_deref() else {
+            anyhow::bail!("the backlog scenario needs --relayops-bin (and a target without a worker)");
+        };
+        let run = backlog::BacklogRun {
+            target: &target,
+            pool: &pool,
+            relayops_bin,
+            events: args.backlog_events,
+            worker_prefetch: args.backlog_prefetch,
+            timeout: Duration::from_secs(600),
+        };
+        report.insert("backlog".into(), serde_json::to_value(run.run().await?)?);
     }
     report.insert("processes".into(), serde_json::to_value(memory::relayops_processes())?);
     add_ratios(&mut report);
@@ -185,6 +226,30 @@ fn print_human(report: &serde_json::Map<String, serde_json::Value>) {
                 f(&d["attempts_per_delivery"]), f(&d["ingest"]["events_per_sec"])
             );
         }
+    }
+    if let Some(p) = report.get("paced") {
+        println!(
+            "paced      {} events/s offered for {} s: ingest p50 {} ms p99 {} ms   end-to-end p50 {} ms  p95 {} ms  p99 {} ms{}",
+            p["offered_events_per_sec"], p["seconds"], f(&p["ingest_latency"]["p50_ms"]), f(&p["ingest_latency"]["p99_ms"]),
+            f(&p["end_to_end"]["p50_ms"]), f(&p["end_to_end"]["p95_ms"]), f(&p["end_to_end"]["p99_ms"]),
+            if p["complete"] == true { "" } else { "  INCOMPLETE" }
+        );
+    }
+    if let Some(s) = report.get("slow_endpoint") {
+        println!(
+            "slow       {} events/s to a fast and a {} ms endpoint (max_in_flight {}): fast end-to-end p50 {} ms  p99 {} ms; slow {} arrivals/s (limit {})",
+            s["offered_events_per_sec"], s["slow_response_ms"], s["slow_max_in_flight"],
+            f(&s["fast_end_to_end"]["p50_ms"]), f(&s["fast_end_to_end"]["p99_ms"]),
+            f(&s["slow_arrivals_per_sec"]), f(&s["slow_limit_per_sec"])
+        );
+    }
+    if let Some(b) = report.get("backlog") {
+        println!(
+            "backlog    {} queued, drained at {} deliveries/s in {} s{}; worker (prefetch {}) peak RSS {} MiB; ingest during drain p50 {} ms p99 {} ms",
+            b["accepted"], f(&b["deliveries_per_sec"]), f(&b["drain_secs"]),
+            if b["complete"] == true { "" } else { " INCOMPLETE" }, b["worker_prefetch"], f(&b["worker_peak_rss_mib"]),
+            f(&b["ingest_during_drain"]["p50_ms"]), f(&b["ingest_during_drain"]["p99_ms"])
+        );
     }
     if let Some(r) = report.get("ratios") {
         println!("ratios     {r}");

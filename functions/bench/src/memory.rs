@@ -35,3 +35,9 @@ pub fn relayops_processes() -> Vec<ProcessMemory> {
     }
     found
 }
+
+/// Peak resident memory of one process (0 if it is gone).
+pub fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    kib(&status, "VmHWM:").unwrap_or(0.0) / 1024.0
+}

@@ -1,19 +1,20 @@
-//! The bench's own webhook receiver on loopback: answers 200 at once and
-//! records when each delivery arrived (first arrival per delivery id, and how
-//! many requests each delivery took).
+//! The bench's own webhook receiver on loopback: answers 200 at once (or, on
+//! `/slow/{ms}/{name}`, after `ms` milliseconds) and records when each
+//! delivery arrived (first arrival per delivery id, with the hook it came to,
+//! and how many requests each delivery took).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::Router;
 
 #[derive(Default)]
 pub struct Arrivals {
-    /// event id -> first arrival of any of its deliveries, per delivery
-    pub by_delivery: HashMap<String, (String, Instant)>,
+    /// delivery id -> (event id, first arrival, hook name)
+    pub by_delivery: HashMap<String, (String, Instant, String)>,
     pub requests: u64,
 }
 
@@ -27,6 +28,14 @@ impl Receiver {
         self.arrivals.lock().map(|a| a.by_delivery.len()).unwrap_or(0)
     }
 
+    /// Deliveries that arrived at hooks whose name starts with `prefix`.
+    pub fn delivered_to(&self, prefix: &str) -> usize {
+        self.arrivals
+            .lock()
+            .map(|a| a.by_delivery.values().filter(|(_, _, hook)| hook.starts_with(prefix)).count())
+            .unwrap_or(0)
+    }
+
     pub fn reset(&self) {
         if let Ok(mut arrivals) = self.arrivals.lock() {
             *arrivals = Arrivals::default();
@@ -34,20 +43,39 @@ impl Receiver {
     }
 }
 
-async fn receive(State(receiver): State<Receiver>, headers: HeaderMap) -> &'static str {
+fn record(receiver: &Receiver, headers: &HeaderMap, hook: String) {
     let now = Instant::now();
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     if let Ok(mut arrivals) = receiver.arrivals.lock() {
         arrivals.requests += 1;
-        arrivals.by_delivery.entry(header("x-relayops-delivery-id")).or_insert((header("x-relayops-event-id"), now));
+        let event = header("x-relayops-event-id");
+        arrivals.by_delivery.entry(header("x-relayops-delivery-id")).or_insert((event, now, hook));
     }
+}
+
+async fn receive(State(receiver): State<Receiver>, Path(hook): Path<String>, headers: HeaderMap) -> &'static str {
+    record(&receiver, &headers, hook);
+    "ok"
+}
+
+/// Arrival is recorded when the request comes in; the answer takes `ms`.
+async fn receive_slowly(
+    State(receiver): State<Receiver>,
+    Path((ms, hook)): Path<(u64, String)>,
+    headers: HeaderMap,
+) -> &'static str {
+    record(&receiver, &headers, format!("slow-{hook}"));
+    tokio::time::sleep(std::time::Duration::from_millis(ms.min(60_000))).await;
     "ok"
 }
 
 /// Serves on an OS-chosen loopback port; returns the receiver and its base URL.
 pub async fn start() -> anyhow::Result<(Receiver, String)> {
     let receiver = Receiver::default();
-    let app = Router::new().route("/hook/{name}", post(receive)).with_state(receiver.clone());
+    let app = Router::new()
+        .route("/hook/{name}", post(receive))
+        .route("/slow/{ms}/{name}", post(receive_slowly))
+        .with_state(receiver.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     tokio::spawn(async move {

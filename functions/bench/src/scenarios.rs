@@ -13,6 +13,7 @@ use serde_json::json;
 use crate::receiver::Receiver;
 use crate::stats::{percentiles, Percentiles};
 
+#[derive(Clone)]
 pub struct Target {
     pub http: reqwest::Client,
     pub api: String,
@@ -45,16 +46,42 @@ impl Target {
     /// Creates `count` endpoints at the receiver subscribed to `event_type`.
     pub async fn endpoints(&self, event_type: &str, count: usize) -> anyhow::Result<()> {
         for n in 0..count {
-            let body = json!({
-                "url": format!("{}/hook/{event_type}-{n}", self.receiver_url),
-                "event_types": [event_type],
-                "max_in_flight": 256,
-            });
-            let response =
-                self.http.post(format!("{}/v1/endpoints", self.api)).bearer_auth(&self.key).json(&body).send().await?;
-            anyhow::ensure!(response.status().as_u16() == 201, "creating an endpoint: {}", response.text().await?);
+            self.endpoint(&format!("hook/{event_type}-{n}"), event_type, 256).await?;
         }
         Ok(())
+    }
+
+    /// Creates one endpoint at the receiver's `path`; returns its id.
+    pub async fn endpoint(&self, path: &str, event_type: &str, max_in_flight: u32) -> anyhow::Result<String> {
+        let body = json!({
+            "url": format!("{}/{path}", self.receiver_url),
+            "event_types": [event_type],
+            "max_in_flight": max_in_flight,
+        });
+        let response =
+            self.http.post(format!("{}/v1/endpoints", self.api)).bearer_auth(&self.key).json(&body).send().await?;
+        anyhow::ensure!(response.status().as_u16() == 201, "creating an endpoint: {}", response.text().await?);
+        let created: serde_json::Value = response.json().await?;
+        Ok(created["id"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// Posts one event; its id, when the answer came, and the request latency
+    /// in ms — or the status (or "transport") that refused it.
+    pub async fn post_one(&self, event_type: &str, seq: usize) -> Result<(String, Instant, f64), String> {
+        let body = json!({ "event_type": event_type, "payload": { "seq": seq, "bench": true } });
+        let sent = Instant::now();
+        let response =
+            self.http.post(format!("{}/v1/events", self.api)).bearer_auth(&self.key).json(&body).send().await;
+        let done = Instant::now();
+        match response {
+            Ok(response) if response.status().as_u16() == 201 => {
+                let receipt: serde_json::Value = response.json().await.unwrap_or_default();
+                let id = receipt["id"].as_str().unwrap_or_default().to_owned();
+                Ok((id, done, (done - sent).as_secs_f64() * 1000.0))
+            }
+            Ok(response) => Err(response.status().as_u16().to_string()),
+            Err(_) => Err("transport".into()),
+        }
     }
 
     /// Posts `events` events of `event_type`; returns the figures and each
@@ -74,7 +101,7 @@ impl Target {
         let progress = crate::progress(label, next.clone(), events, self.receiver.clone());
         let mut clients = Vec::new();
         for _ in 0..concurrency {
-            let (http, url, key) = (self.http.clone(), format!("{}/v1/events", self.api), self.key.clone());
+            let target = self.clone();
             let (next, acked, latencies, errors) = (next.clone(), acked.clone(), latencies.clone(), errors.clone());
             let event_type = event_type.to_owned();
             clients.push(tokio::spawn(async move {
@@ -83,30 +110,13 @@ impl Target {
                     if n >= events {
                         break;
                     }
-                    let body = json!({ "event_type": event_type, "payload": { "seq": n, "bench": true } });
-                    let sent = Instant::now();
-                    let response = http.post(&url).bearer_auth(&key).json(&body).send().await;
-                    let done = Instant::now();
-                    match response {
-                        Ok(response) if response.status().as_u16() == 201 => {
-                            let receipt: serde_json::Value = response.json().await.unwrap_or_default();
-                            let id = receipt["id"].as_str().unwrap_or_default().to_owned();
-                            latencies
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .push((done - sent).as_secs_f64() * 1000.0);
+                    match target.post_one(&event_type, n).await {
+                        Ok((id, done, latency_ms)) => {
+                            latencies.lock().unwrap_or_else(|p| p.into_inner()).push(latency_ms);
                             acked.lock().unwrap_or_else(|p| p.into_inner()).insert(id, done);
                         }
-                        Ok(response) => {
-                            *errors
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .entry(response.status().as_u16().to_string())
-                                .or_insert(0) += 1;
-                        }
-                        Err(_) => {
-                            *errors.lock().unwrap_or_else(|p| p.into_inner()).entry("transport".into()).or_insert(0) +=
-                                1
+                        Err(status) => {
+                            *errors.lock().unwrap_or_else(|p| p.into_inner()).entry(status).or_insert(0) += 1;
                         }
                     }
                 }
@@ -149,11 +159,11 @@ impl Target {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let arrivals = self.receiver.arrivals.lock().map_err(|_| anyhow::anyhow!("receiver lock"))?;
-        let last = arrivals.by_delivery.values().map(|(_, at)| *at).max().unwrap_or(started);
+        let last = arrivals.by_delivery.values().map(|(_, at, _)| *at).max().unwrap_or(started);
         let latencies: Vec<f64> = arrivals
             .by_delivery
             .values()
-            .filter_map(|(event, at)| {
+            .filter_map(|(event, at, _)| {
                 acked.get(event).map(|ack| at.saturating_duration_since(*ack).as_secs_f64() * 1000.0)
             })
             .collect();
@@ -181,7 +191,13 @@ pub struct BatchFigures {
 
 impl Target {
     /// Posts `events` events in batches of `batch_size` from `concurrency` clients.
-    pub async fn ingest_batches(&self, events: usize, batch_size: usize, concurrency: usize) -> BatchFigures {
+    pub async fn ingest_batches(
+        &self,
+        event_type: &str,
+        events: usize,
+        batch_size: usize,
+        concurrency: usize,
+    ) -> BatchFigures {
         let batches = events.div_ceil(batch_size);
         let next = Arc::new(AtomicUsize::new(0));
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -191,6 +207,7 @@ impl Target {
         for _ in 0..concurrency {
             let (http, url, key) = (self.http.clone(), format!("{}/v1/events/batch", self.api), self.key.clone());
             let (next, accepted, latencies) = (next.clone(), accepted.clone(), latencies.clone());
+            let event_type = event_type.to_owned();
             clients.push(tokio::spawn(async move {
                 loop {
                     let batch = next.fetch_add(1, Ordering::Relaxed);
@@ -198,7 +215,7 @@ impl Target {
                         break;
                     }
                     let items: Vec<_> = (0..batch_size)
-                        .map(|n| json!({ "event_type": "bench.none", "payload": { "batch": batch, "n": n } }))
+                        .map(|n| json!({ "event_type": event_type, "payload": { "batch": batch, "n": n } }))
                         .collect();
                     let sent = Instant::now();
                     let response = http.post(&url).bearer_auth(&key).json(&json!({ "events": items })).send().await;

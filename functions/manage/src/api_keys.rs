@@ -83,6 +83,8 @@ pub async fn revoke(
     if !api_keys::revoke_api_key(&client, caller.tenant_id, id).await? {
         return Err(ApiError::NotFound("API key"));
     }
+    // Refused by this process at once; by others within the key cache's TTL.
+    state.api_keys.forget(id);
     tracing::info!(tenant_id = %caller.tenant_id, api_key_id = %id, "API key revoked");
     Ok(StatusCode::NO_CONTENT)
 }

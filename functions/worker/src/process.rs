@@ -4,15 +4,23 @@
 //! receiver answered, the message is requeued and the lease left to expire: the
 //! delivery is sent again later with the same delivery id (an uncertain side
 //! effect the receiver can deduplicate).
+//!
+//! Claims and ordinary attempt records go through group-commit batchers
+//! ([`Batcher`]): messages in flight at the same time share one statement and
+//! one commit, and each still waits for its own row's commit before it is
+//! acked. Rare paths (a death, a 410, a deferral) run on their own.
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use relayops_shared::broker::{DeadLetter, QueueMessage};
 use relayops_shared::config::WorkerConfig;
+use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use relayops_shared::db::{DbError, Pool};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
 use relayops_shared::ids::{DeliveryId, TenantId};
 use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, DeliveryJob, Settled};
+use relayops_shared::repo::delivery_batches::{self, DeliveryKey, Settlement};
 use relayops_shared::repo::{endpoints, outbox};
 use relayops_shared::telemetry::error_chain;
 
@@ -38,17 +46,32 @@ pub enum Disposition {
     Reject,
 }
 
+/// Why a message could not be processed now (it is requeued).
+#[derive(Debug, thiserror::Error)]
+enum ProcessError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+}
+
 #[derive(Clone)]
 pub struct Processor {
     pool: Pool,
     sender: Sender,
     gate: Gate,
     config: WorkerConfig,
+    claims: Batcher<DeliveryKey, ClaimOutcome>,
+    records: Batcher<Settlement, Settled>,
 }
 
 impl Processor {
+    /// Starts the claim and record batchers: call inside a Tokio runtime.
     pub fn new(pool: Pool, sender: Sender, gate: Gate, config: WorkerConfig) -> Self {
-        Self { pool, sender, gate, config }
+        let limits = BatchLimits { max_items: config.batch_size, lanes: config.batch_lanes };
+        let claims = Batcher::spawn(limits, claim_batch(pool.clone(), config.worker_id.clone(), config.lease));
+        let records = Batcher::spawn(limits, record_batch(pool.clone(), config.worker_id.clone()));
+        Self { pool, sender, gate, config, claims, records }
     }
 
     /// `throttles`: how many times in a row flow control deferred this message.
@@ -76,11 +99,13 @@ impl Processor {
         }
     }
 
-    async fn deliver(&self, tenant: TenantId, delivery: DeliveryId, throttles: u32) -> Result<Disposition, DbError> {
-        let client = self.pool.get().await?;
-        let claim = deliveries::claim(&client, tenant, delivery, &self.config.worker_id, self.config.lease).await?;
-        drop(client);
-        let job = match claim {
+    async fn deliver(
+        &self,
+        tenant: TenantId,
+        delivery: DeliveryId,
+        throttles: u32,
+    ) -> Result<Disposition, ProcessError> {
+        let job = match self.claims.call((tenant, delivery)).await? {
             ClaimOutcome::Claimed(job) => job,
             ClaimOutcome::NotClaimable { status: Some(DeliveryStatus::Scheduled), next_attempt_at: Some(due) } => {
                 // Early (a shorter bucket, or a duplicate): wait out the rest.
@@ -94,7 +119,7 @@ impl Processor {
             }
         };
         if !job.endpoint_enabled {
-            let client = self.pool.get().await?;
+            let client = self.pool.get().await.map_err(DbError::from)?;
             let reason = "endpoint disabled";
             deliveries::settle_without_attempt(&client, &job, &self.config.worker_id, DeliveryStatus::Failed, reason)
                 .await?;
@@ -105,7 +130,7 @@ impl Processor {
         let slot = match self.gate.admit(&job, throttles).await {
             Admission::Go(slot) => slot,
             Admission::Defer(wait) => {
-                let client = self.pool.get().await?;
+                let client = self.pool.get().await.map_err(DbError::from)?;
                 deliveries::defer(&client, &job, &self.config.worker_id, wait).await?;
                 report::deferred();
                 tracing::debug!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
@@ -134,21 +159,21 @@ impl Processor {
         outcome: AttemptOutcome,
         wait: Option<Duration>,
         started_at: chrono::DateTime<Utc>,
-    ) -> Result<Disposition, DbError> {
+    ) -> Result<Disposition, ProcessError> {
         let record = AttemptRecord {
             outcome,
             http_status: http_status(&exchange.result),
-            error: exchange.error.as_deref(),
+            error: exchange.error.clone(),
             request_headers: exchange.request_headers.clone(),
-            response_body: exchange.response_body.as_deref(),
+            response_body: exchange.response_body.clone(),
             latency_ms: exchange.latency.as_millis().min(i32::MAX as u128) as i32,
             started_at,
             next_attempt_at: wait.and_then(|wait| chrono::Duration::from_std(wait).ok()).map(|wait| Utc::now() + wait),
         };
         let disables_endpoint = *verdict == (Verdict::Permanent { disable_endpoint: true });
-        let mut client = self.pool.get().await?;
         let settled = if outcome == AttemptOutcome::Dead || disables_endpoint {
-            let tx = client.transaction().await?;
+            let mut client = self.pool.get().await.map_err(DbError::from)?;
+            let tx = client.transaction().await.map_err(DbError::from)?;
             let settled = deliveries::record_attempt(&tx, job, &self.config.worker_id, &record).await?;
             if settled == Settled::Recorded {
                 if outcome == AttemptOutcome::Dead {
@@ -168,11 +193,17 @@ impl Processor {
                     let reason = "receiver answered 410 Gone";
                     endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, reason).await?;
                 }
-                tx.commit().await?;
+                tx.commit().await.map_err(DbError::from)?;
             }
             settled
         } else {
-            deliveries::record_attempt(&client, job, &self.config.worker_id, &record).await?
+            let settlement = Settlement {
+                tenant_id: job.tenant_id,
+                delivery_id: job.delivery_id,
+                attempt_number: job.attempt_number,
+                attempt: record,
+            };
+            self.records.call(settlement).await?
         };
         if settled == Settled::LeaseLost {
             tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
@@ -184,6 +215,30 @@ impl Processor {
             None => Disposition::Ack,
         })
     }
+}
+
+/// Claims for many messages in one statement.
+fn claim_batch(pool: Pool, worker_id: String, lease: Duration) -> BatchFn<DeliveryKey, ClaimOutcome> {
+    let worker_id: Arc<str> = worker_id.into();
+    Arc::new(move |keys| {
+        let (pool, worker_id) = (pool.clone(), Arc::clone(&worker_id));
+        Box::pin(async move {
+            let client = pool.get().await?;
+            delivery_batches::claim_many(&client, &keys, &worker_id, lease).await
+        })
+    })
+}
+
+/// Attempt records (with each delivery's next state) for many messages in one statement.
+fn record_batch(pool: Pool, worker_id: String) -> BatchFn<Settlement, Settled> {
+    let worker_id: Arc<str> = worker_id.into();
+    Arc::new(move |settlements| {
+        let (pool, worker_id) = (pool.clone(), Arc::clone(&worker_id));
+        Box::pin(async move {
+            let client = pool.get().await?;
+            delivery_batches::record_many(&client, &settlements, &worker_id).await
+        })
+    })
 }
 
 /// The attempt's outcome and, for a retry, the wait before the next one.

@@ -58,9 +58,15 @@ impl FromRequestParts<ApiState> for Authenticated {
 }
 
 async fn by_api_key(state: &ApiState, presented: &ApiKeySecret) -> Result<Authenticated, ApiError> {
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let key = api_keys::verify(&client, presented).await?.ok_or(ApiError::Unauthorized)?;
-    drop(client);
+    let key = match state.api_keys.get(presented) {
+        Some(key) => key,
+        None => {
+            let client = state.pool.get().await.map_err(DbError::from)?;
+            let key = api_keys::verify(&client, presented).await?.ok_or(ApiError::Unauthorized)?;
+            state.api_keys.put(presented, &key);
+            key
+        }
+    };
     // Bookkeeping only, at most once a minute per key: never delays or fails
     // the request, and adds no statement to the common request.
     if key.last_used_stale {

@@ -3,6 +3,7 @@
 //! themselves live in the function crates.
 mod auth;
 mod json;
+pub mod key_cache;
 mod problem;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use crate::flow::{FlowControl, Limit, TokenDecision};
 
 pub use auth::{Authenticated, Principal};
 pub use json::ApiJson;
+pub use key_cache::KeyCache;
 pub use problem::{not_found_fallback, ApiError, ProblemType};
 
 /// Asks the outbox publisher to run soon. In-process it is a `Notify`; in AWS it
@@ -56,6 +58,8 @@ pub struct ApiState {
     pub jwt: Option<Arc<JwtKeys>>,
     /// SHA-256 of the configured bootstrap token, when there is one.
     pub bootstrap_token_hash: Option<[u8; 32]>,
+    /// Recently verified API keys (see [`key_cache`]).
+    pub api_keys: Arc<KeyCache>,
 }
 
 /// The tenant ingest limit: the shared token bucket and the default rate.
@@ -67,7 +71,15 @@ pub struct IngestLimiter {
 
 impl ApiState {
     pub fn new(pool: Pool) -> Self {
-        Self { pool, wakeup: None, backpressure: None, ingest_limiter: None, jwt: None, bootstrap_token_hash: None }
+        Self {
+            pool,
+            wakeup: None,
+            backpressure: None,
+            ingest_limiter: None,
+            jwt: None,
+            bootstrap_token_hash: None,
+            api_keys: Arc::new(KeyCache::new(key_cache::DEFAULT_TTL)),
+        }
     }
 
     /// Login tokens and the bootstrap token, as configured.
@@ -77,6 +89,9 @@ impl ApiState {
         }
         self.bootstrap_token_hash =
             config.bootstrap_token.as_ref().map(|token| Sha256::digest(token.as_bytes()).into());
+        if let Some(ttl) = config.api_key_cache_ttl {
+            self.api_keys = Arc::new(KeyCache::new(ttl));
+        }
         Ok(self)
     }
 

@@ -1,5 +1,6 @@
 //! Postgres plumbing: the connection pool, the migration runner and the one
 //! place where SQLSTATEs and constraint names become domain errors.
+pub mod batcher;
 mod error;
 pub mod listen;
 pub mod migrate;

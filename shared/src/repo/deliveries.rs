@@ -12,27 +12,48 @@ use crate::domain::{AttemptOutcome, DeliveryStatus};
 use crate::ids::{AttemptId, DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::sql;
 
+/// What a claim returns: everything [`DeliveryJob`] needs besides the ids.
+macro_rules! claimed_columns {
+    () => {
+        "d.attempt_count, d.event_id, d.endpoint_id, e.event_type, e.payload::text AS body,
+         ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
+         ep.rate_limit_per_sec, ep.rate_limit_burst, ep.max_in_flight,
+         CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret"
+    };
+}
+pub(crate) use claimed_columns;
+
+/// Due for an attempt: pending, a retry whose time has come, or in progress
+/// under a lease that expired (its worker died).
+macro_rules! claimable {
+    () => {
+        "(d.status = 'pending'
+          OR (d.status = 'scheduled' AND d.next_attempt_at <= now())
+          OR (d.status = 'in_progress' AND d.lease_expires_at < now()))"
+    };
+}
+pub(crate) use claimable;
+
 /// Takes the lease if the delivery is due: pending, a retry whose time has
 /// come, or in progress under a lease that expired (its worker died). Terminal
 /// rows and rows leased by a live worker are left alone.
-const CLAIM: &str = "UPDATE relayops.deliveries d
+const CLAIM: &str = concat!(
+    "UPDATE relayops.deliveries d
      SET status = 'in_progress', lease_owner = $3,
          lease_expires_at = now() + $4::bigint * interval '1 millisecond', updated_at = now()
      FROM relayops.events e, relayops.webhook_endpoints ep
      WHERE d.tenant_id = $1 AND d.id = $2
        AND e.tenant_id = d.tenant_id AND e.id = d.event_id
        AND ep.tenant_id = d.tenant_id AND ep.id = d.endpoint_id
-       AND (d.status = 'pending'
-            OR (d.status = 'scheduled' AND d.next_attempt_at <= now())
-            OR (d.status = 'in_progress' AND d.lease_expires_at < now()))
-     RETURNING d.attempt_count, d.event_id, d.endpoint_id, e.event_type, e.payload::text AS body,
-               ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
-               ep.rate_limit_per_sec, ep.rate_limit_burst, ep.max_in_flight,
-               CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret";
+       AND ",
+    claimable!(),
+    "
+     RETURNING ",
+    claimed_columns!()
+);
 
 const CURRENT_STATE: &str = "SELECT status, next_attempt_at FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
 
-/// Only the lease holder may settle the delivery.
 /// The attempt and the delivery's next state in ONE statement (atomic on its
 /// own, one round trip). Only the lease holder may settle: if the lease was
 /// lost, the UPDATE matches nothing and so nothing is inserted.
@@ -118,8 +139,13 @@ pub async fn claim(
             next_attempt_at: state.as_ref().and_then(|row| row.get("next_attempt_at")),
         });
     };
+    Ok(ClaimOutcome::Claimed(Box::new(job_from_row(tenant, delivery, &row))))
+}
+
+/// The job a claim statement's returned row describes.
+pub(crate) fn job_from_row(tenant: TenantId, delivery: DeliveryId, row: &Row) -> DeliveryJob {
     let attempt_count: i32 = row.get("attempt_count");
-    Ok(ClaimOutcome::Claimed(Box::new(DeliveryJob {
+    DeliveryJob {
         tenant_id: tenant,
         delivery_id: delivery,
         event_id: EventId::from_uuid(row.get("event_id")),
@@ -137,17 +163,17 @@ pub async fn claim(
         secret: row.get("secret"),
         previous_secret: row.get("previous_secret"),
         attempt_number: attempt_count + 1,
-    })))
+    }
 }
 
 /// One attempt's record and the delivery's next state.
 #[derive(Debug, Clone)]
-pub struct AttemptRecord<'a> {
+pub struct AttemptRecord {
     pub outcome: AttemptOutcome,
     pub http_status: Option<i32>,
-    pub error: Option<&'a str>,
+    pub error: Option<String>,
     pub request_headers: serde_json::Value,
-    pub response_body: Option<&'a str>,
+    pub response_body: Option<String>,
     pub latency_ms: i32,
     pub started_at: DateTime<Utc>,
     /// For `Retry`: when the next attempt is due.
@@ -167,7 +193,7 @@ pub async fn record_attempt(
     client: &impl GenericClient,
     job: &DeliveryJob,
     worker_id: &str,
-    attempt: &AttemptRecord<'_>,
+    attempt: &AttemptRecord,
 ) -> Result<Settled, DbError> {
     let status = attempt.outcome.next_status().as_str();
     let inserted = sql::execute(

@@ -10,6 +10,7 @@
 pub mod api_keys;
 pub mod attempts;
 pub mod deliveries;
+pub mod delivery_batches;
 pub mod endpoints;
 pub mod events;
 pub mod outbox;

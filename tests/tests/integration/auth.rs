@@ -80,3 +80,25 @@ async fn malformed_ids_and_unknown_routes_are_clear_errors() {
     env.get("/v1/nope").await.expect_problem(404);
     env.get(&format!("/v1/events/evt_{}", "0".repeat(32))).await.expect_problem(404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_by_another_process_is_refused_once_the_key_cache_ttl_passes() {
+    let mut config = relayops_tests::TestConfig { run_worker: false, ..Default::default() };
+    config.auth.api_key_cache_ttl = Some(std::time::Duration::from_millis(400));
+    let env = TestEnv::start_with(config).await;
+    assert_eq!(env.post_event("a.b", json!({ "n": 1 })).await.status, 201, "verified, and now cached");
+    // Revoked behind this API's back (another replica, or SQL by an operator).
+    let client = env.pool.get().await.unwrap();
+    client.execute("UPDATE relayops.api_keys SET revoked_at = now()", &[]).await.unwrap();
+    let refused_at = std::time::Instant::now();
+    relayops_tests::eventually(std::time::Duration::from_secs(5), || async {
+        let answer = env.request(Method::GET, "/v1/events", Some(&env.api_key), None).await;
+        if answer.status == 401 {
+            Ok(())
+        } else {
+            Err(format!("still {}", answer.status))
+        }
+    })
+    .await;
+    assert!(refused_at.elapsed() < std::time::Duration::from_secs(2), "refused within the TTL and a poll");
+}

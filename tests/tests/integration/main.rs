@@ -3,6 +3,7 @@
 mod alerting;
 mod auth;
 mod backpressure;
+mod batching;
 mod crashes;
 mod endpoints;
 mod exclusive;

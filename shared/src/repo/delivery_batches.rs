@@ -1,0 +1,191 @@
+//! The worker's hot statements for many deliveries at once: claim a batch of
+//! deliveries (one statement), and record a batch of attempts with each
+//! delivery's next state (one statement). Run through
+//! [`Batcher`](crate::db::batcher::Batcher) so concurrent messages share a
+//! commit; every item keeps the guarantees of the single-row versions in
+//! [`deliveries`](super::deliveries): a claim takes only due rows, and only the
+//! lease holder's attempt is recorded (attempt and state, both or neither).
+//!
+//! Rows are locked in id order, so two batches that overlap cannot deadlock.
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::db::DbError;
+use crate::domain::DeliveryStatus;
+use crate::ids::{AttemptId, DeliveryId, TenantId};
+use crate::repo::deliveries::{claimable, claimed_columns, job_from_row, AttemptRecord, ClaimOutcome, Settled};
+use crate::repo::sql;
+
+const CLAIM_MANY: &str = concat!(
+    "WITH wanted AS (
+         SELECT DISTINCT w.tenant_id, w.id FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)),
+     locked AS (
+         SELECT d.tenant_id, d.id FROM relayops.deliveries d
+         JOIN wanted w ON d.tenant_id = w.tenant_id AND d.id = w.id
+         WHERE ",
+    claimable!(),
+    "
+         ORDER BY d.id
+         FOR UPDATE OF d)
+     UPDATE relayops.deliveries d
+     SET status = 'in_progress', lease_owner = $3,
+         lease_expires_at = now() + $4::bigint * interval '1 millisecond', updated_at = now()
+     FROM locked l, relayops.events e, relayops.webhook_endpoints ep
+     WHERE d.tenant_id = l.tenant_id AND d.id = l.id
+       AND e.tenant_id = d.tenant_id AND e.id = d.event_id
+       AND ep.tenant_id = d.tenant_id AND ep.id = d.endpoint_id
+     RETURNING d.tenant_id, d.id, ",
+    claimed_columns!()
+);
+
+const CURRENT_STATES: &str = "SELECT d.tenant_id, d.id, d.status, d.next_attempt_at
+     FROM relayops.deliveries d
+     JOIN unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id) ON d.tenant_id = w.tenant_id AND d.id = w.id";
+
+const SETTLE_MANY_WITH_ATTEMPTS: &str = "WITH input AS (
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::timestamptz[], $6::int[],
+                              $7::text[], $8::uuid[], $9::text[], $10::jsonb[], $11::text[], $12::int[],
+                              $13::timestamptz[])
+             AS i(tenant_id, id, status, attempt_number, next_attempt_at, http_status,
+                  error, attempt_id, outcome, request_headers, response_body, latency_ms, started_at)),
+     locked AS (
+         SELECT d.tenant_id, d.id FROM relayops.deliveries d
+         JOIN input i ON d.tenant_id = i.tenant_id AND d.id = i.id
+         WHERE d.status = 'in_progress' AND d.lease_owner = $14
+         ORDER BY d.id
+         FOR UPDATE OF d),
+     settled AS (
+         UPDATE relayops.deliveries d
+         SET status = i.status, attempt_count = i.attempt_number, next_attempt_at = i.next_attempt_at,
+             lease_owner = NULL, lease_expires_at = NULL,
+             last_http_status = i.http_status, last_error = i.error,
+             delivered_at = CASE WHEN i.status = 'delivered' THEN now() ELSE d.delivered_at END,
+             updated_at = now()
+         FROM locked l, input i
+         WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND i.tenant_id = l.tenant_id AND i.id = l.id
+         RETURNING d.tenant_id, d.id)
+     INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
+         http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
+     SELECT i.attempt_id, i.tenant_id, i.id, i.attempt_number, i.outcome, i.http_status, i.error,
+            i.request_headers, i.response_body, i.latency_ms, $14, i.started_at
+     FROM input i JOIN settled s ON s.tenant_id = i.tenant_id AND s.id = i.id
+     RETURNING tenant_id, delivery_id";
+
+/// A delivery named by a queue message.
+pub type DeliveryKey = (TenantId, DeliveryId);
+
+/// Claims every due delivery among `keys` for `worker_id`; one outcome per key,
+/// in order. A key named twice is claimed once (the second sees it leased).
+pub async fn claim_many(
+    client: &impl GenericClient,
+    keys: &[DeliveryKey],
+    worker_id: &str,
+    lease: Duration,
+) -> Result<Vec<ClaimOutcome>, DbError> {
+    let (tenants, ids) = key_columns(keys);
+    let lease_ms = lease.as_millis() as i64;
+    let rows = sql::query(client, CLAIM_MANY, &[&tenants, &ids, &worker_id, &lease_ms]).await?;
+    // Keyed by tenant and id: an id under the wrong tenant matches nothing.
+    let mut claimed: HashMap<(Uuid, Uuid), _> = rows.iter().map(|row| (row_key(row), row)).collect();
+    let missing: Vec<DeliveryKey> = keys.iter().filter(|key| !claimed.contains_key(&uuids(key))).copied().collect();
+    let mut states = HashMap::new();
+    if !missing.is_empty() {
+        let (tenants, ids) = key_columns(&missing);
+        for row in sql::query(client, CURRENT_STATES, &[&tenants, &ids]).await? {
+            let status = DeliveryStatus::parse(row.get("status"));
+            states.insert(row_key(&row), (status, row.get("next_attempt_at")));
+        }
+    }
+    let mut outcomes = Vec::with_capacity(keys.len());
+    let mut handed_out = HashSet::new();
+    for key @ &(tenant, delivery) in keys {
+        let outcome = match claimed.remove(&uuids(key)) {
+            Some(row) => {
+                handed_out.insert(uuids(key));
+                ClaimOutcome::Claimed(Box::new(job_from_row(tenant, delivery, row)))
+            }
+            // Named twice in this batch: the first one holds the lease now.
+            None if handed_out.contains(&uuids(key)) => {
+                ClaimOutcome::NotClaimable { status: Some(DeliveryStatus::InProgress), next_attempt_at: None }
+            }
+            None => {
+                let (status, next_attempt_at) = states.get(&uuids(key)).copied().unwrap_or((None, None));
+                ClaimOutcome::NotClaimable { status, next_attempt_at }
+            }
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// One attempt to record: which delivery, its number, and what happened.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    pub tenant_id: TenantId,
+    pub delivery_id: DeliveryId,
+    pub attempt_number: i32,
+    pub attempt: AttemptRecord,
+}
+
+/// Records every attempt whose delivery `worker_id` still leases, with the
+/// delivery's next state; one result per settlement, in order.
+pub async fn record_many(
+    client: &impl GenericClient,
+    settlements: &[Settlement],
+    worker_id: &str,
+) -> Result<Vec<Settled>, DbError> {
+    let column = |f: &dyn Fn(&Settlement) -> Uuid| settlements.iter().map(f).collect::<Vec<_>>();
+    let tenants = column(&|s| s.tenant_id.as_uuid());
+    let ids = column(&|s| s.delivery_id.as_uuid());
+    let attempt_ids = column(&|_| AttemptId::new().as_uuid());
+    let statuses: Vec<&str> = settlements.iter().map(|s| s.attempt.outcome.next_status().as_str()).collect();
+    let numbers: Vec<i32> = settlements.iter().map(|s| s.attempt_number).collect();
+    let next_at: Vec<_> = settlements.iter().map(|s| s.attempt.next_attempt_at).collect();
+    let http_statuses: Vec<Option<i32>> = settlements.iter().map(|s| s.attempt.http_status).collect();
+    let errors: Vec<Option<&str>> = settlements.iter().map(|s| s.attempt.error.as_deref()).collect();
+    let outcomes: Vec<&str> = settlements.iter().map(|s| s.attempt.outcome.as_str()).collect();
+    let headers: Vec<&serde_json::Value> = settlements.iter().map(|s| &s.attempt.request_headers).collect();
+    let bodies: Vec<Option<&str>> = settlements.iter().map(|s| s.attempt.response_body.as_deref()).collect();
+    let latencies: Vec<i32> = settlements.iter().map(|s| s.attempt.latency_ms).collect();
+    let started: Vec<_> = settlements.iter().map(|s| s.attempt.started_at).collect();
+    let rows = sql::query(
+        client,
+        SETTLE_MANY_WITH_ATTEMPTS,
+        &[
+            &tenants,
+            &ids,
+            &statuses,
+            &numbers,
+            &next_at,
+            &http_statuses,
+            &errors,
+            &attempt_ids,
+            &outcomes,
+            &headers,
+            &bodies,
+            &latencies,
+            &started,
+            &worker_id,
+        ],
+    )
+    .await?;
+    let recorded: HashSet<(Uuid, Uuid)> =
+        rows.iter().map(|row| (row.get("tenant_id"), row.get("delivery_id"))).collect();
+    let settled = tenants.iter().zip(&ids).map(|(tenant, id)| recorded.contains(&(*tenant, *id)));
+    Ok(settled.map(|recorded| if recorded { Settled::Recorded } else { Settled::LeaseLost }).collect())
+}
+
+fn uuids(&(tenant, delivery): &DeliveryKey) -> (Uuid, Uuid) {
+    (tenant.as_uuid(), delivery.as_uuid())
+}
+
+fn row_key(row: &tokio_postgres::Row) -> (Uuid, Uuid) {
+    (row.get("tenant_id"), row.get("id"))
+}
+
+fn key_columns(keys: &[DeliveryKey]) -> (Vec<Uuid>, Vec<Uuid>) {
+    keys.iter().map(uuids).unzip()
+}

@@ -1,0 +1,147 @@
+//! The worker's batched statements against real Postgres: a batch claim takes
+//! each due delivery once (duplicates, strangers and other tenants' ids get the
+//! single-row answers), a batch record settles only what the worker still
+//! leases, and overlapping batches from many workers neither deadlock nor claim
+//! a delivery twice.
+use std::collections::HashMap;
+use std::time::Duration;
+
+use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
+use relayops_shared::ids::DeliveryId;
+use relayops_shared::repo::deliveries::{AttemptRecord, ClaimOutcome, Settled};
+use relayops_shared::repo::delivery_batches::{claim_many, record_many, DeliveryKey, Settlement};
+use relayops_tests::{TestConfig, TestEnv};
+use serde_json::json;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// An env with deliveries left pending (no publisher, no worker) and their keys.
+async fn pending_deliveries(events: usize) -> (TestEnv, Vec<DeliveryKey>) {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    for n in 0..events {
+        assert_eq!(env.post_event("a.b", json!({ "n": n })).await.status, 201);
+    }
+    let client = env.pool.get().await.unwrap();
+    let rows = client.query("SELECT id FROM relayops.deliveries ORDER BY created_at, id", &[]).await.unwrap();
+    let keys = rows.iter().map(|row| (env.tenant_id, DeliveryId::from_uuid(row.get(0)))).collect();
+    (env, keys)
+}
+
+fn claimed(outcome: &ClaimOutcome) -> bool {
+    matches!(outcome, ClaimOutcome::Claimed(_))
+}
+
+fn status_of(outcome: &ClaimOutcome) -> Option<DeliveryStatus> {
+    match outcome {
+        ClaimOutcome::Claimed(_) => Some(DeliveryStatus::InProgress),
+        ClaimOutcome::NotClaimable { status, .. } => *status,
+    }
+}
+
+fn delivered(key: DeliveryKey, attempt_number: i32) -> Settlement {
+    Settlement {
+        tenant_id: key.0,
+        delivery_id: key.1,
+        attempt_number,
+        attempt: AttemptRecord {
+            outcome: AttemptOutcome::Delivered,
+            http_status: Some(200),
+            error: None,
+            request_headers: json!({ "webhook-id": key.1.to_string() }),
+            response_body: Some("ok".into()),
+            latency_ms: 3,
+            started_at: chrono::Utc::now(),
+            next_attempt_at: None,
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_claim_takes_each_due_delivery_once_and_explains_the_rest() {
+    let (env, keys) = pending_deliveries(3).await;
+    let (other_tenant, _) = env.second_tenant().await;
+    let stranger = (env.tenant_id, DeliveryId::new());
+    let wrong_tenant = (other_tenant, keys[1].1);
+    let client = env.pool.get().await.unwrap();
+
+    let asked = [keys[0], keys[1], keys[0], stranger, wrong_tenant];
+    let outcomes = claim_many(&client, &asked, "worker-a", LEASE).await.unwrap();
+    assert_eq!(outcomes.len(), asked.len(), "one outcome per key, in order");
+    assert!(claimed(&outcomes[0]) && claimed(&outcomes[1]));
+    assert_eq!(status_of(&outcomes[2]), Some(DeliveryStatus::InProgress), "a repeated key sees the lease");
+    assert!(!claimed(&outcomes[3]) && status_of(&outcomes[3]).is_none(), "an unknown id is gone");
+    assert!(!claimed(&outcomes[4]) && status_of(&outcomes[4]).is_none(), "another tenant's key finds nothing");
+    if let ClaimOutcome::Claimed(job) = &outcomes[1] {
+        assert_eq!((job.tenant_id, job.delivery_id, job.attempt_number), (keys[1].0, keys[1].1, 1));
+        assert!(job.body.contains("\"n\""), "the job carries the payload to send");
+    }
+
+    // Leased rows are not claimable by another worker; the third still is.
+    let again = claim_many(&client, &keys, "worker-b", LEASE).await.unwrap();
+    assert_eq!(again.iter().map(claimed).collect::<Vec<_>>(), [false, false, true]);
+    let owners: HashMap<uuid::Uuid, String> = client
+        .query("SELECT id, lease_owner FROM relayops.deliveries", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(owners[&keys[0].1.as_uuid()], "worker-a");
+    assert_eq!(owners[&keys[2].1.as_uuid()], "worker-b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_record_settles_only_the_deliveries_the_worker_still_leases() {
+    let (env, keys) = pending_deliveries(2).await;
+    let client = env.pool.get().await.unwrap();
+    claim_many(&client, &keys[..1], "worker-a", LEASE).await.unwrap();
+    claim_many(&client, &keys[1..], "worker-b", LEASE).await.unwrap();
+
+    let settled = record_many(&client, &[delivered(keys[0], 1), delivered(keys[1], 1)], "worker-a").await.unwrap();
+    assert_eq!(settled, [Settled::Recorded, Settled::LeaseLost]);
+    let rows = client
+        .query(
+            "SELECT d.id, d.status, d.attempt_count, d.lease_owner, count(a.id)
+             FROM relayops.deliveries d LEFT JOIN relayops.delivery_attempts a ON a.delivery_id = d.id
+             GROUP BY d.id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let states: HashMap<uuid::Uuid, (String, i32, Option<String>, i64)> =
+        rows.iter().map(|row| (row.get(0), (row.get(1), row.get(2), row.get(3), row.get(4)))).collect();
+    assert_eq!(states[&keys[0].1.as_uuid()], ("delivered".into(), 1, None, 1), "attempt and state together");
+    assert_eq!(
+        states[&keys[1].1.as_uuid()],
+        ("in_progress".into(), 0, Some("worker-b".into()), 0),
+        "another worker's delivery is untouched and has no attempt"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_batch_claims_from_many_workers_never_deadlock_or_double_claim() {
+    let (env, keys) = pending_deliveries(60).await;
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let (pool, mut keys) = (env.pool.clone(), keys.clone());
+        // Each worker asks for all of them, in its own order.
+        keys.rotate_left(worker * 7);
+        if worker % 2 == 1 {
+            keys.reverse();
+        }
+        tasks.push(tokio::spawn(async move {
+            let client = pool.get().await.unwrap();
+            let outcomes = claim_many(&client, &keys, &format!("worker-{worker}"), LEASE).await.expect("no deadlock");
+            keys.iter().zip(outcomes).filter(|(_, outcome)| claimed(outcome)).map(|(key, _)| key.1).collect::<Vec<_>>()
+        }));
+    }
+    let mut claims: HashMap<DeliveryId, usize> = HashMap::new();
+    for task in tasks {
+        for id in task.await.unwrap() {
+            *claims.entry(id).or_default() += 1;
+        }
+    }
+    assert_eq!(claims.len(), keys.len(), "every delivery was claimed");
+    assert!(claims.values().all(|&count| count == 1), "and none twice: {claims:?}");
+}
