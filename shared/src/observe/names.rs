@@ -49,3 +49,23 @@ pub const DEAD_LETTER_ALERTS: &str = "relayops_dead_letter_alerts_total";
 
 /// Histogram buckets for durations, in seconds: 5 ms to 30 s.
 pub const DURATION_BUCKETS: [f64; 13] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0];
+
+/// Registers each metric's `# HELP` text with the installed recorder.
+pub fn describe_all() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(EVENTS_RECEIVED, "Events stored (new, not idempotent repeats).");
+    describe_counter!(EVENTS_DUPLICATE, "Idempotent repeats answered with the original event.");
+    describe_counter!(EVENTS_REJECTED, "Ingest requests (or batch items) refused, by reason.");
+    describe_counter!(DELIVERY_ATTEMPTS, "Delivery attempts by outcome.");
+    describe_histogram!(DELIVERY_ATTEMPT_DURATION, Unit::Seconds, "Outbound webhook request duration by outcome.");
+    describe_counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "Deliveries settled without an attempt, by reason.");
+    describe_counter!(DELIVERIES_DEFERRED, "Deliveries put back by endpoint flow control.");
+    describe_counter!(OUTBOX_PUBLISHED, "Outbox rows published and confirmed by the broker.");
+    describe_counter!(OUTBOX_PUBLISH_FAILURES, "Outbox publish failures: refused rows, failed ticks.");
+    describe_histogram!(OUTBOX_PUBLISH_DURATION, Unit::Seconds, "Claim-to-settle time of one outbox batch.");
+    describe_counter!(RECOVERY_ACTIONS, "Recovery pass actions by kind.");
+    describe_gauge!(OUTBOX_BACKLOG, "Outbox rows not yet published (sampled).");
+    describe_gauge!(QUEUE_DEPTH, "Messages ready in a queue (sampled).");
+    describe_histogram!(HTTP_REQUEST_DURATION, Unit::Seconds, "HTTP requests served, by method, route and status.");
+    describe_counter!(DEAD_LETTER_ALERTS, "Dead-letter alerts by result.");
+}

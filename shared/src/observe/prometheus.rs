@@ -27,6 +27,7 @@ pub fn install_prometheus() -> PrometheusHandle {
             if metrics::set_global_recorder(recorder).is_err() {
                 tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
             }
+            super::names::describe_all();
             let upkeep = handle.clone();
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
