@@ -59,8 +59,11 @@ pub fn spawn_queue_gauges(pool: Pool, broker: BrokerConfig, interval: Duration) 
     })
 }
 
+/// Connects and declares the topology (idempotent), so the passive declares
+/// that measure depths never race a fresh installation's first start.
 async fn open(config: &BrokerConfig) -> Option<(lapin::Connection, lapin::Channel)> {
     let connection = broker::connect(config, "relayops-gauges").await.ok()?;
     let channel = broker::open_channel(&connection).await.ok()?;
+    Topology::new(config).declare(&channel).await.ok()?;
     Some((connection, channel))
 }
