@@ -98,12 +98,16 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let body = json!({
+        let mut body = json!({
             "type": format!("https://relayops.dev/problems/{kind}"),
             "title": title,
             "status": status.as_u16(),
             "detail": detail,
         });
+        // The id support can look up in the logs, when served through `observe`.
+        if let Some(request_id) = crate::observe::http::current_request_id() {
+            body["request_id"] = json!(request_id);
+        }
         let mut response = (status, axum::Json(body)).into_response();
         response.extensions_mut().insert(ProblemType(kind));
         let headers = response.headers_mut();

@@ -3,8 +3,8 @@
 //! The id comes from the caller's `x-request-id` when it is a sane token (at
 //! most 128 characters of `A-Z a-z 0-9 - _ . :`), otherwise a new one is made;
 //! it is returned in the response's `x-request-id`, set on the `request` span
-//! (so every log line inside the request carries it) and on the one access
-//! line per request. The duration is recorded by route template and status.
+//! (so every log line inside the request carries it), quoted in problem
+//! bodies (`request_id`), and on the one access line per request. The duration is recorded by route template and status.
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
@@ -21,6 +21,16 @@ const MAX_REQUEST_ID_LEN: usize = 128;
 /// The request's id, in the request extensions for handlers that want it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestId(pub String);
+
+tokio::task_local! {
+    /// The id of the request being served on this task (problem bodies quote it).
+    static CURRENT_REQUEST_ID: String;
+}
+
+/// The id of the request being served, when inside [`observe`].
+pub fn current_request_id() -> Option<String> {
+    CURRENT_REQUEST_ID.try_with(Clone::clone).ok()
+}
 
 /// The caller's id when it is safe to log and echo back.
 fn accepted_request_id(value: &HeaderValue) -> Option<String> {
@@ -59,7 +69,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
     let method = method_label(request.method());
     request.extensions_mut().insert(RequestId(request_id.clone()));
     let span = tracing::info_span!("request", request_id = %request_id);
-    let mut response = next.run(request).instrument(span).await;
+    let mut response = CURRENT_REQUEST_ID.scope(request_id.clone(), next.run(request).instrument(span)).await;
 
     let elapsed = started.elapsed();
     let status = response.status().as_u16();

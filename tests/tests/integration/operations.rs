@@ -170,6 +170,8 @@ async fn every_response_carries_a_request_id_the_caller_may_choose() {
         .unwrap();
     assert_eq!(chosen.status(), 422);
     assert_eq!(id_of(&chosen), "client-chosen.id:42", "a sane id is echoed back, on problems too");
+    let problem: Value = chosen.json().await.unwrap();
+    assert_eq!(problem["request_id"], "client-chosen.id:42", "the problem body quotes it: {problem}");
 
     let generated = env.http.get(format!("{}/health/live", env.api_url)).send().await.unwrap();
     let first = id_of(&generated);
