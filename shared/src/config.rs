@@ -162,7 +162,7 @@ impl PublisherConfig {
 /// The delivery worker.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// `RELAYOPS_WORKER_CONCURRENCY` (default 64): RabbitMQ prefetch, and so the
+    /// `RELAYOPS_WORKER_CONCURRENCY` (default 256): RabbitMQ prefetch, and so the
     /// most deliveries one worker sends at once.
     pub concurrency: u16,
     /// `RELAYOPS_HTTP_TIMEOUT_MS` (default 15000): whole-request timeout.
@@ -194,7 +194,7 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
-            concurrency: 64,
+            concurrency: 256,
             request_timeout: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(5),
             response_body_limit: 4096,
@@ -225,7 +225,7 @@ impl WorkerConfig {
             });
         }
         Ok(Self {
-            concurrency: positive("WORKER_CONCURRENCY", 64)?,
+            concurrency: positive("WORKER_CONCURRENCY", 256)?,
             request_timeout,
             connect_timeout: millis("HTTP_CONNECT_TIMEOUT_MS", 5_000)?,
             response_body_limit: positive("RESPONSE_BODY_LIMIT", 4096)?,

@@ -19,15 +19,14 @@ use crate::ids::{AttemptId, DeliveryId, TenantId};
 use crate::repo::deliveries::{claimable, claimed_columns, job_from_row, AttemptRecord, ClaimOutcome, Settled};
 use crate::repo::sql;
 
+/// Rows are found by primary key only (so the plan is O(batch) whatever the
+/// statistics say about statuses), locked in id order, and then updated if due.
 const CLAIM_MANY: &str = concat!(
     "WITH wanted AS (
          SELECT DISTINCT w.tenant_id, w.id FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)),
      locked AS (
          SELECT d.tenant_id, d.id FROM relayops.deliveries d
-         JOIN wanted w ON d.tenant_id = w.tenant_id AND d.id = w.id
-         WHERE ",
-    claimable!(),
-    "
+         WHERE (d.tenant_id, d.id) IN (SELECT tenant_id, id FROM wanted)
          ORDER BY d.id
          FOR UPDATE OF d)
      UPDATE relayops.deliveries d
@@ -37,6 +36,9 @@ const CLAIM_MANY: &str = concat!(
      WHERE d.tenant_id = l.tenant_id AND d.id = l.id
        AND e.tenant_id = d.tenant_id AND e.id = d.event_id
        AND ep.tenant_id = d.tenant_id AND ep.id = d.endpoint_id
+       AND ",
+    claimable!(),
+    "
      RETURNING d.tenant_id, d.id, ",
     claimed_columns!()
 );
@@ -53,8 +55,7 @@ const SETTLE_MANY_WITH_ATTEMPTS: &str = "WITH input AS (
                   error, attempt_id, outcome, request_headers, response_body, latency_ms, started_at)),
      locked AS (
          SELECT d.tenant_id, d.id FROM relayops.deliveries d
-         JOIN input i ON d.tenant_id = i.tenant_id AND d.id = i.id
-         WHERE d.status = 'in_progress' AND d.lease_owner = $14
+         WHERE (d.tenant_id, d.id) IN (SELECT tenant_id, id FROM input)
          ORDER BY d.id
          FOR UPDATE OF d),
      settled AS (
@@ -66,6 +67,7 @@ const SETTLE_MANY_WITH_ATTEMPTS: &str = "WITH input AS (
              updated_at = now()
          FROM locked l, input i
          WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND i.tenant_id = l.tenant_id AND i.id = l.id
+           AND d.status = 'in_progress' AND d.lease_owner = $14
          RETURNING d.tenant_id, d.id)
      INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
          http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
