@@ -5,7 +5,7 @@ export RELAYOPS_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/%2f
 export RELAYOPS_REDIS_URL ?= redis://127.0.0.1:6379
 export RELAYOPS_LOG ?= warn
 
-.PHONY: demo test services lint run bench bench-smoke clean-test-databases
+.PHONY: demo test services lint run bench bench-backlog bench-smoke clean-test-databases
 
 ## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
 ## every role in one process, endpoints at the simulator, events, delivery table.
@@ -31,6 +31,14 @@ bench: services
 	cargo build --release -q -p relayops -p relayops-bench
 	RELAYOPS_LOG=warn $${CARGO_TARGET_DIR:-target}/release/relayops all & pid=$$!; \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+
+## The backlog-drain scenario: `relayops api` (no worker) + the bench, which
+## queues BACKLOG events (default 100k) and then starts a worker to drain them.
+bench-backlog: services
+	cargo build --release -q -p relayops -p relayops-bench
+	RELAYOPS_LOG=warn $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios backlog --backlog-events $${BACKLOG:-100000} \
+	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
 
 services:
 	bash scripts/services.sh
