@@ -206,7 +206,8 @@ impl Processor {
             self.records.call(settlement).await?
         };
         if settled == Settled::LeaseLost {
-            tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
+            tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id, event_id = %job.event_id,
+                endpoint_id = %job.endpoint_id, attempt = job.attempt_number, outcome = outcome.as_str(),
                 "lease lost before recording; another worker owns the delivery");
             return Ok(Disposition::Ack);
         }
