@@ -20,7 +20,7 @@ use relayops_shared::db::{DbError, Pool};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
 use relayops_shared::ids::{DeliveryId, TenantId};
 use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, DeliveryJob, Settled};
-use relayops_shared::repo::delivery_batches::{self, DeliveryKey, Settlement};
+use relayops_shared::repo::delivery_batches::{self, Deferral, DeliveryKey, Settlement};
 use relayops_shared::repo::{endpoints, outbox};
 use relayops_shared::telemetry::error_chain;
 
@@ -46,6 +46,24 @@ pub enum Disposition {
     Reject,
 }
 
+/// A [`BatchFn`] running one batch statement on a pooled connection as this
+/// worker: `|client, items, worker_id| statement(&client, &items, worker_id)`.
+macro_rules! on_pool {
+    ($pool:expr, $config:expr, |$client:ident, $items:ident, $worker:ident| $statement:expr) => {{
+        let pool: Pool = $pool.clone();
+        let worker_id: Arc<str> = $config.worker_id.as_str().into();
+        let run: BatchFn<_, _> = Arc::new(move |$items: Vec<_>| {
+            let (pool, worker_id) = (pool.clone(), Arc::clone(&worker_id));
+            Box::pin(async move {
+                let $client = pool.get().await?;
+                let $worker: &str = &worker_id;
+                $statement.await
+            })
+        });
+        run
+    }};
+}
+
 /// Why a message could not be processed now (it is requeued).
 #[derive(Debug, thiserror::Error)]
 enum ProcessError {
@@ -63,15 +81,33 @@ pub struct Processor {
     config: WorkerConfig,
     claims: Batcher<DeliveryKey, ClaimOutcome>,
     records: Batcher<Settlement, Settled>,
+    deferrals: Batcher<Deferral, Settled>,
 }
 
 impl Processor {
     /// Starts the claim and record batchers: call inside a Tokio runtime.
     pub fn new(pool: Pool, sender: Sender, gate: Gate, config: WorkerConfig) -> Self {
         let limits = BatchLimits { max_items: config.batch_size, lanes: config.batch_lanes };
-        let claims = Batcher::spawn(limits, claim_batch(pool.clone(), config.worker_id.clone(), config.lease));
-        let records = Batcher::spawn(limits, record_batch(pool.clone(), config.worker_id.clone()));
-        Self { pool, sender, gate, config, claims, records }
+        let lease = config.lease;
+        let claims = Batcher::spawn(
+            limits,
+            on_pool!(pool, config, |client, keys, worker| delivery_batches::claim_many(&client, &keys, worker, lease)),
+        );
+        let records = Batcher::spawn(
+            limits,
+            on_pool!(pool, config, |client, settlements, worker| delivery_batches::record_many(
+                &client,
+                &settlements,
+                worker
+            )),
+        );
+        let deferrals = Batcher::spawn(
+            limits,
+            on_pool!(pool, config, |client, deferrals, worker| delivery_batches::defer_many(
+                &client, &deferrals, worker
+            )),
+        );
+        Self { pool, sender, gate, config, claims, records, deferrals }
     }
 
     /// `throttles`: how many times in a row flow control deferred this message.
@@ -130,8 +166,7 @@ impl Processor {
         let slot = match self.gate.admit(&job, throttles).await {
             Admission::Go(slot) => slot,
             Admission::Defer(wait) => {
-                let client = self.pool.get().await.map_err(DbError::from)?;
-                deliveries::defer(&client, &job, &self.config.worker_id, wait).await?;
+                self.deferrals.call(Deferral { key: (job.tenant_id, job.delivery_id), wait }).await?;
                 report::deferred();
                 tracing::debug!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
                     endpoint_id = %job.endpoint_id, wait_ms = wait.as_millis() as u64, "deferred by flow control");
@@ -216,30 +251,6 @@ impl Processor {
             None => Disposition::Ack,
         })
     }
-}
-
-/// Claims for many messages in one statement.
-fn claim_batch(pool: Pool, worker_id: String, lease: Duration) -> BatchFn<DeliveryKey, ClaimOutcome> {
-    let worker_id: Arc<str> = worker_id.into();
-    Arc::new(move |keys| {
-        let (pool, worker_id) = (pool.clone(), Arc::clone(&worker_id));
-        Box::pin(async move {
-            let client = pool.get().await?;
-            delivery_batches::claim_many(&client, &keys, &worker_id, lease).await
-        })
-    })
-}
-
-/// Attempt records (with each delivery's next state) for many messages in one statement.
-fn record_batch(pool: Pool, worker_id: String) -> BatchFn<Settlement, Settled> {
-    let worker_id: Arc<str> = worker_id.into();
-    Arc::new(move |settlements| {
-        let (pool, worker_id) = (pool.clone(), Arc::clone(&worker_id));
-        Box::pin(async move {
-            let client = pool.get().await?;
-            delivery_batches::record_many(&client, &settlements, &worker_id).await
-        })
-    })
 }
 
 /// The attempt's outcome and, for a retry, the wait before the next one.

@@ -1,7 +1,8 @@
-//! Deliveries: the worker's claim (a lease with owner and expiry) and the
-//! single transaction that records an attempt with the delivery's next state;
-//! and the tenant-scoped reads operators use.
-use std::time::Duration;
+//! Deliveries: what a claim (a lease with owner and expiry) returns, the
+//! single-row settle paths (an attempt with the delivery's next state, or a
+//! settle without attempt), and the tenant-scoped reads operators use. The
+//! worker's batched claim, record and deferral are in
+//! [`delivery_batches`](super::delivery_batches).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -34,26 +35,6 @@ macro_rules! claimable {
 }
 pub(crate) use claimable;
 
-/// Takes the lease if the delivery is due: pending, a retry whose time has
-/// come, or in progress under a lease that expired (its worker died). Terminal
-/// rows and rows leased by a live worker are left alone.
-const CLAIM: &str = concat!(
-    "UPDATE relayops.deliveries d
-     SET status = 'in_progress', lease_owner = $3,
-         lease_expires_at = now() + $4::bigint * interval '1 millisecond', updated_at = now()
-     FROM relayops.events e, relayops.webhook_endpoints ep
-     WHERE d.tenant_id = $1 AND d.id = $2
-       AND e.tenant_id = d.tenant_id AND e.id = d.event_id
-       AND ep.tenant_id = d.tenant_id AND ep.id = d.endpoint_id
-       AND ",
-    claimable!(),
-    "
-     RETURNING ",
-    claimed_columns!()
-);
-
-const CURRENT_STATE: &str = "SELECT status, next_attempt_at FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
-
 /// The attempt and the delivery's next state in ONE statement (atomic on its
 /// own, one round trip). Only the lease holder may settle: if the lease was
 /// lost, the UPDATE matches nothing and so nothing is inserted.
@@ -69,13 +50,6 @@ const SETTLE_WITH_ATTEMPT: &str = "WITH settled AS (
      INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
          http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
      SELECT $9, settled.tenant_id, settled.id, $4, $10, $6, $7, $11, $12, $13, $8, $14 FROM settled";
-
-/// Gives a claimed delivery back without an attempt, due again after a wait
-/// (flow control said not now). `attempt_count` is untouched.
-const DEFER: &str = "UPDATE relayops.deliveries
-     SET status = 'scheduled', next_attempt_at = now() + $3::bigint * interval '1 millisecond',
-         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-     WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $4";
 
 /// Settles without an attempt (e.g. the endpoint was disabled after fan-out).
 const SETTLE_WITHOUT_ATTEMPT: &str = "UPDATE relayops.deliveries
@@ -119,27 +93,6 @@ pub enum ClaimOutcome {
         status: Option<DeliveryStatus>,
         next_attempt_at: Option<DateTime<Utc>>,
     },
-}
-
-/// Worker path: ids come from the queue message, not from a client.
-pub async fn claim(
-    client: &impl GenericClient,
-    tenant: TenantId,
-    delivery: DeliveryId,
-    worker_id: &str,
-    lease: Duration,
-) -> Result<ClaimOutcome, DbError> {
-    let lease_ms = lease.as_millis() as i64;
-    let claimed =
-        sql::query_opt(client, CLAIM, &[&tenant.as_uuid(), &delivery.as_uuid(), &worker_id, &lease_ms]).await?;
-    let Some(row) = claimed else {
-        let state = sql::query_opt(client, CURRENT_STATE, &[&tenant.as_uuid(), &delivery.as_uuid()]).await?;
-        return Ok(ClaimOutcome::NotClaimable {
-            status: state.as_ref().and_then(|row| DeliveryStatus::parse(row.get("status"))),
-            next_attempt_at: state.as_ref().and_then(|row| row.get("next_attempt_at")),
-        });
-    };
-    Ok(ClaimOutcome::Claimed(Box::new(job_from_row(tenant, delivery, &row))))
 }
 
 /// The job a claim statement's returned row describes.
@@ -218,19 +171,6 @@ pub async fn record_attempt(
     )
     .await?;
     Ok(if inserted == 0 { Settled::LeaseLost } else { Settled::Recorded })
-}
-
-pub async fn defer(
-    client: &impl GenericClient,
-    job: &DeliveryJob,
-    worker_id: &str,
-    wait: Duration,
-) -> Result<Settled, DbError> {
-    let wait_ms = wait.as_millis() as i64;
-    let updated =
-        sql::execute(client, DEFER, &[&job.tenant_id.as_uuid(), &job.delivery_id.as_uuid(), &wait_ms, &worker_id])
-            .await?;
-    Ok(if updated == 0 { Settled::LeaseLost } else { Settled::Recorded })
 }
 
 pub async fn settle_without_attempt(

@@ -1,6 +1,7 @@
 //! The worker's hot statements for many deliveries at once: claim a batch of
-//! deliveries (one statement), and record a batch of attempts with each
-//! delivery's next state (one statement). Run through
+//! deliveries (one statement), record a batch of attempts with each
+//! delivery's next state (one statement), and give back a batch of deliveries
+//! flow control deferred (one statement). Run through
 //! [`Batcher`](crate::db::batcher::Batcher) so concurrent messages share a
 //! commit; every item keeps the guarantees of the single-row versions in
 //! [`deliveries`](super::deliveries): a claim takes only due rows, and only the
@@ -75,6 +76,23 @@ const SETTLE_MANY_WITH_ATTEMPTS: &str = "WITH input AS (
             i.request_headers, i.response_body, i.latency_ms, $14, i.started_at
      FROM input i JOIN settled s ON s.tenant_id = i.tenant_id AND s.id = i.id
      RETURNING tenant_id, delivery_id";
+
+/// Gives claimed deliveries back without an attempt, each due again after its
+/// own wait (flow control said not now); `attempt_count` is untouched.
+const DEFER_MANY: &str = "WITH input AS (
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS i(tenant_id, id, wait_ms)),
+     locked AS (
+         SELECT d.tenant_id, d.id FROM relayops.deliveries d
+         WHERE (d.tenant_id, d.id) IN (SELECT tenant_id, id FROM input)
+         ORDER BY d.id
+         FOR UPDATE OF d)
+     UPDATE relayops.deliveries d
+     SET status = 'scheduled', next_attempt_at = now() + i.wait_ms * interval '1 millisecond',
+         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+     FROM locked l, input i
+     WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND i.tenant_id = l.tenant_id AND i.id = l.id
+       AND d.status = 'in_progress' AND d.lease_owner = $4
+     RETURNING d.tenant_id, d.id";
 
 /// A delivery named by a queue message.
 pub type DeliveryKey = (TenantId, DeliveryId);
@@ -178,6 +196,30 @@ pub async fn record_many(
         rows.iter().map(|row| (row.get("tenant_id"), row.get("delivery_id"))).collect();
     let settled = tenants.iter().zip(&ids).map(|(tenant, id)| recorded.contains(&(*tenant, *id)));
     Ok(settled.map(|recorded| if recorded { Settled::Recorded } else { Settled::LeaseLost }).collect())
+}
+
+/// A claimed delivery to give back, due again after `wait`.
+#[derive(Debug, Clone, Copy)]
+pub struct Deferral {
+    pub key: DeliveryKey,
+    pub wait: Duration,
+}
+
+/// Defers every delivery `worker_id` still leases; one result per deferral, in order.
+pub async fn defer_many(
+    client: &impl GenericClient,
+    deferrals: &[Deferral],
+    worker_id: &str,
+) -> Result<Vec<Settled>, DbError> {
+    let keys: Vec<DeliveryKey> = deferrals.iter().map(|deferral| deferral.key).collect();
+    let (tenants, ids) = key_columns(&keys);
+    let waits: Vec<i64> = deferrals.iter().map(|deferral| deferral.wait.as_millis() as i64).collect();
+    let rows = sql::query(client, DEFER_MANY, &[&tenants, &ids, &waits, &worker_id]).await?;
+    let deferred: HashSet<(Uuid, Uuid)> = rows.iter().map(row_key).collect();
+    Ok(keys
+        .iter()
+        .map(|key| if deferred.contains(&uuids(key)) { Settled::Recorded } else { Settled::LeaseLost })
+        .collect())
 }
 
 fn uuids(&(tenant, delivery): &DeliveryKey) -> (Uuid, Uuid) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
 use relayops_shared::ids::DeliveryId;
 use relayops_shared::repo::deliveries::{AttemptRecord, ClaimOutcome, Settled};
-use relayops_shared::repo::delivery_batches::{claim_many, record_many, DeliveryKey, Settlement};
+use relayops_shared::repo::delivery_batches::{claim_many, defer_many, record_many, Deferral, DeliveryKey, Settlement};
 use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
 
@@ -144,4 +144,36 @@ async fn overlapping_batch_claims_from_many_workers_never_deadlock_or_double_cla
     }
     assert_eq!(claims.len(), keys.len(), "every delivery was claimed");
     assert!(claims.values().all(|&count| count == 1), "and none twice: {claims:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_deferral_gives_back_only_the_workers_own_claims_without_spending_an_attempt() {
+    let (env, keys) = pending_deliveries(2).await;
+    let client = env.pool.get().await.unwrap();
+    claim_many(&client, &keys[..1], "worker-a", LEASE).await.unwrap();
+    claim_many(&client, &keys[1..], "worker-b", LEASE).await.unwrap();
+    let wait = Duration::from_secs(60);
+    let deferrals = [Deferral { key: keys[0], wait }, Deferral { key: keys[1], wait }];
+    assert_eq!(defer_many(&client, &deferrals, "worker-a").await.unwrap(), [Settled::Recorded, Settled::LeaseLost]);
+    let row = client
+        .query_one(
+            "SELECT status, attempt_count, lease_owner IS NULL, next_attempt_at > now() + interval '50 seconds'
+             FROM relayops.deliveries WHERE id = $1",
+            &[&keys[0].1.as_uuid()],
+        )
+        .await
+        .unwrap();
+    let state: (String, i32, bool, bool) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(state, ("scheduled".into(), 0, true, true), "due again after its wait, no attempt spent");
+    let other: String = client
+        .query_one("SELECT lease_owner FROM relayops.deliveries WHERE id = $1", &[&keys[1].1.as_uuid()])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(other, "worker-b", "another worker's claim is untouched");
+    assert_eq!(
+        claim_many(&client, &keys[..1], "worker-c", LEASE).await.unwrap().iter().filter(|o| claimed(o)).count(),
+        0,
+        "not due yet"
+    );
 }
