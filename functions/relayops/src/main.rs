@@ -8,6 +8,7 @@
 //! - `worker` consumes and delivers; `simulator` is the test receiver.
 //! - `all` is api + worker + simulator in one process; `demo` runs `all` and
 //!   then a scripted tour through the public API.
+//! - `openapi` prints the API's OpenAPI 3.1 document (`docs/openapi.json`).
 use relayops::roles;
 
 use clap::{Parser, Subcommand};
@@ -62,6 +63,8 @@ enum Command {
         #[arg(long)]
         keep_running: bool,
     },
+    /// Print the API's OpenAPI 3.1 document (what `docs/openapi.json` holds).
+    Openapi,
 }
 
 #[tokio::main]
@@ -118,6 +121,7 @@ async fn main() -> anyhow::Result<()> {
             roles::run(roles::Roles { api: false, publisher: true, worker: false, simulator: false }).await?
         }
         Command::Demo { keep_running } => relayops::demo::run(keep_running).await?,
+        Command::Openapi => print!("{}", relayops::openapi::document_json()),
     }
     Ok(())
 }

@@ -44,6 +44,7 @@ pub fn api_router(state: ApiState) -> Router {
         .merge(relayops_manage::routes())
         .route("/health/live", get(|| async { Json(json!({ "status": "live" })) }))
         .route("/health/ready", get(ready))
+        .route("/openapi.json", get(crate::openapi::serve))
         .fallback(not_found_fallback)
         .with_state(state)
 }

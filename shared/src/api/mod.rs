@@ -3,7 +3,9 @@
 //! themselves live in the function crates.
 mod auth;
 mod json;
+pub mod openapi;
 mod problem;
+mod query;
 
 use std::sync::Arc;
 
@@ -18,6 +20,7 @@ use crate::flow::{FlowControl, Limit, TokenDecision};
 pub use auth::{Authenticated, Principal};
 pub use json::ApiJson;
 pub use problem::{not_found_fallback, ApiError};
+pub use query::ApiQuery;
 
 /// Asks the outbox publisher to run soon. In-process it is a `Notify`; in AWS it
 /// is a debounced SQS message. Best effort: the outbox is the source of truth and

@@ -56,9 +56,6 @@ const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_
 const GET_EVENT: &str = "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
      WHERE tenant_id = $1 AND id = $2";
 
-const LIST_EVENTS: &str = "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
-     WHERE tenant_id = $1 ORDER BY received_at DESC, id DESC LIMIT $2";
-
 pub struct NewEvent<'a> {
     pub event_type: &'a EventType,
     pub payload: &'a EventPayload,
@@ -166,7 +163,7 @@ pub struct EventRecord {
 }
 
 impl EventRecord {
-    fn from_row(row: &Row) -> Self {
+    pub(crate) fn from_row(row: &Row) -> Self {
         Self {
             id: EventId::from_uuid(row.get("id")),
             event_type: row.get("event_type"),
@@ -184,13 +181,4 @@ pub async fn get_event(
 ) -> Result<Option<EventRecord>, DbError> {
     let row = sql::query_opt(client, GET_EVENT, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(EventRecord::from_row))
-}
-
-pub async fn list_events(
-    client: &impl GenericClient,
-    tenant: TenantId,
-    limit: i64,
-) -> Result<Vec<EventRecord>, DbError> {
-    let rows = sql::query(client, LIST_EVENTS, &[&tenant.as_uuid(), &limit]).await?;
-    Ok(rows.iter().map(EventRecord::from_row).collect())
 }

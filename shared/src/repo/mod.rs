@@ -10,7 +10,9 @@
 pub mod api_keys;
 pub mod attempts;
 pub mod deliveries;
+pub mod delivery_queries;
 pub mod endpoints;
+pub mod event_queries;
 pub mod events;
 pub mod outbox;
 pub mod recovery;
