@@ -32,13 +32,25 @@ page!(
     /// A page of a delivery's attempts, oldest first.
     AttemptPage, AttemptView);
 
+/// JSON text from the database, written into the answer as it is.
+#[derive(Debug)]
+pub struct JsonText(String);
+
+impl Serialize for JsonText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let raw: &serde_json::value::RawValue = serde_json::from_str(&self.0).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
 /// An event as it was received.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EventView {
     id: EventId,
     event_type: String,
     /// The JSON payload, as posted.
-    payload: serde_json::Value,
+    #[schema(value_type = Object)]
+    payload: JsonText,
     idempotency_key: Option<String>,
     received_at: DateTime<Utc>,
 }
@@ -48,7 +60,7 @@ impl From<EventRecord> for EventView {
         Self {
             id: row.id,
             event_type: row.event_type,
-            payload: row.payload,
+            payload: JsonText(row.payload),
             idempotency_key: row.idempotency_key,
             received_at: row.received_at,
         }

@@ -45,7 +45,7 @@ pub async fn list_events(
     }
     let limit = conditions.push_param(limit);
     let sql = format!(
-        "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events WHERE {}
+        "SELECT id, event_type, payload::text AS payload, idempotency_key, received_at FROM relayops.events WHERE {}
          ORDER BY received_at DESC, id DESC LIMIT {limit}",
         conditions.where_clause()
     );

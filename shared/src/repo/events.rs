@@ -53,7 +53,8 @@ const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_
             (SELECT count(*) FROM relayops.deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_id = e.id) AS deliveries
      FROM relayops.events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2";
 
-const GET_EVENT: &str = "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
+const GET_EVENT: &str =
+    "SELECT id, event_type, payload::text AS payload, idempotency_key, received_at FROM relayops.events
      WHERE tenant_id = $1 AND id = $2";
 
 pub struct NewEvent<'a> {
@@ -157,7 +158,9 @@ async fn find_duplicate(
 pub struct EventRecord {
     pub id: EventId,
     pub event_type: String,
-    pub payload: Value,
+    /// The payload as Postgres renders the `jsonb` (valid JSON, passed on
+    /// as-is: its numbers may not fit an `f64`, so it is never parsed here).
+    pub payload: String,
     pub idempotency_key: Option<String>,
     pub received_at: DateTime<Utc>,
 }

@@ -227,3 +227,30 @@ async fn attempt_history_shows_what_was_sent_and_what_came_back_page_by_page() {
     assert_eq!(last_page.body["next_cursor"], Value::Null);
     env.get(&format!("/v1/deliveries/{id}/attempts?cursor=garbage")).await.expect_problem(400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_come_back_whatever_numbers_they_hold_and_nul_characters_are_refused() {
+    let env = TestEnv::start().await;
+    // Postgres renders these f64 values as long decimals that an f64 parser
+    // refuses ("number out of range"); the API passes the JSON on as it is.
+    let posted = env.post_event("order.created", json!({ "max": f64::MAX, "tiny": 5e-324, "n": -1e300 })).await;
+    assert_eq!(posted.status, 201, "{:?}", posted.body);
+    let id = posted.body["id"].as_str().unwrap();
+    // (Read as text: the test's own f64 parser would refuse them too.)
+    let http = reqwest::Client::new();
+    for path in [format!("/v1/events/{id}"), "/v1/events".to_owned()] {
+        let answer = http.get(format!("{}{path}", env.api_url)).bearer_auth(&env.api_key).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+        let text = answer.text().await.unwrap();
+        assert!(text.contains(id) && text.contains("\"max\": 1797693134862315"), "{path}: {text}");
+    }
+
+    // U+0000 is valid JSON but neither `text` nor `jsonb` can hold it: a 422, not a 500.
+    let nul_in_payload = env.post("/v1/events", json!({ "event_type": "a.b", "payload": { "k\u{0}": "v" } })).await;
+    assert!(nul_in_payload.expect_problem(422).contains("U+0000"));
+    let nul_in_email = json!({ "email": "a\u{0}@example.com", "password": "whatever-password" });
+    env.request(reqwest::Method::POST, "/v1/auth/login", None, Some(nul_in_email)).await.expect_problem(422);
+    // An escaped backslash followed by the text `u0000` is fine.
+    let text = env.post_event("a.b", json!({ "k": "\\u0000" })).await;
+    assert_eq!(text.status, 201, "{:?}", text.body);
+}
