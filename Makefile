@@ -25,12 +25,23 @@ test: services lint
 	  cargo test -p relayops-tests --test integration --no-fail-fast -- exclusive_ --test-threads 1; \
 	fi
 	bash scripts/bench-smoke.sh
+	bash scripts/schemathesis.sh
 
 ## The load generator against a release build of `relayops all` (see BENCHMARKS.md).
 bench: services
 	cargo build --release -q -p relayops -p relayops-bench
 	RELAYOPS_LOG=warn $${CARGO_TARGET_DIR:-target}/release/relayops all & pid=$$!; \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+
+## Generated requests against the running API (OpenAPI-driven): no 5xx allowed.
+.PHONY: schemathesis openapi
+schemathesis: services
+	cargo build -q -p relayops
+	bash scripts/schemathesis.sh
+
+## Regenerates docs/openapi.json from the code (a test fails when it is stale).
+openapi:
+	cargo run -q -p relayops -- openapi > docs/openapi.json
 
 services:
 	bash scripts/services.sh

@@ -21,7 +21,12 @@ base_url="${RELAYOPS_DATABASE_URL:-postgres://relayops:relayops@127.0.0.1:5432/r
 
 if ! "$venv/bin/st" --version >/dev/null 2>&1; then
   echo "schemathesis: installing into $venv"
-  python3 -m venv "$venv"
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    # Debian ships venv separately.
+    rm -rf "$venv"
+    (apt-get install -y -qq python3-venv || (apt-get update -qq && apt-get install -y -qq python3-venv)) >/dev/null
+    python3 -m venv "$venv"
+  fi
   "$venv/bin/pip" install -q --disable-pip-version-check 'schemathesis>=4.32,<5'
 fi
 
@@ -45,10 +50,14 @@ export RELAYOPS_BOOTSTRAP_TOKEN="schemathesis-bootstrap-$(python3 -c 'import sec
 psql "$base_url" -qc "CREATE DATABASE \"${database}\"" >/dev/null
 pid="" worker_pid=""
 cleanup() {
+  local status=$?
+  set +e
   for process in $worker_pid $pid; do
-    kill "$process" 2>/dev/null && wait "$process" 2>/dev/null
+    kill "$process" 2>/dev/null
+    wait "$process" 2>/dev/null
   done
-  psql "$base_url" -qc "DROP DATABASE IF EXISTS \"${database}\" WITH (FORCE)" >/dev/null || true
+  psql "$base_url" -qc "DROP DATABASE IF EXISTS \"${database}\" WITH (FORCE)" >/dev/null
+  exit "$status"
 }
 trap cleanup EXIT
 
@@ -86,7 +95,8 @@ for _ in $(seq 1 200); do
   sleep 0.1
 done
 call GET "$api/health/ready" || { echo "schemathesis: the API never became ready; log:"; cat "$log"; exit 1; }
-kill "$worker_pid" && wait "$worker_pid" 2>/dev/null || true
+kill "$worker_pid"
+wait "$worker_pid" 2>/dev/null || true
 worker_pid=""
 
 # Something to find: an endpoint (at a documentation address, never sent to)
