@@ -57,12 +57,15 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 struct PostEventRequest {
     /// Dot-separated segments of letters, digits, `_` or `-` (e.g. `order.created`).
     #[schema(example = "order.created")]
+    #[schema(pattern = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$", min_length = 1, max_length = 128)]
     event_type: String,
-    /// Any JSON value, at most 256 KiB.
+    /// A JSON object, at most 256 KiB.
+    #[schema(value_type = Object)]
     payload: serde_json::Value,
     /// Repeating a key returns the original event instead of a new one (also
     /// accepted as the `Idempotency-Key` header; both must agree).
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 255)]
     idempotency_key: Option<String>,
 }
 

@@ -16,9 +16,20 @@ use utoipa::ToSchema;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyRequest {
+    #[schema(min_length = 1, max_length = 200)]
     name: String,
     /// `admin` and/or `ingest`.
+    #[schema(min_items = 1, value_type = Vec<ScopeDoc>)]
     scopes: Vec<String>,
+}
+
+/// What an API key may do (`admin` includes `ingest`).
+#[derive(ToSchema)]
+#[schema(as = Scope, rename_all = "snake_case")]
+#[allow(dead_code)]
+enum ScopeDoc {
+    Admin,
+    Ingest,
 }
 
 /// A new key; `key` is shown only in this answer.

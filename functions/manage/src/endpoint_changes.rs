@@ -113,6 +113,7 @@ pub async fn update(
 pub struct RotateSecretRequest {
     /// How long the old secret keeps signing beside the new one (default 24 h).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 604800)]
     grace_period_secs: Option<i64>,
     /// Optional: bring your own `whsec_` secret.
     #[serde(default)]

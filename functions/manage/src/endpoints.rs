@@ -20,10 +20,13 @@ const MAX_PATTERNS: usize = 100;
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpointRequest {
     /// `https://…` (or `http://` where allowed); private and special addresses are refused.
+    #[schema(pattern = "^https?://", max_length = 2048)]
     url: String,
     #[serde(default)]
+    #[schema(max_length = 1000)]
     description: String,
     /// Exact types, `prefix.*` or `*`; 1 to 100.
+    #[schema(min_items = 1, max_items = 100)]
     event_types: Vec<String>,
     /// Optional: bring your own `whsec_` secret; otherwise one is generated.
     #[serde(default)]
@@ -31,17 +34,23 @@ pub struct CreateEndpointRequest {
     #[serde(default = "enabled_by_default")]
     enabled: bool,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 10000)]
     rate_limit_per_sec: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 10000)]
     rate_limit_burst: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     max_in_flight: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 50)]
     max_attempts: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 100, maximum = 60000)]
     timeout_ms: Option<i32>,
     /// Seconds to wait before attempt 2, 3, …; the last step repeats.
     #[serde(default)]
+    #[schema(min_items = 1, max_items = 49)]
     retry_schedule_secs: Option<Vec<i32>>,
 }
 
@@ -259,6 +268,7 @@ pub async fn get_secret(
 #[serde(deny_unknown_fields)]
 pub struct AddSubscriptionRequest {
     /// An exact type, `prefix.*` or `*`.
+    #[schema(pattern = r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*)?)$", min_length = 1, max_length = 130)]
     event_type: String,
 }
 

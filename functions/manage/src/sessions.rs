@@ -36,7 +36,9 @@ fn checked_password(password: &str) -> Result<&str, ValidationError> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginRequest {
+    #[schema(format = Email)]
     email: String,
+    #[schema(min_length = 10, max_length = 1024)]
     password: String,
 }
 
@@ -90,7 +92,9 @@ pub struct BootstrapBody {
     /// `RELAYOPS_BOOTSTRAP_TOKEN`.
     token: String,
     tenant_name: String,
+    #[schema(format = Email)]
     admin_email: String,
+    #[schema(min_length = 10, max_length = 1024)]
     admin_password: String,
 }
 

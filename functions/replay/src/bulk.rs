@@ -17,12 +17,22 @@ use utoipa::ToSchema;
 /// The most deliveries one call replays.
 pub const MAX_PER_CALL: i64 = 1000;
 
+/// The statuses a replay can start from.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum ReplayableStatus {
+    Dead,
+    Failed,
+}
+
 /// Which dead/failed deliveries to replay (every field optional).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkReplayRequest {
     /// `dead`, `failed`, or both (the default).
     #[serde(default)]
+    #[schema(min_items = 1, value_type = Option<Vec<ReplayableStatus>>)]
     statuses: Option<Vec<String>>,
     #[serde(default)]
     endpoint_id: Option<EndpointId>,
@@ -35,6 +45,7 @@ pub struct BulkReplayRequest {
     #[serde(default)]
     dry_run: bool,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
