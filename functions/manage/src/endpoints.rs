@@ -268,7 +268,7 @@ pub async fn get_secret(
 #[serde(deny_unknown_fields)]
 pub struct AddSubscriptionRequest {
     /// An exact type, `prefix.*` or `*`.
-    #[schema(pattern = r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*)?)$", min_length = 1, max_length = 130)]
+    #[schema(pattern = r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*)?)$", min_length = 1, max_length = 128)]
     event_type: String,
 }
 
