@@ -25,6 +25,7 @@ test: services lint
 	  cargo test -p relayops-tests --test integration --no-fail-fast -- exclusive_ --test-threads 1; \
 	fi
 	bash scripts/bench-smoke.sh
+	bash scripts/schemathesis.sh
 
 ## The load generator against a release build of `relayops all` (see BENCHMARKS.md).
 bench: services
@@ -39,6 +40,16 @@ bench-backlog: services
 	RELAYOPS_LOG=warn $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios backlog --backlog-events $${BACKLOG:-100000} \
 	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+
+## Generated requests against the running API (OpenAPI-driven): no 5xx allowed.
+.PHONY: schemathesis openapi
+schemathesis: services
+	cargo build -q -p relayops
+	bash scripts/schemathesis.sh
+
+## Regenerates docs/openapi.json from the code (a test fails when it is stale).
+openapi:
+	cargo run -q -p relayops -- openapi > docs/openapi.json
 
 services:
 	bash scripts/services.sh

@@ -11,18 +11,22 @@ use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, Validatio
 use relayops_shared::repo::events::{self, IngestOutcome, NewEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::{EventReceiptResponse, PostEventRequest};
 
 pub const MAX_BATCH: usize = 500;
 
-#[derive(Debug, Deserialize)]
+/// Up to 500 events, each as `POST /v1/events` takes it.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
+    #[schema(value_type = Vec<PostEventRequest>)]
     events: Vec<Value>,
 }
 
-#[derive(Debug, Serialize)]
+/// What became of one event of the batch.
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ItemResult {
     index: usize,
     /// 201 created, 200 a repeat of an earlier event, 409 key reused for a
@@ -34,7 +38,7 @@ pub struct ItemResult {
     error: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct BatchResponse {
     accepted: usize,
     duplicates: usize,
@@ -57,6 +61,17 @@ fn parse_item(value: Value) -> Result<Parsed, String> {
     Ok(Parsed { event_type, payload, key })
 }
 
+/// Posts up to 500 events in one transaction; each item gets its own result.
+#[utoipa::path(
+    post, path = "/v1/events/batch", tag = "ingest", request_body = BatchRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every item's result", body = BatchResponse),
+        (status = 413, description = "The body is too large"),
+        (status = 429, description = "The tenant is over its ingest rate (see `Retry-After`)"),
+        (status = 503, description = "The pipeline is backed up (see `Retry-After`)")
+    )
+)]
 pub async fn post_batch(
     State(state): State<ApiState>,
     caller: Authenticated,

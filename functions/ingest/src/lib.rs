@@ -20,6 +20,7 @@ use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, Validatio
 use relayops_shared::ids::EventId;
 use relayops_shared::repo::events::{self, EventReceipt, IngestOutcome, NewEvent};
 use serde::{Deserialize, Serialize};
+use utoipa::{OpenApi, ToSchema};
 
 /// Room for the envelope around the largest payload.
 const MAX_BODY_BYTES: usize = MAX_PAYLOAD_BYTES + 16 * 1024;
@@ -41,16 +42,38 @@ pub fn router(state: ApiState) -> Router {
     relayops_shared::observe::lambda::lambda_router(routes().fallback(not_found_fallback).with_state(state), "ingest")
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(OpenApi)]
+#[openapi(
+    paths(post_event, batch::post_batch),
+    tags((name = "ingest", description = "Posting events"))
+)]
+struct IngestApi;
+
+/// This function's routes, documented.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    IngestApi::openapi()
+}
+
+/// An event to deliver to every endpoint subscribed to its type.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PostEventRequest {
+    /// Dot-separated segments of letters, digits, `_` or `-` (e.g. `order.created`).
+    #[schema(example = "order.created")]
+    #[schema(pattern = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$", min_length = 1, max_length = 128)]
     event_type: String,
+    /// A JSON object, at most 256 KiB.
+    #[schema(value_type = Object)]
     payload: serde_json::Value,
+    /// Repeating a key returns the original event instead of a new one (also
+    /// accepted as the `Idempotency-Key` header; both must agree).
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 255)]
     idempotency_key: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+/// The stored event (the original one for a repeated idempotency key).
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EventReceiptResponse {
     id: EventId,
     event_type: String,
@@ -91,6 +114,21 @@ fn idempotency_key(headers: &HeaderMap, body: Option<&str>) -> Result<Option<Ide
     Ok(text.map(IdempotencyKey::parse).transpose()?)
 }
 
+/// Posts one event: stored with a delivery per subscribed, enabled endpoint,
+/// in one transaction.
+#[utoipa::path(
+    post, path = "/v1/events", tag = "ingest", request_body = PostEventRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Same as the body's `idempotency_key`")),
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Stored; deliveries are on their way", body = EventReceiptResponse),
+        (status = 200, description = "A repeat of an earlier event (same idempotency key)", body = EventReceiptResponse),
+        (status = 409, description = "The idempotency key was used for a different event"),
+        (status = 413, description = "The body is too large"),
+        (status = 429, description = "The tenant is over its ingest rate (see `Retry-After`)"),
+        (status = 503, description = "The pipeline is backed up (see `Retry-After`)")
+    )
+)]
 async fn post_event(
     State(state): State<ApiState>,
     caller: Authenticated,

@@ -3,27 +3,75 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
+use chrono::{DateTime, Utc};
 use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated, Principal};
 use relayops_shared::auth::{ApiKeySecret, Scope};
 use relayops_shared::db::DbError;
 use relayops_shared::domain::ValidationError;
 use relayops_shared::ids::ApiKeyId;
 use relayops_shared::repo::api_keys::{self, NewApiKey};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyRequest {
+    #[schema(min_length = 1, max_length = 200)]
     name: String,
+    /// `admin` and/or `ingest`.
+    #[schema(min_items = 1, value_type = Vec<ScopeDoc>)]
     scopes: Vec<String>,
 }
+
+/// What an API key may do (`admin` includes `ingest`).
+#[derive(ToSchema)]
+#[schema(as = Scope, rename_all = "snake_case")]
+#[allow(dead_code)]
+enum ScopeDoc {
+    Admin,
+    Ingest,
+}
+
+/// A new key; `key` is shown only in this answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedKeyView {
+    id: ApiKeyId,
+    name: String,
+    prefix: String,
+    scopes: Vec<&'static str>,
+    /// The secret (`rk_live_…`): store it now, it is not shown again.
+    key: String,
+}
+
+/// A key as listed: never its secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyView {
+    id: ApiKeyId,
+    name: String,
+    prefix: String,
+    scopes: Vec<String>,
+    created_at: DateTime<Utc>,
+    last_used_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyList {
+    data: Vec<KeyView>,
+}
+
+/// Creates an API key for the caller's tenant.
+#[utoipa::path(
+    post, path = "/v1/api-keys", tag = "identity", request_body = CreateKeyRequest,
+    security(("bearer" = [])),
+    responses((status = 201, description = "Created", body = CreatedKeyView))
+)]
 
 pub async fn create(
     State(state): State<ApiState>,
     caller: Authenticated,
     ApiJson(request): ApiJson<CreateKeyRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedKeyView>), ApiError> {
     caller.require(Scope::Admin)?;
     let name = request.name.trim();
     if name.is_empty() || name.chars().count() > 200 {
@@ -52,26 +100,48 @@ pub async fn create(
     let scopes: Vec<&str> = scopes.iter().map(Scope::as_str).collect();
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "id": id, "name": name, "prefix": secret.prefix(), "scopes": scopes, "key": secret.expose() })),
+        Json(CreatedKeyView {
+            id,
+            name: name.to_owned(),
+            prefix: secret.prefix().to_owned(),
+            scopes,
+            key: secret.expose().to_owned(),
+        }),
     ))
 }
 
-pub async fn list(State(state): State<ApiState>, caller: Authenticated) -> Result<Json<Value>, ApiError> {
+/// The tenant's API keys (revoked ones included).
+#[utoipa::path(
+    get, path = "/v1/api-keys", tag = "identity",
+    security(("bearer" = [])),
+    responses((status = 200, description = "Every key", body = KeyList))
+)]
+pub async fn list(State(state): State<ApiState>, caller: Authenticated) -> Result<Json<KeyList>, ApiError> {
     caller.require(Scope::Admin)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let keys = api_keys::list_api_keys(&client, caller.tenant_id).await?;
-    let data: Vec<Value> = keys
+    let data = keys
         .into_iter()
-        .map(|key| {
-            json!({
-                "id": key.id, "name": key.name, "prefix": key.prefix, "scopes": key.scopes,
-                "created_at": key.created_at, "last_used_at": key.last_used_at, "revoked_at": key.revoked_at,
-            })
+        .map(|key| KeyView {
+            id: key.id,
+            name: key.name,
+            prefix: key.prefix,
+            scopes: key.scopes,
+            created_at: key.created_at,
+            last_used_at: key.last_used_at,
+            revoked_at: key.revoked_at,
         })
         .collect();
-    Ok(Json(json!({ "data": data })))
+    Ok(Json(KeyList { data }))
 }
 
+/// Revokes a key at once (idempotent).
+#[utoipa::path(
+    delete, path = "/v1/api-keys/{key_id}", tag = "identity",
+    params(("key_id" = ApiKeyId, Path, description = "The key (`key_…`)")),
+    security(("bearer" = [])),
+    responses((status = 204, description = "Revoked"), (status = 404, description = "No such key"))
+)]
 pub async fn revoke(
     State(state): State<ApiState>,
     caller: Authenticated,

@@ -10,8 +10,8 @@ use relayops_shared::db::DbError;
 use relayops_shared::domain::{EndpointUrl, SigningSecret, ValidationError};
 use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::endpoints::{self, EndpointChanges};
-use serde::{Deserialize, Deserializer};
-use serde_json::{json, Value};
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::ToSchema;
 
 use crate::endpoints::{in_range, parse_schedule, EndpointView};
 
@@ -24,7 +24,9 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> R
     Option::<T>::deserialize(deserializer).map(Some)
 }
 
-#[derive(Debug, Deserialize)]
+/// The fields to change; absent ones stay as they are, `null` clears a limit
+/// back to the platform default.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpointRequest {
     #[serde(default)]
@@ -34,16 +36,22 @@ pub struct UpdateEndpointRequest {
     #[serde(default)]
     enabled: Option<bool>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i32>)]
     rate_limit_per_sec: Option<Option<i32>>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i32>)]
     rate_limit_burst: Option<Option<i32>>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i32>)]
     max_in_flight: Option<Option<i32>>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i32>)]
     max_attempts: Option<Option<i32>>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<i32>>)]
     retry_schedule_secs: Option<Option<Vec<i32>>>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i32>)]
     timeout_ms: Option<Option<i32>>,
 }
 
@@ -58,6 +66,13 @@ fn checked(
     }
 }
 
+/// Changes an endpoint (enable/disable, URL, limits, retry policy).
+#[utoipa::path(
+    patch, path = "/v1/endpoints/{endpoint_id}", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
+    request_body = UpdateEndpointRequest,
+    security(("bearer" = [])),
+    responses((status = 200, description = "The endpoint as changed", body = EndpointView), (status = 404, description = "No such endpoint"))
+)]
 pub async fn update(
     State(state): State<ApiState>,
     caller: Authenticated,
@@ -93,23 +108,39 @@ pub async fn update(
     Ok(Json(EndpointView::new(endpoint, &subscriptions)))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RotateSecretRequest {
     /// How long the old secret keeps signing beside the new one (default 24 h).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 604800)]
     grace_period_secs: Option<i64>,
     /// Optional: bring your own `whsec_` secret.
     #[serde(default)]
     secret: Option<String>,
 }
 
+/// The new secret, and how long the previous one keeps signing beside it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RotatedSecretView {
+    secret: String,
+    previous_secret_valid_for_secs: i64,
+}
+
+/// Replaces the signing secret; the old one keeps signing beside it for the
+/// grace period. The body is optional.
+#[utoipa::path(
+    post, path = "/v1/endpoints/{endpoint_id}/secret/rotate", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
+    request_body(content = Option<RotateSecretRequest>, description = "Optional"),
+    security(("bearer" = [])),
+    responses((status = 200, description = "Rotated", body = RotatedSecretView), (status = 404, description = "No such endpoint"))
+)]
 pub async fn rotate_secret(
     State(state): State<ApiState>,
     caller: Authenticated,
     Path(endpoint_id): Path<String>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RotatedSecretView>, ApiError> {
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;
     // The body is optional: no body means the defaults.
@@ -131,5 +162,5 @@ pub async fn rotate_secret(
         return Err(ApiError::NotFound("endpoint"));
     }
     tracing::info!(tenant_id = %caller.tenant_id, endpoint_id = %id, grace_secs = grace, "endpoint secret rotated");
-    Ok(Json(json!({ "secret": secret.expose(), "previous_secret_valid_for_secs": grace })))
+    Ok(Json(RotatedSecretView { secret: secret.expose().to_owned(), previous_secret_valid_for_secs: grace }))
 }

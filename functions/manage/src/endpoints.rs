@@ -11,16 +11,22 @@ use relayops_shared::domain::{EndpointUrl, EventTypePattern, SigningSecret, Vali
 use relayops_shared::ids::{EndpointId, SubscriptionId};
 use relayops_shared::repo::endpoints::{self, EndpointRecord, NewEndpoint, SubscriptionRecord};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 const MAX_PATTERNS: usize = 100;
 
-#[derive(Debug, Deserialize)]
+/// A webhook endpoint and the event types it subscribes to.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpointRequest {
+    /// `https://…` (or `http://` where allowed); private and special addresses are refused.
+    #[schema(pattern = "^https?://", max_length = 2048)]
     url: String,
     #[serde(default)]
+    #[schema(max_length = 1000)]
     description: String,
+    /// Exact types, `prefix.*` or `*`; 1 to 100.
+    #[schema(min_items = 1, max_items = 100)]
     event_types: Vec<String>,
     /// Optional: bring your own `whsec_` secret; otherwise one is generated.
     #[serde(default)]
@@ -28,17 +34,23 @@ pub struct CreateEndpointRequest {
     #[serde(default = "enabled_by_default")]
     enabled: bool,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 10000)]
     rate_limit_per_sec: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 10000)]
     rate_limit_burst: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     max_in_flight: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 50)]
     max_attempts: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 100, maximum = 60000)]
     timeout_ms: Option<i32>,
     /// Seconds to wait before attempt 2, 3, …; the last step repeats.
     #[serde(default)]
+    #[schema(min_items = 1, max_items = 49)]
     retry_schedule_secs: Option<Vec<i32>>,
 }
 
@@ -79,7 +91,8 @@ fn parse_patterns(texts: &[String]) -> Result<Vec<EventTypePattern>, ValidationE
     texts.iter().map(|text| EventTypePattern::parse(text)).collect()
 }
 
-#[derive(Debug, Serialize)]
+/// A webhook endpoint (never its secret).
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EndpointView {
     id: EndpointId,
     url: String,
@@ -118,11 +131,38 @@ impl EndpointView {
     }
 }
 
+/// An endpoint as created, with its signing secret (shown here and by
+/// `GET /v1/endpoints/{endpoint_id}/secret` only).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedEndpointView {
+    #[serde(flatten)]
+    endpoint: EndpointView,
+    /// The signing secret (`whsec_…`).
+    secret: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointList {
+    data: Vec<EndpointView>,
+}
+
+/// The signing secret deliveries are signed with.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SecretView {
+    secret: String,
+}
+
+/// Creates an endpoint with its subscriptions, in one transaction.
+#[utoipa::path(
+    post, path = "/v1/endpoints", tag = "endpoints", request_body = CreateEndpointRequest,
+    security(("bearer" = [])),
+    responses((status = 201, description = "Created", body = CreatedEndpointView))
+)]
 pub async fn create(
     State(state): State<ApiState>,
     caller: Authenticated,
     ApiJson(request): ApiJson<CreateEndpointRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedEndpointView>), ApiError> {
     caller.require(Scope::Admin)?;
     let url = EndpointUrl::parse(&request.url)?;
     if request.description.chars().count() > 1000 {
@@ -155,14 +195,22 @@ pub async fn create(
     let subscriptions = endpoints::list_subscriptions(&tx, caller.tenant_id, endpoint.id).await?;
     tx.commit().await.map_err(DbError::from)?;
 
-    let mut body = serde_json::to_value(EndpointView::new(endpoint, &subscriptions)).map_err(ApiError::internal)?;
     // The secret is part of the creation response so the caller can configure
     // its receiver; afterwards it is only shown by the dedicated route.
-    body["secret"] = json!(secret.expose());
+    let body = CreatedEndpointView {
+        endpoint: EndpointView::new(endpoint, &subscriptions),
+        secret: secret.expose().to_owned(),
+    };
     Ok((StatusCode::CREATED, Json(body)))
 }
 
-pub async fn list(State(state): State<ApiState>, caller: Authenticated) -> Result<Json<Value>, ApiError> {
+/// The tenant's endpoints (up to 500).
+#[utoipa::path(
+    get, path = "/v1/endpoints", tag = "endpoints",
+    security(("bearer" = [])),
+    responses((status = 200, description = "Every endpoint", body = EndpointList))
+)]
+pub async fn list(State(state): State<ApiState>, caller: Authenticated) -> Result<Json<EndpointList>, ApiError> {
     caller.require(Scope::Admin)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let rows = endpoints::list_endpoints(&client, caller.tenant_id, 500).await?;
@@ -171,7 +219,7 @@ pub async fn list(State(state): State<ApiState>, caller: Authenticated) -> Resul
         let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, endpoint.id).await?;
         views.push(EndpointView::new(endpoint, &subscriptions));
     }
-    Ok(Json(json!({ "data": views })))
+    Ok(Json(EndpointList { data: views }))
 }
 
 async fn load(state: &ApiState, caller: &Authenticated, id: &str) -> Result<EndpointView, ApiError> {
@@ -183,6 +231,12 @@ async fn load(state: &ApiState, caller: &Authenticated, id: &str) -> Result<Endp
     Ok(EndpointView::new(endpoint, &subscriptions))
 }
 
+/// One endpoint.
+#[utoipa::path(
+    get, path = "/v1/endpoints/{endpoint_id}", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The endpoint", body = EndpointView), (status = 404, description = "No such endpoint"))
+)]
 pub async fn get_one(
     State(state): State<ApiState>,
     caller: Authenticated,
@@ -192,45 +246,65 @@ pub async fn get_one(
     Ok(Json(load(&state, &caller, &endpoint_id).await?))
 }
 
+/// The endpoint's current signing secret.
+#[utoipa::path(
+    get, path = "/v1/endpoints/{endpoint_id}/secret", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The secret", body = SecretView), (status = 404, description = "No such endpoint"))
+)]
 pub async fn get_secret(
     State(state): State<ApiState>,
     caller: Authenticated,
     Path(endpoint_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SecretView>, ApiError> {
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let secret = endpoints::get_secret(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
-    Ok(Json(json!({ "secret": secret })))
+    Ok(Json(SecretView { secret }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddSubscriptionRequest {
+    /// An exact type, `prefix.*` or `*`.
+    #[schema(pattern = r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*)?)$", min_length = 1, max_length = 128)]
     event_type: String,
 }
 
-#[derive(Debug, Serialize)]
-struct SubscriptionView {
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionView {
     id: SubscriptionId,
     event_type: String,
     created_at: DateTime<Utc>,
 }
 
-fn subscription_views(rows: Vec<SubscriptionRecord>) -> Value {
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionList {
+    data: Vec<SubscriptionView>,
+}
+
+fn subscription_views(rows: Vec<SubscriptionRecord>) -> SubscriptionList {
     let views: Vec<SubscriptionView> = rows
         .into_iter()
         .map(|row| SubscriptionView { id: row.id, event_type: row.event_type_pattern, created_at: row.created_at })
         .collect();
-    json!({ "data": views })
+    SubscriptionList { data: views }
 }
 
+/// Subscribes the endpoint to one more event type; answers every subscription.
+#[utoipa::path(
+    post, path = "/v1/endpoints/{endpoint_id}/subscriptions", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
+    request_body = AddSubscriptionRequest,
+    security(("bearer" = [])),
+    responses((status = 201, description = "The endpoint's subscriptions", body = SubscriptionList), (status = 404, description = "No such endpoint"))
+)]
 pub async fn add_subscription(
     State(state): State<ApiState>,
     caller: Authenticated,
     Path(endpoint_id): Path<String>,
     ApiJson(request): ApiJson<AddSubscriptionRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<SubscriptionList>), ApiError> {
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;
     let pattern = EventTypePattern::parse(&request.event_type)?;
@@ -241,11 +315,17 @@ pub async fn add_subscription(
     Ok((StatusCode::CREATED, Json(subscription_views(rows))))
 }
 
+/// The endpoint's subscriptions.
+#[utoipa::path(
+    get, path = "/v1/endpoints/{endpoint_id}/subscriptions", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The endpoint's subscriptions", body = SubscriptionList), (status = 404, description = "No such endpoint"))
+)]
 pub async fn list_subscriptions(
     State(state): State<ApiState>,
     caller: Authenticated,
     Path(endpoint_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SubscriptionList>, ApiError> {
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;
     let client = state.pool.get().await.map_err(DbError::from)?;

@@ -12,6 +12,7 @@ mod sessions;
 use axum::routing::{get, post};
 use axum::Router;
 use relayops_shared::api::{not_found_fallback, ApiState};
+use utoipa::OpenApi;
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
@@ -34,4 +35,33 @@ pub fn routes() -> Router<ApiState> {
 pub fn router(state: ApiState) -> Router {
     // Request ids, and one CloudWatch EMF line per request (its metrics).
     relayops_shared::observe::lambda::lambda_router(routes().fallback(not_found_fallback).with_state(state), "manage")
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(
+        sessions::login,
+        sessions::bootstrap,
+        api_keys::create,
+        api_keys::list,
+        api_keys::revoke,
+        endpoints::create,
+        endpoints::list,
+        endpoints::get_one,
+        endpoint_changes::update,
+        endpoints::get_secret,
+        endpoint_changes::rotate_secret,
+        endpoints::add_subscription,
+        endpoints::list_subscriptions,
+    ),
+    tags(
+        (name = "identity", description = "Login, first-tenant bootstrap and API keys"),
+        (name = "endpoints", description = "Webhook endpoints, their subscriptions and secrets")
+    )
+)]
+struct ManageApi;
+
+/// This function's routes, documented.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    ManageApi::openapi()
 }

@@ -4,16 +4,18 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use chrono::{DateTime, Utc};
 use relayops_shared::api::{ApiError, ApiJson, ApiState};
 use relayops_shared::auth::password::{decoy_hash, verify_password_blocking};
 use relayops_shared::bootstrap::{bootstrap_with_token, BootstrapError, BootstrapRequest};
 use relayops_shared::db::DbError;
 use relayops_shared::domain::ValidationError;
+use relayops_shared::ids::{ApiKeyId, TenantId, UserId};
 use relayops_shared::repo::users;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use utoipa::ToSchema;
 
 const BAD_LOGIN: &str = "invalid email or password";
 
@@ -31,17 +33,39 @@ fn checked_password(password: &str) -> Result<&str, ValidationError> {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginRequest {
+    #[schema(format = Email)]
     email: String,
+    #[schema(min_length = 10, max_length = 1024)]
     password: String,
 }
 
+/// A login token: send it as `Authorization: Bearer <token>`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LoginResponse {
+    token: String,
+    /// Always `Bearer`.
+    token_type: &'static str,
+    expires_at: DateTime<Utc>,
+    tenant_id: TenantId,
+    user_id: UserId,
+}
+
+/// Exchanges a user's email and password for a short-lived token.
+#[utoipa::path(
+    post, path = "/v1/auth/login", tag = "identity", request_body = LoginRequest,
+    responses(
+        (status = 200, description = "Logged in", body = LoginResponse),
+        (status = 401, description = "Wrong email or password"),
+        (status = 403, description = "Login is not enabled on this installation")
+    )
+)]
 pub async fn login(
     State(state): State<ApiState>,
     ApiJson(request): ApiJson<LoginRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LoginResponse>, ApiError> {
     let keys = state
         .jwt
         .clone()
@@ -58,28 +82,47 @@ pub async fn login(
     users::touch_login(&client, user.tenant_id, user.id).await?;
     let (token, expires_at) = keys.issue(user.id, user.tenant_id, &user.role).map_err(ApiError::internal)?;
     tracing::info!(tenant_id = %user.tenant_id, user_id = %user.id, "login");
-    Ok(Json(json!({
-        "token": token,
-        "token_type": "Bearer",
-        "expires_at": expires_at,
-        "tenant_id": user.tenant_id,
-        "user_id": user.id,
-    })))
+    Ok(Json(LoginResponse { token, token_type: "Bearer", expires_at, tenant_id: user.tenant_id, user_id: user.id }))
 }
 
-#[derive(Debug, Deserialize)]
+/// The first tenant, from the installation's one-time bootstrap token.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BootstrapBody {
+    /// `RELAYOPS_BOOTSTRAP_TOKEN`.
     token: String,
     tenant_name: String,
+    #[schema(format = Email)]
     admin_email: String,
+    #[schema(min_length = 10, max_length = 1024)]
     admin_password: String,
 }
 
+/// The tenant, its admin and an admin API key (shown only here).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BootstrapResponse {
+    tenant_id: TenantId,
+    user_id: UserId,
+    api_key_id: ApiKeyId,
+    /// The key itself (`rk_live_…`); it is not shown again.
+    api_key: String,
+}
+
+/// Creates the first tenant with the one-time bootstrap token (404 when the
+/// installation has none).
+#[utoipa::path(
+    post, path = "/v1/bootstrap", tag = "identity", request_body = BootstrapBody,
+    responses(
+        (status = 201, description = "Created", body = BootstrapResponse),
+        (status = 401, description = "Wrong bootstrap token"),
+        (status = 404, description = "No bootstrap token is configured"),
+        (status = 409, description = "The token was already used")
+    )
+)]
 pub async fn bootstrap(
     State(state): State<ApiState>,
     ApiJson(body): ApiJson<BootstrapBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<BootstrapResponse>), ApiError> {
     let expected = state.bootstrap_token_hash.ok_or(ApiError::NotFound("route"))?;
     let presented: [u8; 32] = Sha256::digest(body.token.as_bytes()).into();
     if !bool::from(presented.ct_eq(&expected)) {
@@ -105,11 +148,11 @@ pub async fn bootstrap(
     tracing::info!(tenant_id = %created.tenant_id, "tenant bootstrapped");
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "tenant_id": created.tenant_id,
-            "user_id": created.user_id,
-            "api_key_id": created.api_key_id,
-            "api_key": created.api_key.expose(),
-        })),
+        Json(BootstrapResponse {
+            tenant_id: created.tenant_id,
+            user_id: created.user_id,
+            api_key_id: created.api_key_id,
+            api_key: created.api_key.expose().to_owned(),
+        }),
     ))
 }

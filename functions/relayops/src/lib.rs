@@ -1,6 +1,7 @@
 //! The local runner's library: how the roles are assembled in one process.
 //! The binary (`main.rs`) only parses the command line.
 pub mod demo;
+pub mod openapi;
 pub mod ops;
 pub mod roles;
 

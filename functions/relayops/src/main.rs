@@ -9,6 +9,7 @@
 //! - `alerter` posts dead-letter alerts to an operator's webhook.
 //! - `all` is api + worker + simulator in one process; `demo` runs `all` and
 //!   then a scripted tour through the public API.
+//! - `openapi` prints the API's OpenAPI 3.1 document (`docs/openapi.json`).
 use relayops::roles;
 
 use clap::{Parser, Subcommand};
@@ -67,6 +68,8 @@ enum Command {
         #[arg(long)]
         keep_running: bool,
     },
+    /// Print the API's OpenAPI 3.1 document (what `docs/openapi.json` holds).
+    Openapi,
 }
 
 #[tokio::main]
@@ -124,6 +127,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Alerter => roles::run_alerter().await?,
         Command::Demo { keep_running } => relayops::demo::run(keep_running).await?,
+        Command::Openapi => print!("{}", relayops::openapi::document_json()),
     }
     Ok(())
 }

@@ -48,6 +48,7 @@ pub fn api_router(state: ApiState) -> Router {
         .route("/health/live", get(|| async { Json(json!({ "status": "live" })) }))
         .route("/health/ready", get(ready))
         .route("/metrics", get(observe::metrics_handler))
+        .route("/openapi.json", get(crate::openapi::serve))
         .fallback(not_found_fallback)
         .layer(axum::middleware::from_fn(observe::http::observe))
         .with_state(state)

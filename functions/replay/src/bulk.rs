@@ -12,15 +12,27 @@ use relayops_shared::domain::{DeliveryStatus, EventType, ValidationError};
 use relayops_shared::ids::{DeliveryId, EndpointId};
 use relayops_shared::repo::replay::{self, ReplayFilter};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// The most deliveries one call replays.
 pub const MAX_PER_CALL: i64 = 1000;
 
-#[derive(Debug, Deserialize)]
+/// The statuses a replay can start from.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum ReplayableStatus {
+    Dead,
+    Failed,
+}
+
+/// Which dead/failed deliveries to replay (every field optional).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkReplayRequest {
     /// `dead`, `failed`, or both (the default).
     #[serde(default)]
+    #[schema(min_items = 1, value_type = Option<Vec<ReplayableStatus>>)]
     statuses: Option<Vec<String>>,
     #[serde(default)]
     endpoint_id: Option<EndpointId>,
@@ -33,10 +45,11 @@ pub struct BulkReplayRequest {
     #[serde(default)]
     dry_run: bool,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct BulkReplayResponse {
     dry_run: bool,
     /// Matching deliveries before this call.
@@ -88,6 +101,16 @@ impl BulkReplayRequest {
     }
 }
 
+/// Replays every dead/failed delivery matching the filter, oldest first, at
+/// most `limit` (≤ 1000) per call; `dry_run` only counts.
+#[utoipa::path(
+    post, path = "/v1/replays", tag = "replay", request_body = BulkReplayRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "Replayed (`remaining` says whether to call again)", body = BulkReplayResponse),
+        (status = 200, description = "Dry run: counted only", body = BulkReplayResponse)
+    )
+)]
 pub async fn replay_matching(
     State(state): State<ApiState>,
     caller: Authenticated,

@@ -15,7 +15,8 @@ use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
 use relayops_shared::ids::DeliveryId;
 use relayops_shared::repo::replay::{self, ReplayOutcome};
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
@@ -30,11 +31,42 @@ pub fn router(state: ApiState) -> Router {
     relayops_shared::observe::lambda::lambda_router(routes().fallback(not_found_fallback).with_state(state), "replay")
 }
 
+#[derive(OpenApi)]
+#[openapi(
+    paths(replay_one, bulk::replay_matching),
+    tags((name = "replay", description = "Sending dead or failed deliveries again"))
+)]
+struct ReplayApi;
+
+/// This function's routes, documented.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    ReplayApi::openapi()
+}
+
+/// A delivery put back in line.
+#[derive(Debug, Serialize, ToSchema)]
+struct ReplayedView {
+    id: DeliveryId,
+    /// Always `pending`.
+    status: &'static str,
+}
+
+/// Sends a dead or failed delivery again (its attempt numbers keep counting up).
+#[utoipa::path(
+    post, path = "/v1/deliveries/{delivery_id}/replay", tag = "replay",
+    params(("delivery_id" = DeliveryId, Path, description = "The delivery (`dlv_…`)")),
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "Back to pending", body = ReplayedView),
+        (status = 404, description = "No such delivery"),
+        (status = 409, description = "The delivery is neither dead nor failed")
+    )
+)]
 async fn replay_one(
     State(state): State<ApiState>,
     caller: Authenticated,
     Path(delivery_id): Path<String>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<ReplayedView>), ApiError> {
     caller.require(Scope::Admin)?;
     let delivery_id: DeliveryId = parse_path_id(&delivery_id)?;
     let mut client = state.pool.get().await.map_err(DbError::from)?;
@@ -44,7 +76,7 @@ async fn replay_one(
             tx.commit().await.map_err(DbError::from)?;
             state.wake_publisher();
             tracing::info!(tenant_id = %caller.tenant_id, delivery_id = %delivery_id, "delivery replayed");
-            Ok((StatusCode::ACCEPTED, Json(json!({ "id": delivery_id, "status": "pending" }))))
+            Ok((StatusCode::ACCEPTED, Json(ReplayedView { id: delivery_id, status: "pending" })))
         }
         ReplayOutcome::NotFound => Err(ApiError::NotFound("delivery")),
         ReplayOutcome::NotReplayable(status) => Err(ApiError::Conflict(format!(

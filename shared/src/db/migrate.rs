@@ -15,6 +15,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0003_outbox_notify_from_the_application",
         include_str!("../../../migrations/0003_outbox_notify_from_the_application.sql"),
     ),
+    ("0004_list_indexes", include_str!("../../../migrations/0004_list_indexes.sql")),
 ];
 
 /// Arbitrary, fixed: the advisory lock key that serialises migrators.

@@ -43,6 +43,10 @@ impl EventTypePattern {
         if text == "*" {
             return Ok(Self(text.to_owned()));
         }
+        // The whole pattern, `.*` included, fits where patterns are stored.
+        if text.len() > MAX_LEN {
+            return Err(ValidationError::new("event_types", format!("`{text}`: must be at most {MAX_LEN} characters")));
+        }
         let exact = text.strip_suffix(".*").unwrap_or(text);
         EventType::parse(exact).map_err(|error| {
             ValidationError::new(
@@ -69,6 +73,13 @@ impl EventTypePattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pattern_fits_where_patterns_are_stored() {
+        assert!(EventTypePattern::parse(&format!("{}.*", "x".repeat(126))).is_ok());
+        assert!(EventTypePattern::parse(&format!("{}.*", "x".repeat(127))).is_err(), "129 characters");
+        assert!(EventTypePattern::parse(&format!("{}.*", "x".repeat(128))).is_err());
+    }
 
     #[test]
     fn event_types_parse_or_explain() {

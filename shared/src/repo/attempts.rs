@@ -9,7 +9,8 @@ use crate::repo::sql;
 
 const LIST_ATTEMPTS: &str = "SELECT id, attempt_number, outcome, http_status, error, request_headers, response_body,
             latency_ms, started_at, finished_at
-     FROM relayops.delivery_attempts WHERE tenant_id = $1 AND delivery_id = $2 ORDER BY attempt_number";
+     FROM relayops.delivery_attempts WHERE tenant_id = $1 AND delivery_id = $2 AND attempt_number > $3
+     ORDER BY attempt_number LIMIT $4";
 
 #[derive(Debug, Clone)]
 pub struct AttemptRecordRow {
@@ -25,12 +26,17 @@ pub struct AttemptRecordRow {
     pub finished_at: DateTime<Utc>,
 }
 
+/// Up to `limit` attempts numbered above `after`, oldest first.
 pub async fn list_attempts(
     client: &impl GenericClient,
     tenant: TenantId,
     delivery: DeliveryId,
+    after: i32,
+    limit: i64,
 ) -> Result<Vec<AttemptRecordRow>, DbError> {
-    let rows = sql::query(client, LIST_ATTEMPTS, &[&tenant.as_uuid(), &delivery.as_uuid()]).await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&tenant.as_uuid(), &delivery.as_uuid(), &after, &limit];
+    let rows = sql::query(client, LIST_ATTEMPTS, &params).await?;
     Ok(rows
         .iter()
         .map(|row| AttemptRecordRow {

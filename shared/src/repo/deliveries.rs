@@ -56,7 +56,7 @@ const SETTLE_WITHOUT_ATTEMPT: &str = "UPDATE relayops.deliveries
      SET status = $3, last_error = $4, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
      WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $5";
 
-const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempt_count, next_attempt_at,
+pub(crate) const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempt_count, next_attempt_at,
      last_http_status, last_error, delivered_at, created_at, updated_at";
 
 /// Everything the worker needs to send one attempt.
@@ -206,7 +206,7 @@ pub struct DeliveryRecord {
 }
 
 impl DeliveryRecord {
-    fn from_row(row: &Row) -> Self {
+    pub(crate) fn from_row(row: &Row) -> Self {
         Self {
             id: DeliveryId::from_uuid(row.get("id")),
             event_id: EventId::from_uuid(row.get("event_id")),
@@ -243,30 +243,5 @@ pub async fn list_for_event(
          ORDER BY created_at, id"
     );
     let rows = sql::query(client, &sql, &[&tenant.as_uuid(), &event.as_uuid()]).await?;
-    Ok(rows.iter().map(DeliveryRecord::from_row).collect())
-}
-
-/// Filters for operator lists of deliveries.
-#[derive(Debug, Clone, Default)]
-pub struct DeliveryFilter {
-    pub status: Option<DeliveryStatus>,
-    pub endpoint: Option<EndpointId>,
-}
-
-/// Newest first, within the tenant.
-pub async fn list_deliveries(
-    client: &impl GenericClient,
-    tenant: TenantId,
-    filter: &DeliveryFilter,
-    limit: i64,
-) -> Result<Vec<DeliveryRecord>, DbError> {
-    let sql = format!(
-        "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries
-         WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::uuid IS NULL OR endpoint_id = $3)
-         ORDER BY created_at DESC, id DESC LIMIT $4"
-    );
-    let status = filter.status.map(|status| status.as_str());
-    let endpoint = filter.endpoint.map(|id| id.as_uuid());
-    let rows = sql::query(client, &sql, &[&tenant.as_uuid(), &status, &endpoint, &limit]).await?;
     Ok(rows.iter().map(DeliveryRecord::from_row).collect())
 }

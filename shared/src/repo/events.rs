@@ -53,11 +53,9 @@ const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_
             (SELECT count(*) FROM relayops.deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_id = e.id) AS deliveries
      FROM relayops.events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2";
 
-const GET_EVENT: &str = "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
+const GET_EVENT: &str =
+    "SELECT id, event_type, payload::text AS payload, idempotency_key, received_at FROM relayops.events
      WHERE tenant_id = $1 AND id = $2";
-
-const LIST_EVENTS: &str = "SELECT id, event_type, payload, idempotency_key, received_at FROM relayops.events
-     WHERE tenant_id = $1 ORDER BY received_at DESC, id DESC LIMIT $2";
 
 pub struct NewEvent<'a> {
     pub event_type: &'a EventType,
@@ -160,13 +158,15 @@ async fn find_duplicate(
 pub struct EventRecord {
     pub id: EventId,
     pub event_type: String,
-    pub payload: Value,
+    /// The payload as Postgres renders the `jsonb` (valid JSON, passed on
+    /// as-is: its numbers may not fit an `f64`, so it is never parsed here).
+    pub payload: String,
     pub idempotency_key: Option<String>,
     pub received_at: DateTime<Utc>,
 }
 
 impl EventRecord {
-    fn from_row(row: &Row) -> Self {
+    pub(crate) fn from_row(row: &Row) -> Self {
         Self {
             id: EventId::from_uuid(row.get("id")),
             event_type: row.get("event_type"),
@@ -184,13 +184,4 @@ pub async fn get_event(
 ) -> Result<Option<EventRecord>, DbError> {
     let row = sql::query_opt(client, GET_EVENT, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(EventRecord::from_row))
-}
-
-pub async fn list_events(
-    client: &impl GenericClient,
-    tenant: TenantId,
-    limit: i64,
-) -> Result<Vec<EventRecord>, DbError> {
-    let rows = sql::query(client, LIST_EVENTS, &[&tenant.as_uuid(), &limit]).await?;
-    Ok(rows.iter().map(EventRecord::from_row).collect())
 }

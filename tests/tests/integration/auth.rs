@@ -44,6 +44,7 @@ async fn another_tenants_objects_are_not_found() {
         (Method::GET, format!("/v1/endpoints/{endpoint_id}/secret"), None),
         (Method::POST, format!("/v1/endpoints/{endpoint_id}/secret/rotate"), Some(json!({}))),
         (Method::GET, format!("/v1/endpoints/{endpoint_id}/subscriptions"), None),
+        (Method::GET, format!("/v1/endpoints/{endpoint_id}/stats"), None),
         (Method::POST, format!("/v1/endpoints/{endpoint_id}/subscriptions"), Some(json!({ "event_type": "x.y" }))),
     ];
     for (method, path, body) in by_id {
@@ -57,6 +58,7 @@ async fn another_tenants_objects_are_not_found() {
         "/v1/endpoints".to_owned(),
         "/v1/deliveries".to_owned(),
         format!("/v1/deliveries?endpoint_id={endpoint_id}"),
+        "/v1/events?event_type=order.created".to_owned(),
     ] {
         let answer = env.request(Method::GET, &path, Some(&other), None).await;
         assert_eq!(answer.body["data"], json!([]), "{path}");

@@ -75,7 +75,7 @@ async fn exhausted_delivery_reaches_the_ops_dlq_and_the_dead_list() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["id"], dead["id"]);
     assert_eq!(rows[0]["last_http_status"], 502);
-    env.get("/v1/deliveries?status=zombie").await.expect_problem(422);
+    env.get("/v1/deliveries?status=zombie").await.expect_problem(400);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,54 @@
+//! Operators' list of events: filtered keyset pages, newest first by
+//! `(received_at, id)` (see [`delivery_queries`](super::delivery_queries) for
+//! why a walk through the pages neither repeats nor skips a row).
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+
+use crate::db::DbError;
+use crate::domain::EventType;
+use crate::ids::TenantId;
+use crate::repo::delivery_queries::{Conditions, TimeKey};
+use crate::repo::events::EventRecord;
+use crate::repo::sql;
+
+/// Filters for the list of events; `None` means "any".
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub event_type: Option<EventType>,
+    /// Received at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Received before.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// Up to `limit` events after `after`, newest first, within the tenant.
+pub async fn list_events(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    filter: &EventFilter,
+    after: Option<TimeKey>,
+    limit: i64,
+) -> Result<Vec<EventRecord>, DbError> {
+    let mut conditions = Conditions::new();
+    conditions.push("tenant_id = {}", tenant.as_uuid());
+    if let Some(event_type) = &filter.event_type {
+        conditions.push("event_type = {}", event_type.as_str().to_owned());
+    }
+    if let Some(since) = filter.since {
+        conditions.push("received_at >= {}", since);
+    }
+    if let Some(until) = filter.until {
+        conditions.push("received_at < {}", until);
+    }
+    if let Some(key) = after {
+        conditions.push_before("received_at", "id", key);
+    }
+    let limit = conditions.push_param(limit);
+    let sql = format!(
+        "SELECT id, event_type, payload::text AS payload, idempotency_key, received_at FROM relayops.events WHERE {}
+         ORDER BY received_at DESC, id DESC LIMIT {limit}",
+        conditions.where_clause()
+    );
+    let rows = sql::query(client, &sql, &conditions.params()).await?;
+    Ok(rows.iter().map(EventRecord::from_row).collect())
+}
