@@ -76,9 +76,10 @@ impl Publisher {
 
     /// Claims one batch, publishes it and settles it. Returns what it did.
     pub async fn publish_batch(&self) -> Result<PublishReport, PublishError> {
-        let client = self.pool.get().await.map_err(DbError::from)?;
+        let mut client = self.pool.get().await.map_err(DbError::from)?;
         let started = Instant::now();
-        let messages = outbox::claim_batch(&client, &self.owner, self.config.batch_size, self.config.claim_ttl).await?;
+        let messages =
+            outbox::claim_batch(&mut client, &self.owner, self.config.batch_size, self.config.claim_ttl).await?;
         if messages.is_empty() {
             return Ok(PublishReport::default());
         }
@@ -97,7 +98,7 @@ impl Publisher {
             // The broker has the messages; dying here leaves them claimed but unmarked.
             relayops_shared::failpoint::crash_if_armed("publisher.after_confirm");
         }
-        let published = outbox::mark_published(&client, &self.owner, &results.confirmed).await?;
+        let published = outbox::mark_published(&mut client, &self.owner, &results.confirmed).await?;
         let released = outbox::release(&client, &self.owner, &results.refused, "refused by broker").await?;
         let report = PublishReport { batches: 1, published, released, ..Default::default() };
         figures::batch(&report, started.elapsed());

@@ -5,10 +5,16 @@
 //! delivery is sent again later with the same delivery id (an uncertain side
 //! effect the receiver can deduplicate).
 //!
-//! Claims and ordinary attempt records go through group-commit batchers
-//! ([`Batcher`]): messages in flight at the same time share one statement and
-//! one commit, and each still waits for its own row's commit before it is
-//! acked. Rare paths (a death, a 410, a deferral) run on their own.
+//! Claims, ordinary attempt records and deferrals go through group-commit
+//! batchers ([`Batcher`]): messages in flight at the same time share one
+//! statement and one commit, and each still waits for its own row's commit
+//! before it is acked. Rare paths (a death, a 410) run on their own.
+//!
+//! A claim commits without waiting for the WAL flush (it is a lease, not a
+//! promise to anyone; the attempt record's synchronous commit flushes it). So
+//! whenever the worker finds its lease gone when settling, it requeues the
+//! message instead of acking it: the next claim decides (drop it if another
+//! worker has the delivery, send it if a database crash undid the claim).
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +61,8 @@ macro_rules! on_pool {
         let run: BatchFn<_, _> = Arc::new(move |$items: Vec<_>| {
             let (pool, worker_id) = (pool.clone(), Arc::clone(&worker_id));
             Box::pin(async move {
-                let $client = pool.get().await?;
+                #[allow(unused_mut)] // only the claim needs it mutable
+                let mut $client = pool.get().await?;
                 let $worker: &str = &worker_id;
                 $statement.await
             })
@@ -91,7 +98,12 @@ impl Processor {
         let lease = config.lease;
         let claims = Batcher::spawn(
             limits,
-            on_pool!(pool, config, |client, keys, worker| delivery_batches::claim_many(&client, &keys, worker, lease)),
+            on_pool!(pool, config, |client, keys, worker| delivery_batches::claim_many(
+                &mut client,
+                &keys,
+                worker,
+                lease
+            )),
         );
         let records = Batcher::spawn(
             limits,
@@ -157,8 +169,17 @@ impl Processor {
         if !job.endpoint_enabled {
             let client = self.pool.get().await.map_err(DbError::from)?;
             let reason = "endpoint disabled";
-            deliveries::settle_without_attempt(&client, &job, &self.config.worker_id, DeliveryStatus::Failed, reason)
-                .await?;
+            let settled = deliveries::settle_without_attempt(
+                &client,
+                &job,
+                &self.config.worker_id,
+                DeliveryStatus::Failed,
+                reason,
+            )
+            .await?;
+            if settled == Settled::LeaseLost {
+                return Ok(Disposition::Requeue);
+            }
             report::endpoint_disabled(&job);
             return Ok(Disposition::Ack);
         }
@@ -243,8 +264,13 @@ impl Processor {
         if settled == Settled::LeaseLost {
             tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id, event_id = %job.event_id,
                 endpoint_id = %job.endpoint_id, attempt = job.attempt_number, outcome = outcome.as_str(),
-                "lease lost before recording; another worker owns the delivery");
-            return Ok(Disposition::Ack);
+                "lease lost before recording; the message goes back for the claim to decide");
+            // Usually another worker (or recovery) has the delivery and the
+            // requeued message is dropped by the next claim. But a claim is
+            // committed without waiting for the WAL flush: after a database
+            // crash it may be gone, the row pending again with no other
+            // message — acking here would strand it.
+            return Ok(Disposition::Requeue);
         }
         Ok(match wait {
             Some(wait) => Disposition::Delay { wait, throttled: false },

@@ -99,22 +99,25 @@ pub type DeliveryKey = (TenantId, DeliveryId);
 
 /// Claims every due delivery among `keys` for `worker_id`; one outcome per key,
 /// in order. A key named twice is claimed once (the second sees it leased).
+/// The claim's commit does not wait for the WAL flush ([`sql::query_unflushed`]):
+/// a claim lost in a database crash only means the delivery is claimed (and
+/// sent) again, and the attempt record that follows it commits synchronously.
 pub async fn claim_many(
-    client: &impl GenericClient,
+    client: &mut deadpool_postgres::Object,
     keys: &[DeliveryKey],
     worker_id: &str,
     lease: Duration,
 ) -> Result<Vec<ClaimOutcome>, DbError> {
     let (tenants, ids) = key_columns(keys);
     let lease_ms = lease.as_millis() as i64;
-    let rows = sql::query(client, CLAIM_MANY, &[&tenants, &ids, &worker_id, &lease_ms]).await?;
+    let rows = sql::query_unflushed(client, CLAIM_MANY, &[&tenants, &ids, &worker_id, &lease_ms]).await?;
     // Keyed by tenant and id: an id under the wrong tenant matches nothing.
     let mut claimed: HashMap<(Uuid, Uuid), _> = rows.iter().map(|row| (row_key(row), row)).collect();
     let missing: Vec<DeliveryKey> = keys.iter().filter(|key| !claimed.contains_key(&uuids(key))).copied().collect();
     let mut states = HashMap::new();
     if !missing.is_empty() {
         let (tenants, ids) = key_columns(&missing);
-        for row in sql::query(client, CURRENT_STATES, &[&tenants, &ids]).await? {
+        for row in sql::query(&*client, CURRENT_STATES, &[&tenants, &ids]).await? {
             let status = DeliveryStatus::parse(row.get("status"));
             states.insert(row_key(&row), (status, row.get("next_attempt_at")));
         }

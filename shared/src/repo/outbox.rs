@@ -24,7 +24,8 @@ const CLAIM_BATCH: &str = "UPDATE relayops.outbox_messages o
 
 const MARK_PUBLISHED: &str = "UPDATE relayops.outbox_messages
      SET status = 'published', published_at = now(), claimed_by = NULL, claim_expires_at = NULL, last_error = NULL
-     WHERE id = ANY($1) AND status = 'claimed' AND claimed_by = $2";
+     WHERE id = ANY($1) AND status = 'claimed' AND claimed_by = $2
+     RETURNING id";
 
 const RELEASE: &str = "UPDATE relayops.outbox_messages
      SET status = 'pending', claimed_by = NULL, claim_expires_at = NULL, last_error = $3
@@ -42,14 +43,16 @@ pub struct OutboxMessage {
     pub envelope: serde_json::Value,
 }
 
+/// The claim's commit does not wait for the WAL flush: a claim lost in a
+/// database crash leaves the rows pending, to be claimed again.
 pub async fn claim_batch(
-    client: &impl GenericClient,
+    client: &mut deadpool_postgres::Object,
     owner: &str,
     limit: i64,
     ttl: Duration,
 ) -> Result<Vec<OutboxMessage>, DbError> {
     let ttl_ms = ttl.as_millis() as i64;
-    let rows = sql::query(client, CLAIM_BATCH, &[&owner, &limit, &ttl_ms]).await?;
+    let rows = sql::query_unflushed(client, CLAIM_BATCH, &[&owner, &limit, &ttl_ms]).await?;
     let mut messages: Vec<OutboxMessage> =
         rows.iter().map(|row| OutboxMessage { id: row.get("id"), envelope: row.get("envelope") }).collect();
     // RETURNING does not keep the subquery's order; publish oldest first.
@@ -58,11 +61,13 @@ pub async fn claim_batch(
 }
 
 /// Marks confirmed rows published; rows whose claim was taken over are skipped.
-pub async fn mark_published(client: &impl GenericClient, owner: &str, ids: &[i64]) -> Result<u64, DbError> {
+/// Does not wait for the WAL flush: a mark lost in a database crash means the
+/// rows are published again (a duplicate message the worker's claim absorbs).
+pub async fn mark_published(client: &mut deadpool_postgres::Object, owner: &str, ids: &[i64]) -> Result<u64, DbError> {
     if ids.is_empty() {
         return Ok(0);
     }
-    sql::execute(client, MARK_PUBLISHED, &[&ids, &owner]).await
+    Ok(sql::query_unflushed(client, MARK_PUBLISHED, &[&ids, &owner]).await?.len() as u64)
 }
 
 /// Gives rows back for another try (the broker refused them).

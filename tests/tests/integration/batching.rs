@@ -63,10 +63,10 @@ async fn a_batch_claim_takes_each_due_delivery_once_and_explains_the_rest() {
     let (other_tenant, _) = env.second_tenant().await;
     let stranger = (env.tenant_id, DeliveryId::new());
     let wrong_tenant = (other_tenant, keys[1].1);
-    let client = env.pool.get().await.unwrap();
+    let mut client = env.pool.get().await.unwrap();
 
     let asked = [keys[0], keys[1], keys[0], stranger, wrong_tenant];
-    let outcomes = claim_many(&client, &asked, "worker-a", LEASE).await.unwrap();
+    let outcomes = claim_many(&mut client, &asked, "worker-a", LEASE).await.unwrap();
     assert_eq!(outcomes.len(), asked.len(), "one outcome per key, in order");
     assert!(claimed(&outcomes[0]) && claimed(&outcomes[1]));
     assert_eq!(status_of(&outcomes[2]), Some(DeliveryStatus::InProgress), "a repeated key sees the lease");
@@ -78,7 +78,7 @@ async fn a_batch_claim_takes_each_due_delivery_once_and_explains_the_rest() {
     }
 
     // Leased rows are not claimable by another worker; the third still is.
-    let again = claim_many(&client, &keys, "worker-b", LEASE).await.unwrap();
+    let again = claim_many(&mut client, &keys, "worker-b", LEASE).await.unwrap();
     assert_eq!(again.iter().map(claimed).collect::<Vec<_>>(), [false, false, true]);
     let owners: HashMap<uuid::Uuid, String> = client
         .query("SELECT id, lease_owner FROM relayops.deliveries", &[])
@@ -94,9 +94,9 @@ async fn a_batch_claim_takes_each_due_delivery_once_and_explains_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_record_settles_only_the_deliveries_the_worker_still_leases() {
     let (env, keys) = pending_deliveries(2).await;
-    let client = env.pool.get().await.unwrap();
-    claim_many(&client, &keys[..1], "worker-a", LEASE).await.unwrap();
-    claim_many(&client, &keys[1..], "worker-b", LEASE).await.unwrap();
+    let mut client = env.pool.get().await.unwrap();
+    claim_many(&mut client, &keys[..1], "worker-a", LEASE).await.unwrap();
+    claim_many(&mut client, &keys[1..], "worker-b", LEASE).await.unwrap();
 
     let settled = record_many(&client, &[delivered(keys[0], 1), delivered(keys[1], 1)], "worker-a").await.unwrap();
     assert_eq!(settled, [Settled::Recorded, Settled::LeaseLost]);
@@ -131,8 +131,9 @@ async fn overlapping_batch_claims_from_many_workers_never_deadlock_or_double_cla
             keys.reverse();
         }
         tasks.push(tokio::spawn(async move {
-            let client = pool.get().await.unwrap();
-            let outcomes = claim_many(&client, &keys, &format!("worker-{worker}"), LEASE).await.expect("no deadlock");
+            let mut client = pool.get().await.unwrap();
+            let outcomes =
+                claim_many(&mut client, &keys, &format!("worker-{worker}"), LEASE).await.expect("no deadlock");
             keys.iter().zip(outcomes).filter(|(_, outcome)| claimed(outcome)).map(|(key, _)| key.1).collect::<Vec<_>>()
         }));
     }
@@ -149,9 +150,9 @@ async fn overlapping_batch_claims_from_many_workers_never_deadlock_or_double_cla
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_deferral_gives_back_only_the_workers_own_claims_without_spending_an_attempt() {
     let (env, keys) = pending_deliveries(2).await;
-    let client = env.pool.get().await.unwrap();
-    claim_many(&client, &keys[..1], "worker-a", LEASE).await.unwrap();
-    claim_many(&client, &keys[1..], "worker-b", LEASE).await.unwrap();
+    let mut client = env.pool.get().await.unwrap();
+    claim_many(&mut client, &keys[..1], "worker-a", LEASE).await.unwrap();
+    claim_many(&mut client, &keys[1..], "worker-b", LEASE).await.unwrap();
     let wait = Duration::from_secs(60);
     let deferrals = [Deferral { key: keys[0], wait }, Deferral { key: keys[1], wait }];
     assert_eq!(defer_many(&client, &deferrals, "worker-a").await.unwrap(), [Settled::Recorded, Settled::LeaseLost]);
@@ -172,7 +173,7 @@ async fn a_batch_deferral_gives_back_only_the_workers_own_claims_without_spendin
         .get(0);
     assert_eq!(other, "worker-b", "another worker's claim is untouched");
     assert_eq!(
-        claim_many(&client, &keys[..1], "worker-c", LEASE).await.unwrap().iter().filter(|o| claimed(o)).count(),
+        claim_many(&mut client, &keys[..1], "worker-c", LEASE).await.unwrap().iter().filter(|o| claimed(o)).count(),
         0,
         "not due yet"
     );

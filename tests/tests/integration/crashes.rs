@@ -78,3 +78,28 @@ async fn killing_the_publisher_between_confirm_and_mark_costs_one_duplicate_mess
         .get(0);
     assert_eq!(attempts, 1, "exactly one attempt for the duplicated message");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_undone_behind_the_workers_back_is_sent_again_not_stranded() {
+    // Claims commit without waiting for the WAL flush, so a database crash can
+    // undo one while its request is in flight. Undo it by hand at that moment.
+    let env = TestEnv::start().await;
+    env.create_endpoint("/sim/slow-once/1500", &["*"], json!({})).await;
+    let event_id = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
+    env.simulator.wait_until(WAIT, |received| !received.is_empty()).await;
+    let client = env.pool.get().await.unwrap();
+    let undone = client
+        .execute(
+            "UPDATE relayops.deliveries SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL
+             WHERE status = 'in_progress'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(undone, 1, "the request was in flight under a claim");
+
+    env.wait_for_status(&event_id, "delivered").await;
+    assert_eq!(env.simulator.received().len(), 2, "sent again after the lost claim");
+    let attempts: i64 = client.query_one("SELECT count(*) FROM relayops.delivery_attempts", &[]).await.unwrap().get(0);
+    assert_eq!(attempts, 1, "the attempt whose lease was gone was not recorded");
+}

@@ -43,8 +43,9 @@ async fn rows_claimed_by_a_publisher_that_died_are_reclaimed_and_published() {
     let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
 
     // A publisher claims the row and dies before any confirm.
-    let client = env.pool.get().await.unwrap();
-    let claimed = outbox::claim_batch(&client, "publisher-that-died", 10, Duration::from_millis(500)).await.unwrap();
+    let mut client = env.pool.get().await.unwrap();
+    let claimed =
+        outbox::claim_batch(&mut client, "publisher-that-died", 10, Duration::from_millis(500)).await.unwrap();
     assert_eq!(claimed.len(), 1);
 
     env.start_publisher();
