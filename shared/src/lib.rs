@@ -22,4 +22,6 @@ pub mod ids;
 pub mod net_policy;
 pub mod repo;
 pub mod signing;
+#[cfg(feature = "sqs")]
+pub mod sqs_wakeup;
 pub mod telemetry;

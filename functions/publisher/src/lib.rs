@@ -7,6 +7,7 @@
 //!
 //! Invariant: the publisher knows nothing of HTTP, endpoints or tenants'
 //! payloads; it moves opaque envelopes from Postgres to RabbitMQ.
+pub mod lambda;
 mod session;
 
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 //! themselves live in the function crates.
 mod auth;
 mod json;
+pub mod lambda;
 mod problem;
 
 use std::sync::Arc;
