@@ -3,11 +3,14 @@
 //! is set and the crate is built with `sqs` — the SQS publisher wake-up, settled
 //! before each response returns (a frozen container would stall the send).
 //! Each function's `main.rs` is `lambda_http::run(LambdaHttp::from_env()?.app(router))`.
+#[cfg(feature = "sqs")]
 use std::sync::Arc;
 
 use axum::Router;
 
-use super::{state_from_env, ApiState, PublisherWakeup, Wakeups};
+#[cfg(feature = "sqs")]
+use super::{PublisherWakeup, Wakeups};
+use super::{state_from_env, ApiState};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
