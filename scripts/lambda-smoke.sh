@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The functions under `cargo lambda watch`, end to end: a scratch database and
-# queue namespace, `relayops worker` and `relayops simulator` running, an
-# endpoint created through the manage function's URL, an event posted to the
-# ingest function's URL, the publisher invoked with `cargo lambda invoke` and
-# a scheduled-event payload, and the delivery seen by the receiver and through
-# the query function. Needs the services (scripts/services.sh); installs
-# cargo-lambda into the tools venv (scripts/aws-tools.sh) when missing.
+# queue namespace; moto server as SQS with the wake-up queue made by
+# localstack/create-wakeup-queue.py; `relayops worker` and `relayops simulator`
+# running; an endpoint created through the manage function's URL; an event
+# posted to the ingest function's URL, whose SQS wake-up must reach the queue;
+# the publisher invoked with `cargo lambda invoke` and a scheduled-event
+# payload; the delivery seen, signed, by the receiver and through the query
+# function's URL. Needs the services (scripts/services.sh); installs
+# cargo-lambda and moto into the tools venv (scripts/aws-tools.sh) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +16,7 @@ target="${CARGO_TARGET_DIR:-$PWD/target}"
 export CARGO_TARGET_DIR="$target"
 port="${LAMBDA_SMOKE_PORT:-9000}"
 sim_port="${LAMBDA_SMOKE_SIMULATOR_PORT:-18091}"
+moto_port="${LAMBDA_SMOKE_MOTO_PORT:-18092}"
 lambda="http://127.0.0.1:$port/lambda-url"
 suffix="$(date +%s)_$$"
 work="$(mktemp -d /tmp/relayops-lambda-smoke.XXXXXX)"
@@ -37,6 +40,13 @@ trap cleanup EXIT
 
 fail() { echo "lambda smoke: $*" >&2; exit 1; }
 
+# Waits (up to $1 seconds) until the command in the rest of the arguments succeeds.
+wait_for() {
+  local limit=$1; shift
+  for _ in $(seq $((limit * 4))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+  return 1
+}
+
 psql "$admin_url" -qc "CREATE DATABASE $database" >/dev/null
 export RELAYOPS_DATABASE_URL="${admin_url%/*}/$database"
 export RELAYOPS_AMQP_URL="${RELAYOPS_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
@@ -48,6 +58,14 @@ export RELAYOPS_DB_POOL_SIZE=2 RELAYOPS_LOG="${RELAYOPS_LOG:-warn}"
 export RELAYOPS_REDIS_PREFIX="smoke:$suffix"
 export RELAYOPS_JWT_SECRET="smoke-jwt-secret-$suffix-0123456789abcdef"
 export RELAYOPS_PUBLISHER_BUDGET_MS=10000
+
+# SQS for the wake-up: moto server, and the queue the LocalStack init script makes.
+moto_server -H 127.0.0.1 -p "$moto_port" >"$work/moto.log" 2>&1 & pids+=($!)
+export AWS_ENDPOINT_URL="http://127.0.0.1:$moto_port" AWS_REGION=us-east-1
+export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
+wait_for 30 curl -s -o /dev/null "$AWS_ENDPOINT_URL/moto-api/" || fail "moto server did not start"
+RELAYOPS_WAKEUP_QUEUE_URL=$(python3 localstack/create-wakeup-queue.py)
+export RELAYOPS_WAKEUP_QUEUE_URL
 
 # Build first, so `watch` starts the functions at once (same profile, same target dir).
 cargo build -q -p relayops --bin relayops
@@ -61,12 +79,6 @@ key=$(RELAYOPS_BOOTSTRAP_PASSWORD="smoke-password-$suffix" "$target/debug/relayo
 cargo lambda watch --quiet --ignore-changes --invoke-address 127.0.0.1 --invoke-port "$port" \
   >"$work/watch.log" 2>&1 & pids+=($!)
 
-# Waits (up to $1 seconds) until the command in the rest of the arguments succeeds.
-wait_for() {
-  local limit=$1; shift
-  for _ in $(seq $((limit * 4))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
-  return 1
-}
 wait_for 120 curl -sf "http://127.0.0.1:$sim_port/_sim/received" || fail "simulator did not start"
 # Any HTTP answer from the emulator means it listens (401: no credential).
 wait_for 300 curl -s -o /dev/null "$lambda/manage/v1/endpoints" || fail "cargo lambda watch did not answer"
@@ -83,13 +95,21 @@ status=$(curl -s -o "$work/ingest.json" -w '%{http_code}' "${auth[@]}" "$lambda/
 [[ $status == 201 ]] || fail "ingest answered $status: $(cat "$work/ingest.json")"
 event_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$work/ingest.json")
 
+python3 - <<'PY' || fail "no wake-up message on the SQS queue"
+import os, boto3
+sqs = boto3.client("sqs", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+got = sqs.receive_message(QueueUrl=os.environ["RELAYOPS_WAKEUP_QUEUE_URL"], MaxNumberOfMessages=10, WaitTimeSeconds=2)
+bodies = [message["Body"] for message in got.get("Messages", [])]
+assert bodies and all("outbox.wakeup" in body for body in bodies), bodies
+PY
+
 cargo lambda invoke publisher --invoke-address 127.0.0.1 --invoke-port "$port" \
   --data-file events/schedule.json >"$work/publisher.json" || fail "publisher invocation failed"
-python3 - "$work/publisher.json" <<'EOF' || fail "publisher did not publish: $(cat "$work/publisher.json")"
+python3 - "$work/publisher.json" <<'PY' || fail "publisher did not publish: $(cat "$work/publisher.json")"
 import json, sys
 report = json.load(open(sys.argv[1]))
 assert report["trigger"] == "schedule" and report["published"] >= 1, report
-EOF
+PY
 
 delivered() {
   curl -sf -H "Authorization: Bearer $key" "$lambda/query/v1/events/$event_id/deliveries" >"$work/deliveries.json" \
@@ -97,10 +117,10 @@ delivered() {
 }
 wait_for 60 delivered || fail "event $event_id not delivered: $(cat "$work/deliveries.json" 2>/dev/null)"
 curl -sf "http://127.0.0.1:$sim_port/_sim/received" >"$work/received.json"
-python3 - "$work/deliveries.json" "$work/received.json" <<'EOF' || fail "the simulator did not receive a signed delivery"
+python3 - "$work/deliveries.json" "$work/received.json" <<'PY' || fail "the simulator did not receive a signed delivery"
 import json, sys
 delivery = json.load(open(sys.argv[1]))["data"][0]["id"]
 received = [r for r in json.load(open(sys.argv[2])) if r["delivery_id"] == delivery]
 assert received and received[0]["signature_valid"] is True, received
-EOF
-echo "lambda smoke: ok (manage and ingest over function URLs, publisher by cargo lambda invoke, delivered by the worker)"
+PY
+echo "lambda smoke: ok (manage, ingest and query over function URLs, SQS wake-up on moto, publisher by cargo lambda invoke, delivered by the worker)"
