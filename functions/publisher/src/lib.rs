@@ -74,6 +74,16 @@ impl Publisher {
         Self { pool, broker, config, owner, session: Mutex::new(None), last_recovery: std::sync::Mutex::new(None) }
     }
 
+    /// Opens the broker session now rather than in the first batch (the Lambda
+    /// does it during init, so the first invocation's batches are timed alone).
+    pub async fn connect(&self) -> Result<(), PublishError> {
+        let mut guard = self.session.lock().await;
+        if !guard.as_ref().is_some_and(Session::is_usable) {
+            *guard = Some(Session::open(&self.broker).await?);
+        }
+        Ok(())
+    }
+
     /// Claims one batch, publishes it and settles it. Returns what it did.
     pub async fn publish_batch(&self) -> Result<PublishReport, PublishError> {
         let client = self.pool.get().await.map_err(DbError::from)?;

@@ -14,6 +14,10 @@ async fn main() -> Result<(), Error> {
     let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
     let publisher = Arc::new(Publisher::new(pool, BrokerConfig::from_env()?, PublisherConfig::from_env()?));
     let budget = Arc::new(PublisherBudgetConfig::from_env()?);
+    // Best effort during init; an invocation reconnects (and reports a failure) itself.
+    if let Err(error) = publisher.connect().await {
+        tracing::warn!(error = %telemetry::error_chain(&error), "broker not reachable at init");
+    }
     lambda_runtime::run(service_fn(move |event| {
         let (publisher, budget) = (Arc::clone(&publisher), Arc::clone(&budget));
         async move { lambda::handle(&publisher, &budget, event).await.map_err(Error::from) }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use axum::Router;
 
+use super::{state_from_env, ApiState};
 #[cfg(feature = "sqs")]
 use super::{PublisherWakeup, Wakeups};
-use super::{state_from_env, ApiState};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

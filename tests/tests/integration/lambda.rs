@@ -110,40 +110,48 @@ async fn publisher_lambda_drains_a_10k_backlog_in_one_invocation_and_stops_befor
     let env =
         TestEnv::start_with(TestConfig { run_publisher: false, run_worker: false, ..TestConfig::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    for chunk in 0..20 {
-        let events: Vec<_> =
-            (0..500).map(|n| json!({ "event_type": "bulk.created", "payload": { "n": chunk * 500 + n } })).collect();
-        let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
-        assert_eq!(answer.status, 200, "{:?}", answer.body);
-    }
-    assert_eq!(env.count("outbox_messages").await, 10_000);
-    let publisher = env.lambda_publisher();
-
-    // Three seconds left, one kept free: it stops well before the deadline with
-    // nothing left claimed (every started batch finished).
-    let tight = PublisherBudgetConfig { safety_margin: Duration::from_secs(1), ..PublisherBudgetConfig::default() };
-    let short = invoke_publisher(&publisher, &tight, event_fixture("schedule.json"), Duration::from_secs(3)).await;
-    assert!(short.elapsed_ms < 3_000, "overran the deadline: {short:?}");
-    assert!(short.report.published > 0 && short.report.published < 10_000, "{short:?}");
+    let ingest = |chunks: usize| {
+        let env = &env;
+        async move {
+            for chunk in 0..chunks {
+                let events: Vec<_> = (0..500)
+                    .map(|n| json!({ "event_type": "bulk.created", "payload": { "chunk": chunk, "n": n } }))
+                    .collect();
+                let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
+                assert_eq!(answer.status, 200, "{:?}", answer.body);
+            }
+        }
+    };
     let client = env.pool.get().await.unwrap();
-    let claimed: i64 = client
-        .query_one("SELECT count(*) FROM relayops.outbox_messages WHERE status = 'claimed'", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(claimed, 0, "a batch was left unfinished");
+    let count = |status: &'static str| {
+        let client = &client;
+        async move {
+            let sql = "SELECT count(*) FROM relayops.outbox_messages WHERE status = $1";
+            client.query_one(sql, &[&status]).await.unwrap().get::<_, i64>(0)
+        }
+    };
+    let publisher = env.lambda_publisher();
+    publisher.connect().await.expect("broker session, as the Lambda opens it at init");
 
-    // A normal invocation (60 s timeout) drains the rest.
+    // A normal invocation (60 s timeout, 5 s margin) drains 10k rows alone.
+    ingest(20).await;
+    assert_eq!(count("pending").await, 10_000);
     let budget = PublisherBudgetConfig::default();
     let full = invoke_publisher(&publisher, &budget, event_fixture("schedule.json"), Duration::from_secs(60)).await;
-    assert_eq!(short.report.published + full.report.published, 10_000, "{short:?} {full:?}");
+    assert_eq!(full.report.published, 10_000, "{full:?}");
     assert!(full.elapsed_ms < 55_000, "{full:?}");
-    let pending: i64 = client
-        .query_one("SELECT count(*) FROM relayops.outbox_messages WHERE status <> 'published'", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(pending, 0);
+    assert_eq!(count("published").await, 10_000);
     assert_eq!(env.queue_depth(&env.topology().ready_queue).await, 10_000, "every row is a message on the queue");
-    eprintln!("10k backlog: {short:?} then {full:?}");
+
+    // One second left, half kept free: it stops before the deadline with
+    // nothing left claimed (every started batch finished). Only a first batch
+    // could overrun, as nothing told it how long a batch takes here.
+    ingest(10).await;
+    let tight = PublisherBudgetConfig { safety_margin: Duration::from_millis(500), ..PublisherBudgetConfig::default() };
+    let short = invoke_publisher(&publisher, &tight, event_fixture("schedule.json"), Duration::from_secs(1)).await;
+    assert!(short.elapsed_ms < 1_000 || short.report.batches == 1, "overran the deadline: {short:?}");
+    assert!(short.report.published < 5_000, "{short:?}");
+    assert_eq!(count("claimed").await, 0, "a batch was left unfinished");
+    assert_eq!(count("pending").await, 5_000 - short.report.published as i64);
+    eprintln!("10k backlog: {full:?}; then with 1 s left: {short:?}");
 }
