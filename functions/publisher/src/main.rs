@@ -2,6 +2,7 @@
 //! an SQS wake-up; see `lambda::handle`. The pool and the broker session are
 //! created once per container and reused across invocations.
 use std::sync::Arc;
+use std::time::Duration;
 
 use lambda_runtime::{service_fn, Error};
 use relayops_publisher::{lambda, Publisher};
@@ -14,9 +15,12 @@ async fn main() -> Result<(), Error> {
     let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
     let publisher = Arc::new(Publisher::new(pool, BrokerConfig::from_env()?, PublisherConfig::from_env()?));
     let budget = Arc::new(PublisherBudgetConfig::from_env()?);
-    // Best effort during init; an invocation reconnects (and reports a failure) itself.
-    if let Err(error) = publisher.connect().await {
-        tracing::warn!(error = %telemetry::error_chain(&error), "broker not reachable at init");
+    // Best effort during init (bounded: Lambda allows init 10 s); an invocation
+    // reconnects, and reports a failure, itself.
+    match tokio::time::timeout(Duration::from_secs(3), publisher.connect()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(error = %telemetry::error_chain(&error), "broker not reachable at init"),
+        Err(_) => tracing::warn!("broker connection at init timed out"),
     }
     lambda_runtime::run(service_fn(move |event| {
         let (publisher, budget) = (Arc::clone(&publisher), Arc::clone(&budget));
