@@ -73,8 +73,10 @@ lambda-build:
 	$$(bash scripts/aws-tools.sh)/cargo-lambda lambda build --profile lambda --arm64 \
 	  --bin ingest --bin query --bin replay --bin manage --bin publisher
 
-## `sam build` of template.yaml (cargo-lambda, no Docker) with the `lambda`
-## profile's settings applied to the release build it runs.
+## `sam build` of template.yaml (cargo-lambda, no Docker). SAM runs a release
+## build; the `lambda` profile's LTO, codegen-units and strip are applied to it
+## through the environment (its opt-level "s" is not: per-package overrides
+## cannot be set that way, and password hashing needs full optimisation).
 sam-build:
 	PATH="$$(bash scripts/aws-tools.sh):$$PATH" SAM_CLI_BETA_RUST_CARGO_LAMBDA=1 \
 	  CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_PROFILE_RELEASE_STRIP=true \
