@@ -65,16 +65,17 @@ lambda-smoke: services
 ## the environment above; invoke the publisher from another shell with
 ## `cargo lambda invoke publisher --data-file events/schedule.json`.
 watch: services
-	$$(bash scripts/aws-tools.sh)/cargo-lambda lambda watch --invoke-address 127.0.0.1
+	PATH="$$(bash scripts/aws-tools.sh):$$PATH" cargo lambda watch --invoke-address 127.0.0.1
 
-## The five bootstraps for arm64 Lambda, with the size-tuned `lambda` profile,
-## into $(CARGO_TARGET_DIR)/lambda/<function>/bootstrap.
+## The five bootstraps for arm64 Lambda, with the size-tuned `lambda-release` profile,
+## into $(CARGO_TARGET_DIR)/lambda/<function>/bootstrap (LAMBDA_ARCH=--x86-64 for x86_64).
+LAMBDA_ARCH ?= --arm64
 lambda-build:
-	$$(bash scripts/aws-tools.sh)/cargo-lambda lambda build --profile lambda --arm64 \
+	PATH="$$(bash scripts/aws-tools.sh):$$PATH" cargo lambda build --profile lambda-release $(LAMBDA_ARCH) \
 	  --bin ingest --bin query --bin replay --bin manage --bin publisher
 
 ## `sam build` of template.yaml (cargo-lambda, no Docker). SAM runs a release
-## build; the `lambda` profile's LTO, codegen-units and strip are applied to it
+## build; the `lambda-release` profile's LTO, codegen-units and strip are applied to it
 ## through the environment (its opt-level "s" is not: per-package overrides
 ## cannot be set that way, and password hashing needs full optimisation).
 sam-build:
