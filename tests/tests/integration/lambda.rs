@@ -155,3 +155,38 @@ async fn publisher_lambda_drains_a_10k_backlog_in_one_invocation_and_stops_befor
     assert_eq!(count("pending").await, 5_000 - short.report.published as i64);
     eprintln!("10k backlog: {full:?}; then with 1 s left: {short:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_postgres_down_the_functions_answer_errors_not_panics_and_recover() {
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, ..TestConfig::default() }).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let ingest = LambdaHttp::new(env.lambda_state(), None).app(relayops_ingest::router);
+    let publisher = env.lambda_publisher();
+    let budget = PublisherBudgetConfig::default();
+    let event = json!({ "event_type": "order.created", "payload": { "n": 1 } });
+    let post = || http_api_event("POST", "/v1/events", Some(&env.api_key), Some(&event));
+
+    env.cut_database().await;
+    let refused = invoke_http(&ingest, post()).await;
+    assert_eq!(refused.status, 503, "{:?}", refused.body);
+    assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+    let context = relayops_tests::lambda::context_with_deadline(Duration::from_secs(60));
+    let tick = lambda_runtime::LambdaEvent::new(event_fixture("schedule.json"), context);
+    let failed = relayops_publisher::lambda::handle(&publisher, &budget, tick).await;
+    assert!(failed.is_err(), "an unreachable database is the invocation's error: {failed:?}");
+
+    // The same warm container (state, pool, publisher) serves again once Postgres is back.
+    env.restore_database().await;
+    let accepted = eventually(WAIT, || async {
+        let answer = invoke_http(&ingest, post()).await;
+        if answer.status == 201 {
+            Ok(answer)
+        } else {
+            Err(format!("{} {:?}", answer.status, answer.body))
+        }
+    })
+    .await;
+    let report = invoke_publisher(&publisher, &budget, event_fixture("schedule.json"), Duration::from_secs(60)).await;
+    assert_eq!(report.report.published, 1, "{report:?}");
+    env.wait_for_status(accepted.body["id"].as_str().unwrap(), "delivered").await;
+}
