@@ -63,7 +63,7 @@ lambda-smoke: services
 ## Every function under `cargo lambda watch` on :9000 (HTTP functions at
 ## http://127.0.0.1:9000/lambda-url/<ingest|query|replay|manage>/v1/...), with
 ## the environment above; invoke the publisher from another shell with
-## `cargo lambda invoke publisher --data-file events/schedule.json`.
+## `cargo lambda invoke -A 127.0.0.1 publisher --data-file events/schedule.json`.
 watch: services
 	PATH="$$(bash scripts/aws-tools.sh):$$PATH" cargo lambda watch --invoke-address 127.0.0.1
 
