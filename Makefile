@@ -6,6 +6,7 @@ export RELAYOPS_REDIS_URL ?= redis://127.0.0.1:6379
 export RELAYOPS_LOG ?= warn
 
 .PHONY: demo test services lint run bench bench-backlog bench-smoke clean-test-databases
+.PHONY: aws-lint lambda-smoke watch lambda-build sam-build
 
 ## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
 ## every role in one process, endpoints at the simulator, events, delivery table.
@@ -16,6 +17,7 @@ demo: services
 ## Tests named `exclusive_*` restart the shared broker or load the machine, so
 ## they run after the others, one at a time.
 test: services lint
+	bash scripts/aws-tools.sh >/dev/null  # cargo-lambda, sam, cfn-lint, moto (the SQS tests use moto_server)
 	cargo build -q -p relayops -p relayops-bench --bins
 	@if cargo nextest --version >/dev/null 2>&1; then \
 	  cargo nextest run --workspace --no-fail-fast -E 'not test(/exclusive_/)' && \
@@ -26,6 +28,8 @@ test: services lint
 	fi
 	bash scripts/bench-smoke.sh
 	bash scripts/schemathesis.sh
+	bash scripts/aws-lint.sh
+	bash scripts/lambda-smoke.sh
 
 ## The load generator against a release build of `relayops all` (see BENCHMARKS.md).
 bench: services
@@ -66,3 +70,34 @@ run: services
 clean-test-databases:
 	psql "$(RELAYOPS_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'relayops_test_%'" \
 	  | while read -r db; do psql "$(RELAYOPS_DATABASE_URL)" -qc "DROP DATABASE \"$$db\" WITH (FORCE)"; done
+
+## template.yaml (sam validate --lint, cfn-lint) and docker-compose.yml (config).
+aws-lint:
+	bash scripts/aws-lint.sh
+
+## The functions under `cargo lambda watch`, end to end (part of `make test`).
+lambda-smoke: services
+	bash scripts/lambda-smoke.sh
+
+## Every function under `cargo lambda watch` on :9000 (HTTP functions at
+## http://127.0.0.1:9000/lambda-url/<ingest|query|replay|manage>/v1/...), with
+## the environment above; invoke the publisher from another shell with
+## `cargo lambda invoke -A 127.0.0.1 publisher --data-file events/schedule.json`.
+watch: services
+	PATH="$$(bash scripts/aws-tools.sh):$$PATH" cargo lambda watch --invoke-address 127.0.0.1
+
+## The five bootstraps for arm64 Lambda, with the size-tuned `lambda-release` profile,
+## into $(CARGO_TARGET_DIR)/lambda/<function>/bootstrap (LAMBDA_ARCH=--x86-64 for x86_64).
+LAMBDA_ARCH ?= --arm64
+lambda-build:
+	PATH="$$(bash scripts/aws-tools.sh):$$PATH" cargo lambda build --profile lambda-release $(LAMBDA_ARCH) \
+	  --bin ingest --bin query --bin replay --bin manage --bin publisher
+
+## `sam build` of template.yaml (cargo-lambda, no Docker). SAM runs a release
+## build; the `lambda-release` profile's LTO, codegen-units and strip are applied to it
+## through the environment (its opt-level "s" is not: per-package overrides
+## cannot be set that way, and password hashing needs full optimisation).
+sam-build:
+	PATH="$$(bash scripts/aws-tools.sh):$$PATH" SAM_CLI_BETA_RUST_CARGO_LAMBDA=1 \
+	  CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_PROFILE_RELEASE_STRIP=true \
+	  sam build --beta-features

@@ -428,3 +428,58 @@ impl AlertConfig {
         }))
     }
 }
+
+/// The SQS publisher wake-up sent by the ingest and replay Lambdas.
+#[derive(Debug, Clone)]
+pub struct WakeupQueueConfig {
+    /// `RELAYOPS_WAKEUP_QUEUE_URL` (default unset = no SQS wake-up): the queue
+    /// whose event source is the publisher Lambda.
+    pub queue_url: String,
+    /// `RELAYOPS_WAKEUP_DEBOUNCE_MS` (default 100): at most one wake-up per warm
+    /// container in this interval.
+    pub debounce: Duration,
+    /// `RELAYOPS_WAKEUP_TIMEOUT_MS` (default 1000): connect and send timeout;
+    /// a response waits at most this long for its wake-up.
+    pub send_timeout: Duration,
+}
+
+impl WakeupQueueConfig {
+    /// `None` when no queue is configured.
+    pub fn from_env() -> Result<Option<Self>, ConfigError> {
+        let Some(queue_url) = std::env::var(key("WAKEUP_QUEUE_URL")).ok().filter(|url| !url.trim().is_empty()) else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            queue_url: queue_url.trim().to_owned(),
+            debounce: millis("WAKEUP_DEBOUNCE_MS", 100)?,
+            send_timeout: millis("WAKEUP_TIMEOUT_MS", 1000)?,
+        }))
+    }
+}
+
+/// The publisher Lambda's time budget.
+#[derive(Debug, Clone)]
+pub struct PublisherBudgetConfig {
+    /// `RELAYOPS_PUBLISHER_BUDGET_MS` (default 50000): how long one invocation
+    /// drains when the runtime's deadline is unusable (missing or already past,
+    /// as under `cargo lambda watch`).
+    pub budget: Duration,
+    /// `RELAYOPS_PUBLISHER_SAFETY_MARGIN_MS` (default 5000): kept free before
+    /// the invocation's deadline.
+    pub safety_margin: Duration,
+}
+
+impl Default for PublisherBudgetConfig {
+    fn default() -> Self {
+        Self { budget: Duration::from_secs(50), safety_margin: Duration::from_secs(5) }
+    }
+}
+
+impl PublisherBudgetConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Self {
+            budget: millis("PUBLISHER_BUDGET_MS", 50_000)?,
+            safety_margin: millis("PUBLISHER_SAFETY_MARGIN_MS", 5_000)?,
+        })
+    }
+}

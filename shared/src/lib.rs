@@ -23,4 +23,6 @@ pub mod net_policy;
 pub mod observe;
 pub mod repo;
 pub mod signing;
+#[cfg(feature = "sqs")]
+pub mod sqs_wakeup;
 pub mod telemetry;

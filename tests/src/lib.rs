@@ -7,6 +7,8 @@
 //! Connection settings: `RELAYOPS_TEST_DATABASE_URL` (a role allowed to create
 //! databases) and `RELAYOPS_TEST_AMQP_URL`; the defaults match the script.
 mod inspect;
+pub mod lambda;
+pub mod moto;
 mod process;
 
 use std::time::Duration;

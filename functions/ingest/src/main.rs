@@ -1,10 +1,11 @@
 //! The ingest Lambda: builds its clients once per container, then serves the
 //! router through lambda_http (API Gateway REST/HTTP API or a function URL).
-use relayops_shared::{api, telemetry};
+use relayops_shared::api::lambda::LambdaHttp;
+use relayops_shared::telemetry;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
-    let state = api::state_from_env()?;
-    lambda_http::run(relayops_ingest::router(state)).await
+    let app = LambdaHttp::from_env()?;
+    lambda_http::run(app.app(relayops_ingest::router)).await
 }

@@ -8,6 +8,7 @@
 //! Invariant: the publisher knows nothing of HTTP, endpoints or tenants'
 //! payloads; it moves opaque envelopes from Postgres to RabbitMQ.
 pub mod figures;
+pub mod lambda;
 mod session;
 
 use std::sync::Arc;
@@ -72,6 +73,16 @@ impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
         let owner = format!("publisher-{}", uuid_suffix());
         Self { pool, broker, config, owner, session: Mutex::new(None), last_recovery: std::sync::Mutex::new(None) }
+    }
+
+    /// Opens the broker session now rather than in the first batch (the Lambda
+    /// does it during init, so the first invocation's batches are timed alone).
+    pub async fn connect(&self) -> Result<(), PublishError> {
+        let mut guard = self.session.lock().await;
+        if !guard.as_ref().is_some_and(Session::is_usable) {
+            *guard = Some(Session::open(&self.broker).await?);
+        }
+        Ok(())
     }
 
     /// Claims one batch, publishes it and settles it. Returns what it did.

@@ -4,6 +4,7 @@
 mod auth;
 mod json;
 pub mod key_cache;
+pub mod lambda;
 pub mod openapi;
 mod problem;
 mod query;
