@@ -10,6 +10,7 @@ use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
+use lapin::{Connection, Consumer};
 use relayops_shared::broker::{self, BrokerError, Topology};
 use relayops_shared::config::{BrokerConfig, WorkerConfig};
 use relayops_shared::db::Pool;
@@ -24,6 +25,9 @@ use crate::sender::{Sender, SenderError};
 /// Pause before requeueing after a failure on our side, so a database outage
 /// does not become a hot redelivery loop.
 const REQUEUE_PAUSE: Duration = Duration::from_millis(500);
+/// The most the broker may take to answer the whole setup (connect, declare,
+/// qos, consume) before the worker gives up and reconnects.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub struct Worker {
     broker: BrokerConfig,
@@ -66,22 +70,12 @@ impl Worker {
     }
 
     async fn consume(&self) -> Result<(), BrokerError> {
-        let connection = broker::connect(&self.broker, "relayops-worker").await?;
-        let channel = broker::open_channel(&connection).await?;
-        let topology = Topology::new(&self.broker);
-        topology.declare(&channel).await?;
-        let delays = Arc::new(DelayPublisher::open(&connection, topology.clone()).await?);
-        // Prefetch bounds the messages (and so the HTTP requests) in flight per worker.
-        channel.basic_qos(self.config.concurrency, BasicQosOptions::default()).await.map_err(BrokerError::Channel)?;
-        let mut consumer = channel
-            .basic_consume(
-                &topology.ready_queue,
-                &self.config.worker_id,
-                BasicConsumeOptions::default(), // manual acks: no_ack = false
-                FieldTable::default(),
-            )
-            .await
-            .map_err(BrokerError::Channel)?;
+        // Every setup step waits for a broker reply; a reply that never comes
+        // (an overloaded broker, a lost frame) must become a reconnect, not a
+        // worker that silently never consumes.
+        let setup = tokio::time::timeout(SETUP_TIMEOUT, self.subscribe()).await;
+        let Subscription { _connection, _channel, delays, mut consumer, topology } =
+            setup.map_err(|_| BrokerError::SetupTimeout(SETUP_TIMEOUT))??;
         tracing::info!(queue = %topology.ready_queue, prefetch = self.config.concurrency, "worker consuming");
         self.consuming.send_replace(true);
         // In-flight messages belong to this connection: if it is dropped, so are
@@ -100,6 +94,39 @@ impl Worker {
             }
         }
         Ok(())
+    }
+}
+
+/// What consuming needs, and the connection and channel it must keep open.
+struct Subscription {
+    _connection: Connection,
+    _channel: lapin::Channel,
+    delays: Arc<DelayPublisher>,
+    consumer: Consumer,
+    topology: Topology,
+}
+
+impl Worker {
+    /// Connects, declares the topology, opens the retry publisher and starts
+    /// consuming the ready queue with the configured prefetch.
+    async fn subscribe(&self) -> Result<Subscription, BrokerError> {
+        let connection = broker::connect(&self.broker, "relayops-worker").await?;
+        let channel = broker::open_channel(&connection).await?;
+        let topology = Topology::new(&self.broker);
+        topology.declare(&channel).await?;
+        let delays = Arc::new(DelayPublisher::open(&connection, topology.clone()).await?);
+        // Prefetch bounds the messages (and so the HTTP requests) in flight per worker.
+        channel.basic_qos(self.config.concurrency, BasicQosOptions::default()).await.map_err(BrokerError::Channel)?;
+        let consumer = channel
+            .basic_consume(
+                &topology.ready_queue,
+                &self.config.worker_id,
+                BasicConsumeOptions::default(), // manual acks: no_ack = false
+                FieldTable::default(),
+            )
+            .await
+            .map_err(BrokerError::Channel)?;
+        Ok(Subscription { _connection: connection, _channel: channel, delays, consumer, topology })
     }
 }
 

@@ -18,6 +18,10 @@ pub enum BrokerError {
     Channel(#[source] lapin::Error),
     #[error("declaring the RabbitMQ topology failed")]
     Topology(#[source] lapin::Error),
+    /// The broker did not answer a setup step in time (it is overloaded, or
+    /// the reply was lost); the caller reconnects.
+    #[error("RabbitMQ did not answer within {0:?} while setting up")]
+    SetupTimeout(std::time::Duration),
 }
 
 /// Opens a connection whose I/O runs on the current tokio runtime.
