@@ -37,7 +37,17 @@ pub struct BatchResults {
 }
 
 impl Session {
+    /// Connects, enables confirms and declares the topology, within
+    /// [`broker::SETUP_TIMEOUT`] (a broker that never answers becomes an error
+    /// the caller retries, not a publisher stuck with a claimed batch).
     pub async fn open(config: &BrokerConfig) -> Result<Self, PublishError> {
+        match tokio::time::timeout(broker::SETUP_TIMEOUT, Self::open_untimed(config)).await {
+            Ok(session) => session,
+            Err(_) => Err(BrokerError::SetupTimeout(broker::SETUP_TIMEOUT).into()),
+        }
+    }
+
+    async fn open_untimed(config: &BrokerConfig) -> Result<Self, PublishError> {
         let connection = broker::connect(config, "relayops-publisher").await?;
         let channel = broker::open_channel(&connection).await?;
         channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(PublishError::ConfirmSelect)?;

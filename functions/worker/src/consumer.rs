@@ -11,7 +11,7 @@ use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, Consumer};
-use relayops_shared::broker::{self, BrokerError, Topology};
+use relayops_shared::broker::{self, BrokerError, Topology, SETUP_TIMEOUT};
 use relayops_shared::config::{BrokerConfig, WorkerConfig};
 use relayops_shared::db::Pool;
 use relayops_shared::telemetry::error_chain;
@@ -25,9 +25,6 @@ use crate::sender::{Sender, SenderError};
 /// Pause before requeueing after a failure on our side, so a database outage
 /// does not become a hot redelivery loop.
 const REQUEUE_PAUSE: Duration = Duration::from_millis(500);
-/// The most the broker may take to answer the whole setup (connect, declare,
-/// qos, consume) before the worker gives up and reconnects.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub struct Worker {
     broker: BrokerConfig,

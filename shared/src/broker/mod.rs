@@ -24,6 +24,12 @@ pub enum BrokerError {
     SetupTimeout(std::time::Duration),
 }
 
+/// The most a client waits for the broker to answer its whole setup (connect,
+/// channel, declares, qos/confirm mode) before giving up and reconnecting: a
+/// reply that never comes (an overloaded broker, a lost frame) must not leave a
+/// publisher or worker waiting forever.
+pub const SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Opens a connection whose I/O runs on the current tokio runtime.
 pub async fn connect(config: &BrokerConfig, connection_name: &str) -> Result<Connection, BrokerError> {
     let properties = ConnectionProperties::default()
