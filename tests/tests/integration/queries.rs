@@ -76,14 +76,18 @@ async fn pages_walk_every_delivery_exactly_once_while_new_ones_arrive() {
     let before: HashSet<String> = delivery_ids_in_database(&env).await.into_iter().collect();
     assert_eq!(before.len(), 1_000);
 
-    // A writer keeps posting events (5 deliveries at a time) for as long as the walk lasts.
+    // A writer keeps posting events (5 deliveries at a time, 50 times a second) for as long as the walk lasts.
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let (api_url, key) = (env.api_url.clone(), env.api_key.clone());
         let stop = Arc::clone(&stop);
         tokio::spawn(async move {
             let http = reqwest::Client::new();
+            // Paced, not flat out: a tight loop of commits saturates the shared
+            // disk's fsyncs and stalls the broker for the tests running beside it.
+            let mut pace = tokio::time::interval(std::time::Duration::from_millis(20));
             while !stop.load(Ordering::SeqCst) {
+                pace.tick().await;
                 let events: Vec<Value> =
                     (0..5).map(|n| json!({ "event_type": "order.created", "payload": { "n": n } })).collect();
                 let request = http.post(format!("{api_url}/v1/events/batch")).bearer_auth(&key);
