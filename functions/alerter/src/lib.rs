@@ -12,7 +12,7 @@
 pub mod alert;
 pub mod cooldown;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
@@ -56,22 +56,7 @@ impl Alerter {
 
     /// Consumes until the process ends, reconnecting with a growing pause.
     pub async fn run(&self) {
-        let mut failures: u32 = 0;
-        loop {
-            let result = self.consume().await;
-            self.consuming.send_replace(false);
-            match result {
-                Ok(()) => {
-                    failures = 0;
-                    tracing::warn!("alert consumer stream ended; reconnecting");
-                }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    tracing::warn!(error = %error_chain(&error), "alerter connection failed; reconnecting");
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(250 * 2u64.pow(failures.min(5)))).await;
-        }
+        broker::consume_forever("alerter", &self.consuming, || self.consume()).await
     }
 
     async fn consume(&self) -> Result<(), BrokerError> {

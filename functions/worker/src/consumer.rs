@@ -48,22 +48,7 @@ impl Worker {
 
     /// Consumes until the process ends, reconnecting as needed.
     pub async fn run(&self) {
-        let mut failures: u32 = 0;
-        loop {
-            let result = self.consume().await;
-            self.consuming.send_replace(false);
-            match result {
-                Ok(()) => {
-                    failures = 0;
-                    tracing::warn!("consumer stream ended; reconnecting");
-                }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    tracing::warn!(error = %error_chain(&error), "worker connection failed; reconnecting");
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(250 * 2u64.pow(failures.min(5)))).await;
-        }
+        broker::consume_forever("worker", &self.consuming, || self.consume()).await
     }
 
     async fn consume(&self) -> Result<(), BrokerError> {

@@ -42,3 +42,30 @@ pub async fn connect(config: &BrokerConfig, connection_name: &str) -> Result<Con
 pub async fn open_channel(connection: &Connection) -> Result<Channel, BrokerError> {
     connection.create_channel().await.map_err(BrokerError::Channel)
 }
+
+/// Runs a consumer until the process ends: `consume` connects and consumes
+/// until its stream ends or fails; `consuming` is false between attempts (for
+/// readiness); each failure in a row doubles the pause before reconnecting
+/// (250 ms up to 8 s), a stream that ended cleanly starts over at once.
+pub async fn consume_forever<F, Fut>(role: &str, consuming: &tokio::sync::watch::Sender<bool>, mut consume: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), BrokerError>>,
+{
+    let mut failures: u32 = 0;
+    loop {
+        let result = consume().await;
+        consuming.send_replace(false);
+        match result {
+            Ok(()) => {
+                failures = 0;
+                tracing::warn!(role, "consumer stream ended; reconnecting");
+            }
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(role, error = %crate::telemetry::error_chain(&error), "broker connection failed; reconnecting");
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250 * 2u64.pow(failures.min(5)))).await;
+    }
+}

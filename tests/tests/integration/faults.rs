@@ -133,3 +133,30 @@ async fn receiver_success_with_failed_local_commit_is_retried_with_the_same_deli
     assert_eq!(received[0].delivery_id.as_deref(), delivery["id"].as_str());
     assert_eq!(env.count("delivery_attempts").await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_accepts_but_never_answers_is_an_error_not_a_hang() {
+    // A loopback listener that takes the TCP connection and says nothing: the
+    // AMQP handshake never completes.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = silent.local_addr().unwrap();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
+    let mut broker = env.broker.clone();
+    broker.url = format!("amqp://guest:guest@{address}/%2f");
+    let publisher = relayops_publisher::Publisher::new(env.pool.clone(), broker, Default::default());
+    let limit = relayops_tests::relayops_shared::broker::SETUP_TIMEOUT + Duration::from_secs(10);
+    let outcome = tokio::time::timeout(limit, publisher.connect()).await.expect("gave up by itself, in time");
+    let error = outcome.expect_err("no session from a silent broker");
+    assert!(
+        relayops_tests::relayops_shared::telemetry::error_chain(&error).contains("did not answer"),
+        "{}",
+        relayops_tests::relayops_shared::telemetry::error_chain(&error)
+    );
+    holder.abort();
+}
