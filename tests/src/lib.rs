@@ -209,7 +209,10 @@ impl TestEnv {
         let broker = BrokerConfig {
             url: amqp_url,
             namespace: format!("test.{suffix}"),
-            queue_expires_ms: Some(120_000),
+            // Teardown deletes the namespace; expiry is only the backstop for a
+            // test process that was killed. Kept longer than a test run: many
+            // quorum queues expiring at once stall RabbitMQ for up to a minute.
+            queue_expires_ms: Some(1_800_000),
             // Few buckets keep the broker light with many tests at once.
             retry_delays_ms: vec![250, 1_000, 5_000],
         };
@@ -291,12 +294,10 @@ impl TestEnv {
             Worker::new(self.pool.clone(), self.broker.clone(), self.config.worker.clone(), gate).expect("worker");
         let mut consuming = worker.consuming();
         self.worker = Some(tokio::spawn(async move { worker.run().await }));
-        // Generous: under the full parallel suite the shared broker has been seen
-        // to stop answering new connections for about a minute (the worker
-        // reconnects every SETUP_TIMEOUT meanwhile); see the closing note.
-        tokio::time::timeout(Duration::from_secs(150), consuming.wait_for(|consuming| *consuming))
+        // Room for one SETUP_TIMEOUT reconnect on a busy broker.
+        tokio::time::timeout(Duration::from_secs(40), consuming.wait_for(|consuming| *consuming))
             .await
-            .expect("the worker started consuming within 150 s")
+            .expect("the worker started consuming within 40 s")
             .expect("worker alive");
     }
 
@@ -450,6 +451,20 @@ impl Answer {
     }
 }
 
+/// Deletes a test's RabbitMQ queues and exchanges (best effort: a broker that
+/// is down leaves them to the `x-expires` backstop).
+async fn delete_broker_namespace(broker: &BrokerConfig) {
+    let Ok(connection) = relayops_shared::broker::connect(broker, "test-teardown").await else {
+        return;
+    };
+    if let Ok(channel) = connection.create_channel().await {
+        if let Err(error) = relayops_shared::broker::Topology::new(broker).delete(&channel).await {
+            eprintln!("teardown: deleting the test's broker namespace failed: {error:?}");
+        }
+    }
+    let _ = connection.close(0, "teardown done").await;
+}
+
 impl Drop for TestEnv {
     fn drop(&mut self) {
         for task in self.tasks.drain(..).chain(self.worker.take()) {
@@ -461,8 +476,10 @@ impl Drop for TestEnv {
         // runtime so that a connection still being opened by the pool can finish
         // its handshake while this thread blocks; otherwise its backend sits in
         // authentication and DROP DATABASE waits for it (up to 60 s).
+        // The test's queues and exchanges go the same way.
         let admin_url = self.admin_url.clone();
         let name = self.database_name.clone();
+        let broker = self.broker.clone();
         let _ = std::thread::spawn(move || {
             let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
@@ -472,6 +489,7 @@ impl Drop for TestEnv {
                     tokio::spawn(connection);
                     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
                 }
+                let _ = tokio::time::timeout(Duration::from_secs(10), delete_broker_namespace(&broker)).await;
             });
         })
         .join();

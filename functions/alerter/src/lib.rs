@@ -25,11 +25,6 @@ use tokio::sync::watch;
 
 use cooldown::{Cooldown, Decision};
 
-/// The alerter's own queue for a namespace.
-pub fn alert_queue(topology: &Topology) -> String {
-    format!("{}.alerts", topology.dead_queue)
-}
-
 pub struct Alerter {
     broker: BrokerConfig,
     config: AlertConfig,
@@ -64,7 +59,7 @@ impl Alerter {
         let channel = broker::open_channel(&connection).await?;
         let topology = Topology::new(&self.broker);
         topology.declare(&channel).await?;
-        let queue = alert_queue(&topology);
+        let queue = topology.alert_queue();
         let mut arguments = FieldTable::default();
         arguments.insert(ShortString::from("x-queue-type"), AMQPValue::LongString("quorum".into()));
         if let Some(expires) = self.broker.queue_expires_ms {

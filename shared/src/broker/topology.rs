@@ -12,7 +12,9 @@
 //! brokers and loses messages on node failure).
 use std::time::Duration;
 
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::options::{
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, ExchangeKind};
 
@@ -73,6 +75,11 @@ impl Topology {
             dead_queue: format!("{ns}.dead"),
             queue_expires_ms: config.queue_expires_ms,
         }
+    }
+
+    /// The dead-letter alerter's own queue, bound to the dead fanout.
+    pub fn alert_queue(&self) -> String {
+        format!("{}.alerts", self.dead_queue)
     }
 
     /// The bucket for a wait: the longest delay not above it, or the shortest.
@@ -139,6 +146,24 @@ impl Topology {
         self.exchange(channel, &self.dead_exchange, ExchangeKind::Fanout).await?;
         self.queue(channel, &self.dead_queue, self.quorum_arguments()).await?;
         self.bind(channel, &self.dead_queue, &self.dead_exchange, "").await?;
+        Ok(())
+    }
+
+    /// Deletes every queue (with its messages) and exchange of this namespace,
+    /// the alerter's queue included; names that do not exist are skipped. For
+    /// short-lived namespaces (tests): deleting explicitly is cheap, whereas
+    /// hundreds of quorum queues expiring together through `x-expires` stall
+    /// RabbitMQ 3.10 for up to a minute (see ARCHITECTURE.md, "Queue topology").
+    pub async fn delete(&self, channel: &Channel) -> Result<(), BrokerError> {
+        let queues = [self.ready_queue.clone(), self.dead_queue.clone(), self.alert_queue()]
+            .into_iter()
+            .chain(self.retry_buckets.iter().map(|bucket| bucket.queue.clone()));
+        for queue in queues {
+            channel.queue_delete(&queue, QueueDeleteOptions::default()).await.map_err(BrokerError::Topology)?;
+        }
+        for exchange in [&self.exchange, &self.retry_exchange, &self.dead_exchange] {
+            channel.exchange_delete(exchange, ExchangeDeleteOptions::default()).await.map_err(BrokerError::Topology)?;
+        }
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use relayops_alerter::{alert_queue, Alerter};
+use relayops_alerter::Alerter;
 use relayops_shared::config::AlertConfig;
 use relayops_tests::{eventually, TestEnv, WAIT};
 use serde_json::{json, Value};
@@ -110,7 +110,7 @@ async fn dead_letters_alert_once_per_endpoint_per_cooldown_and_only_accepted_ale
     assert!(accepted.iter().any(|alert| alert["delivery_id"] == refused[0]["delivery_id"]), "retried until accepted");
     assert!(seen.iter().all(|(_, alert)| !alert.to_string().contains(&marker)), "no payloads in alerts");
     // The alerter has its own queue: the operators' DLQ still holds every letter.
-    assert_eq!(env.queue_depth(&alert_queue(&env.topology())).await, 0, "every alert-queue message acked");
+    assert_eq!(env.queue_depth(&env.topology().alert_queue()).await, 0, "every alert-queue message acked");
     assert_eq!(env.take_dead_letters().await.len(), 4, "the operators' DLQ is untouched");
 
     // After the cool-down, A's next alert reports what was held back.
