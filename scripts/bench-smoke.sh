@@ -22,8 +22,8 @@ pid=$!
   --backlog-prefetch 100 --relayops-bin "$target/relayops" --json > "$out.backlog"
 
 complete=$(cat "$out" "$out.backlog" | grep -c '"complete": true' || true)
-for scenario in delivery fanout_10 paced slow_endpoint backlog; do
+for scenario in delivery delivery_batched fanout_10 fanout_10_batched paced slow_endpoint backlog; do
   grep -q "\"$scenario\"" "$out" "$out.backlog" || { echo "bench smoke: no $scenario figures" >&2; exit 1; }
 done
-[ "$complete" -ge 4 ] || { echo "bench smoke: only $complete scenarios completed" >&2; cat "$out" "$out.backlog" >&2; exit 1; }
+[ "$complete" -ge 6 ] || { echo "bench smoke: only $complete scenarios completed" >&2; cat "$out" "$out.backlog" >&2; exit 1; }
 echo "bench smoke: ok ($complete delivery scenarios complete)"

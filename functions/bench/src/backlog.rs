@@ -46,7 +46,7 @@ impl BacklogRun<'_> {
         target.endpoint("hook/backlog-0", "bench.backlog", self.worker_prefetch.min(1000)).await?;
         target.receiver.reset();
         eprintln!("[backlog] queueing {} events with no worker running", self.events);
-        let queued = target.ingest_batches("bench.backlog", self.events, 500, 4).await;
+        let (queued, _) = target.ingest_batches("bench.backlog", self.events, 500, 4).await;
         self.wait_for_published_outbox().await?;
 
         eprintln!("[backlog] starting a worker (prefetch {})", self.worker_prefetch);

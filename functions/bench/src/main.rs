@@ -20,7 +20,11 @@ use clap::Parser;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_shared::config::{BrokerConfig, DatabaseConfig};
 use relayops_shared::repo::tenants;
+use scenarios::Feed;
 use serde_json::json;
+
+/// Events per request in the batch-fed delivery scenarios.
+const FEED_BATCH: usize = 100;
 
 #[derive(Parser)]
 #[command(name = "relayops-bench", about = "Load generator for a running RelayOps")]
@@ -38,9 +42,10 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
-    /// fanout, paced, slow, backlog. `backlog` needs `--relayops-bin` and a
-    /// target running without a worker (`relayops api`).
-    #[arg(long, default_value = "ceilings,ingest,batch,delivery,fanout,paced,slow")]
+    /// delivery-batched, fanout, fanout-batched, paced, slow, backlog.
+    /// `backlog` needs `--relayops-bin` and a target running without a worker
+    /// (`relayops api`).
+    #[arg(long, default_value = "ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow")]
     scenarios: String,
     /// Offered rate (events/s) of the `paced` and `slow` scenarios.
     #[arg(long, default_value_t = 500)]
@@ -120,16 +125,22 @@ async fn main() -> anyhow::Result<()> {
         report.insert("ingest".into(), serde_json::to_value(figures)?);
     }
     if scenarios.contains(&"batch") {
-        let figures = target.ingest_batches("bench.none", args.events * 4, 500, (args.concurrency / 4).max(1)).await;
+        let (figures, _) =
+            target.ingest_batches("bench.none", args.events * 4, 500, (args.concurrency / 4).max(1)).await;
         report.insert("batch_ingest".into(), serde_json::to_value(figures)?);
     }
-    if scenarios.contains(&"delivery") {
-        let figures = target.deliver("bench.one", 1, args.events, args.concurrency, timeout).await?;
-        report.insert("delivery".into(), serde_json::to_value(figures)?);
-    }
-    if scenarios.contains(&"fanout") {
-        let figures = target.deliver("bench.fanout", 10, (args.events / 10).max(1), args.concurrency, timeout).await?;
-        report.insert("fanout_10".into(), serde_json::to_value(figures)?);
+    let deliveries = [
+        ("delivery", "delivery", "bench.one", 1, Feed::Single),
+        ("delivery-batched", "delivery_batched", "bench.one-batched", 1, Feed::Batches(FEED_BATCH)),
+        ("fanout", "fanout_10", "bench.fanout", 10, Feed::Single),
+        ("fanout-batched", "fanout_10_batched", "bench.fanout-batched", 10, Feed::Batches(FEED_BATCH)),
+    ];
+    for (scenario, key, event_type, endpoints, feed) in deliveries {
+        if scenarios.contains(&scenario) {
+            let events = (args.events / endpoints).max(1);
+            let figures = target.deliver(event_type, endpoints, events, args.concurrency, feed, timeout).await?;
+            report.insert(key.into(), serde_json::to_value(figures)?);
+        }
     }
     if scenarios.contains(&"paced") {
         let figures = target.paced(args.rate, args.paced_secs, timeout).await?;
@@ -217,13 +228,18 @@ fn print_human(report: &serde_json::Map<String, serde_json::Value>) {
             f(&b["batch_latency"]["p99_ms"])
         );
     }
-    for (name, key) in [("delivery", "delivery"), ("fan-out 10", "fanout_10")] {
+    for (name, key) in [
+        ("delivery", "delivery"),
+        ("delivery*", "delivery_batched"),
+        ("fan-out 10", "fanout_10"),
+        ("fan-out*", "fanout_10_batched"),
+    ] {
         if let Some(d) = report.get(key) {
             println!(
-                "{name:<10} {} deliveries/s ({} of them{})   end-to-end p50 {} ms  p95 {} ms  p99 {} ms   attempts/delivery {}   ingest {} events/s",
+                "{name:<10} {} deliveries/s ({} of them{})   end-to-end p50 {} ms  p95 {} ms  p99 {} ms   attempts/delivery {}   ingest {} events/s ({})",
                 f(&d["deliveries_per_sec"]), d["deliveries"], if d["complete"] == true { "" } else { ", INCOMPLETE" },
                 f(&d["end_to_end"]["p50_ms"]), f(&d["end_to_end"]["p95_ms"]), f(&d["end_to_end"]["p99_ms"]),
-                f(&d["attempts_per_delivery"]), f(&d["ingest"]["events_per_sec"])
+                f(&d["attempts_per_delivery"]), f(&d["ingest"]["events_per_sec"]), d["feed"].as_str().unwrap_or_default()
             );
         }
     }

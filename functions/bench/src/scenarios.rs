@@ -40,6 +40,8 @@ pub struct DeliveryFigures {
     pub end_to_end: Percentiles,
     pub attempts_per_delivery: f64,
     pub complete: bool,
+    /// How the events went in: `single` or `batches of N`.
+    pub feed: String,
 }
 
 impl Target {
@@ -141,18 +143,35 @@ impl Target {
     }
 
     /// Posts events to `endpoints` subscribers and waits for every delivery.
+    /// `feed` says how the events go in: single posts measure ingest and
+    /// delivery competing for the same cores; batches take ingest's cost mostly
+    /// out, so the figure is the delivery path's (publisher + worker).
     pub async fn deliver(
         &self,
         event_type: &str,
         endpoints: usize,
         events: usize,
         concurrency: usize,
+        feed: Feed,
         timeout: Duration,
     ) -> anyhow::Result<DeliveryFigures> {
         self.endpoints(event_type, endpoints).await?;
         self.receiver.reset();
         let started = Instant::now();
-        let (ingest, acked) = self.ingest(event_type, events, concurrency, event_type).await;
+        let (ingest, acked) = match feed {
+            Feed::Single => self.ingest(event_type, events, concurrency, event_type).await,
+            Feed::Batches(size) => {
+                let (figures, acked) = self.ingest_batches(event_type, events, size, (concurrency / 8).max(1)).await;
+                let ingest = IngestFigures {
+                    events,
+                    accepted: figures.accepted,
+                    events_per_sec: figures.events_per_sec,
+                    latency: figures.batch_latency,
+                    errors_by_status: BTreeMap::new(),
+                };
+                (ingest, acked)
+            }
+        };
         let expected = ingest.accepted * endpoints;
         let deadline = Instant::now() + timeout;
         while self.receiver.delivered() < expected && Instant::now() < deadline {
@@ -175,9 +194,22 @@ impl Target {
             end_to_end: percentiles(latencies),
             attempts_per_delivery: arrivals.requests as f64 / delivered.max(1) as f64,
             complete: delivered >= expected,
+            feed: match feed {
+                Feed::Single => "single".to_owned(),
+                Feed::Batches(size) => format!("batches of {size}"),
+            },
             ingest,
         })
     }
+}
+
+/// How a delivery scenario feeds its events in.
+#[derive(Debug, Clone, Copy)]
+pub enum Feed {
+    /// One `POST /v1/events` per event.
+    Single,
+    /// `POST /v1/events/batch` with this many events each.
+    Batches(usize),
 }
 
 #[derive(Debug, Serialize)]
@@ -190,23 +222,25 @@ pub struct BatchFigures {
 }
 
 impl Target {
-    /// Posts `events` events in batches of `batch_size` from `concurrency` clients.
+    /// Posts `events` events in batches of `batch_size` from `concurrency`
+    /// clients; returns the figures and each accepted event's response instant.
     pub async fn ingest_batches(
         &self,
         event_type: &str,
         events: usize,
         batch_size: usize,
         concurrency: usize,
-    ) -> BatchFigures {
+    ) -> (BatchFigures, HashMap<String, Instant>) {
         let batches = events.div_ceil(batch_size);
         let next = Arc::new(AtomicUsize::new(0));
         let accepted = Arc::new(AtomicUsize::new(0));
+        let acked = Arc::new(Mutex::new(HashMap::with_capacity(events)));
         let latencies = Arc::new(Mutex::new(Vec::new()));
         let started = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..concurrency {
             let (http, url, key) = (self.http.clone(), format!("{}/v1/events/batch", self.api), self.key.clone());
-            let (next, accepted, latencies) = (next.clone(), accepted.clone(), latencies.clone());
+            let (next, accepted, acked, latencies) = (next.clone(), accepted.clone(), acked.clone(), latencies.clone());
             let event_type = event_type.to_owned();
             clients.push(tokio::spawn(async move {
                 loop {
@@ -214,15 +248,27 @@ impl Target {
                     if batch >= batches {
                         break;
                     }
-                    let items: Vec<_> = (0..batch_size)
+                    let size = batch_size.min(events - batch * batch_size);
+                    let items: Vec<_> = (0..size)
                         .map(|n| json!({ "event_type": event_type, "payload": { "batch": batch, "n": n } }))
                         .collect();
                     let sent = Instant::now();
                     let response = http.post(&url).bearer_auth(&key).json(&json!({ "events": items })).send().await;
+                    let answered = Instant::now();
                     if let Ok(response) = response {
                         let body: serde_json::Value = response.json().await.unwrap_or_default();
                         accepted.fetch_add(body["accepted"].as_u64().unwrap_or(0) as usize, Ordering::Relaxed);
-                        latencies.lock().unwrap_or_else(|p| p.into_inner()).push(sent.elapsed().as_secs_f64() * 1000.0);
+                        latencies
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((answered - sent).as_secs_f64() * 1000.0);
+                        let ids = body["results"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|item| item["event"]["id"].as_str());
+                        let mut acked = acked.lock().unwrap_or_else(|p| p.into_inner());
+                        acked.extend(ids.map(|id| (id.to_owned(), answered)));
                     }
                 }
             }));
@@ -233,12 +279,14 @@ impl Target {
         let elapsed = started.elapsed().as_secs_f64();
         let accepted = accepted.load(Ordering::Relaxed);
         let latencies = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
-        BatchFigures {
+        let acked = std::mem::take(&mut *acked.lock().unwrap_or_else(|p| p.into_inner()));
+        let figures = BatchFigures {
             events,
             batch_size,
             accepted,
             events_per_sec: accepted as f64 / elapsed,
             batch_latency: percentiles(latencies),
-        }
+        };
+        (figures, acked)
     }
 }

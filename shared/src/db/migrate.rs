@@ -16,6 +16,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/0003_outbox_notify_from_the_application.sql"),
     ),
     ("0004_list_indexes", include_str!("../../../migrations/0004_list_indexes.sql")),
+    (
+        "0005_fewer_indexes_on_the_write_path",
+        include_str!("../../../migrations/0005_fewer_indexes_on_the_write_path.sql"),
+    ),
 ];
 
 /// Arbitrary, fixed: the advisory lock key that serialises migrators.

