@@ -10,6 +10,7 @@ mod inspect;
 pub mod lambda;
 pub mod moto;
 mod process;
+pub mod prometheus;
 
 use std::time::Duration;
 

@@ -136,6 +136,16 @@ async fn settle(processor: &Processor, delays: &DelayPublisher, delivery: Delive
             }
             delivery.acker.ack(BasicAckOptions::default()).await
         }
+        Disposition::Postpone { wait } => match delays.publish(&delivery.data, wait, throttles.saturating_add(1)).await
+        {
+            Ok(()) => delivery.acker.ack(BasicAckOptions::default()).await,
+            Err(error) => {
+                // Its row was not touched (it may be `pending`): keep the message.
+                tracing::warn!(error = %error_chain(&error), "postponed message not published; requeued");
+                tokio::time::sleep(REQUEUE_PAUSE).await;
+                delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
+            }
+        },
         Disposition::Requeue => {
             tokio::time::sleep(REQUEUE_PAUSE).await;
             delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await

@@ -1,7 +1,9 @@
 //! Sending a message round again: to a retry queue whose fixed delay is the
 //! longest not above the wait, or straight to the ready queue when there is no
-//! wait. Publishes are confirmed; if one fails, nothing is lost: the row is
-//! `scheduled` in Postgres and the recovery pass re-enqueues it once overdue.
+//! wait. Publishes are confirmed; if one fails, nothing is lost: after a retry
+//! or a deferral the row is `scheduled` in Postgres and the recovery pass
+//! re-enqueues it once overdue; a postponed message (row untouched) is
+//! requeued instead of acked.
 use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};

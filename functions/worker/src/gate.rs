@@ -9,8 +9,11 @@ use std::time::Duration;
 use rand::Rng;
 use relayops_shared::config::{FlowConfig, WorkerConfig};
 use relayops_shared::flow::{FlowControl, FlowError, Limit, TokenDecision};
+use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::deliveries::DeliveryJob;
 use relayops_shared::telemetry::error_chain;
+
+use crate::saturation::Busy;
 
 const LEASE_KIND: &str = "endpoint-lease";
 const BUCKET_KIND: &str = "endpoint-rate";
@@ -33,8 +36,11 @@ pub struct Slot {
 
 pub enum Admission {
     Go(Option<Slot>),
-    /// Not now; ask again after this long.
-    Defer(Duration),
+    /// Not now; ask again after `wait`.
+    Defer {
+        wait: Duration,
+        busy: Busy,
+    },
 }
 
 /// 250 ms, 500 ms, 1 s, … 8 s, ±20 %.
@@ -64,10 +70,10 @@ impl Gate {
         let ttl = timeout + Duration::from_secs(5);
         match flow.acquire_lease(LEASE_KIND, &endpoint, &lease_id, max_in_flight, ttl).await {
             Ok(true) => {}
-            Ok(false) => return Admission::Defer(miss_wait(misses)),
+            Ok(false) => return Admission::Defer { wait: miss_wait(misses), busy: Busy::Full { max_in_flight } },
             Err(error) => {
                 tracing::warn!(error = %error_chain(&error), "flow control unavailable; delivery deferred");
-                return Admission::Defer(miss_wait(misses));
+                return Admission::Defer { wait: miss_wait(misses), busy: Busy::Unknown };
             }
         }
         let slot = Slot { endpoint, lease_id };
@@ -78,13 +84,23 @@ impl Gate {
             Ok(TokenDecision::Taken) => Admission::Go(Some(slot)),
             Ok(TokenDecision::Wait(wait)) => {
                 self.release(Some(slot)).await;
-                Admission::Defer(wait)
+                Admission::Defer { wait, busy: Busy::Rate { wait } }
             }
             Err(error) => {
                 tracing::warn!(error = %error_chain(&error), "flow control unavailable; delivery deferred");
                 self.release(Some(slot)).await;
-                Admission::Defer(miss_wait(misses))
+                Admission::Defer { wait: miss_wait(misses), busy: Busy::Unknown }
             }
+        }
+    }
+
+    /// Whether `endpoint` has `max_in_flight` requests in flight right now
+    /// (false when Redis cannot say: the full path decides then).
+    pub async fn is_full(&self, endpoint: EndpointId, max_in_flight: u32) -> bool {
+        let Some(flow) = &self.flow else { return false };
+        match flow.live_leases(LEASE_KIND, &endpoint.to_string()).await {
+            Ok(live) => live >= max_in_flight.max(1),
+            Err(_) => false,
         }
     }
 

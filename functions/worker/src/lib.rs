@@ -8,6 +8,7 @@
 //! - [`sender`]: the outbound HTTP client and request signing.
 //! - [`verdict`]: what an HTTP result means (delivered / retry / permanent).
 //! - [`report`]: the log line and metrics of each attempt.
+//! - [`saturation`]: endpoints flow control just turned away (skip their claims).
 //!
 //! Invariant: the worker never creates deliveries or outbox rows for new
 //! events; it only settles the deliveries it was handed.
@@ -18,6 +19,7 @@ pub mod policy;
 pub mod process;
 pub mod report;
 pub mod resolver;
+pub mod saturation;
 pub mod sender;
 pub mod verdict;
 

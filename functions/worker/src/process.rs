@@ -24,15 +24,16 @@ use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use relayops_shared::db::{DbError, Pool};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
-use relayops_shared::ids::{DeliveryId, TenantId};
+use relayops_shared::ids::{DeliveryId, EndpointId, TenantId};
 use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, DeliveryJob, Settled};
 use relayops_shared::repo::delivery_batches::{self, Deferral, DeliveryKey, Settlement};
 use relayops_shared::repo::{endpoints, outbox};
 use relayops_shared::telemetry::error_chain;
 
-use crate::gate::{Admission, Gate};
+use crate::gate::{miss_wait, Admission, Gate};
 use crate::policy::RetryPolicy;
 use crate::report::{self, AttemptReport};
+use crate::saturation::{Recall, Saturation};
 use crate::sender::{Exchange, Sender};
 use crate::verdict::{classify, SendResult, Verdict};
 
@@ -46,6 +47,11 @@ pub enum Disposition {
     /// was due, or flow control said not now (`throttled`: the wait grows with
     /// each consecutive throttle).
     Delay { wait: Duration, throttled: bool },
+    /// Flow control turned the endpoint away moments ago: publish the message
+    /// round again (a throttle more) without having touched its row, and ack
+    /// only if that publish was confirmed — the row may be `pending`, which
+    /// recovery does not sweep, so this message must not be lost.
+    Postpone { wait: Duration },
     /// A transient failure on our side: deliver the message again.
     Requeue,
     /// Not a message we can ever process.
@@ -89,6 +95,7 @@ pub struct Processor {
     claims: Batcher<DeliveryKey, ClaimOutcome>,
     records: Batcher<Settlement, Settled>,
     deferrals: Batcher<Deferral, Settled>,
+    saturation: Arc<Saturation>,
 }
 
 impl Processor {
@@ -119,7 +126,7 @@ impl Processor {
                 &client, &deferrals, worker
             )),
         );
-        Self { pool, sender, gate, config, claims, records, deferrals }
+        Self { pool, sender, gate, config, claims, records, deferrals, saturation: Arc::default() }
     }
 
     /// `throttles`: how many times in a row flow control deferred this message.
@@ -135,6 +142,10 @@ impl Processor {
                 return Disposition::Reject;
             }
         };
+        if self.still_saturated(task.endpoint_id, throttles).await {
+            report::postponed();
+            return Disposition::Postpone { wait: miss_wait(throttles) };
+        }
         match self.deliver(task.tenant_id, task.delivery_id, throttles).await {
             Ok(disposition) => disposition,
             Err(error) => {
@@ -144,6 +155,16 @@ impl Processor {
                 );
                 Disposition::Requeue
             }
+        }
+    }
+
+    /// Whether flow control turned this message's endpoint away recently and
+    /// would still (see [`crate::saturation`]).
+    async fn still_saturated(&self, endpoint: EndpointId, throttles: u32) -> bool {
+        match self.saturation.recall(endpoint, throttles) {
+            Recall::Claim => false,
+            Recall::RateLimited => true,
+            Recall::WasFull { max_in_flight } => self.gate.is_full(endpoint, max_in_flight).await,
         }
     }
 
@@ -186,7 +207,8 @@ impl Processor {
 
         let slot = match self.gate.admit(&job, throttles).await {
             Admission::Go(slot) => slot,
-            Admission::Defer(wait) => {
+            Admission::Defer { wait, busy } => {
+                self.saturation.remember(job.endpoint_id, busy);
                 self.deferrals.call(Deferral { key: (job.tenant_id, job.delivery_id), wait }).await?;
                 report::deferred();
                 tracing::debug!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,

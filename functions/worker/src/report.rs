@@ -7,7 +7,8 @@
 //! response body: the [`AttemptReport`] does not even hold them.
 use relayops_shared::domain::AttemptOutcome;
 use relayops_shared::observe::names::{
-    DELIVERIES_DEFERRED, DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION,
+    DELIVERIES_DEFERRED, DELIVERIES_POSTPONED, DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERY_ATTEMPTS,
+    DELIVERY_ATTEMPT_DURATION,
 };
 use relayops_shared::repo::deliveries::DeliveryJob;
 
@@ -64,6 +65,12 @@ pub fn attempt(report: &AttemptReport<'_>) {
 /// A delivery put back by flow control (no attempt made).
 pub fn deferred() {
     metrics::counter!(DELIVERIES_DEFERRED).increment(1);
+}
+
+/// A message sent round again without a claim: its endpoint was just found
+/// saturated (see [`crate::saturation`]).
+pub fn postponed() {
+    metrics::counter!(DELIVERIES_POSTPONED).increment(1);
 }
 
 /// A delivery failed without an attempt because its endpoint is disabled.

@@ -31,7 +31,26 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+/// KEYS[1]: lease set. Returns how many leases are live (not expired).
+static LIVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        local now_parts = redis.call('TIME')
+        local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
+        return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+        ",
+    )
+});
+
 impl FlowControl {
+    /// How many of `kind:id`'s leases are held right now.
+    pub async fn live_leases(&self, kind: &str, id: &str) -> Result<u32, FlowError> {
+        let key = self.key(kind, id);
+        let mut connection = self.connection.clone();
+        let live: i64 = self.bounded(LIVE.key(key).invoke_async(&mut connection)).await?;
+        Ok(live.clamp(0, i64::from(u32::MAX)) as u32)
+    }
+
     /// Takes one of the `max_in_flight` slots of `kind:id` for `ttl`.
     pub async fn acquire_lease(
         &self,

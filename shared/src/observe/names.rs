@@ -21,6 +21,9 @@ pub const DELIVERY_ATTEMPT_DURATION: &str = "relayops_delivery_attempt_duration_
 pub const DELIVERIES_SETTLED_WITHOUT_ATTEMPT: &str = "relayops_deliveries_settled_without_attempt_total";
 /// Deliveries put back by flow control (endpoint lease or rate); no labels.
 pub const DELIVERIES_DEFERRED: &str = "relayops_deliveries_deferred_total";
+/// Messages sent round again without claiming their row, because flow control
+/// had just turned their endpoint away; no labels.
+pub const DELIVERIES_POSTPONED: &str = "relayops_deliveries_postponed_total";
 
 /// Outbox rows published (confirmed by the broker); no labels.
 pub const OUTBOX_PUBLISHED: &str = "relayops_outbox_published_total";
@@ -60,6 +63,7 @@ pub fn describe_all() {
     describe_histogram!(DELIVERY_ATTEMPT_DURATION, Unit::Seconds, "Outbound webhook request duration by outcome.");
     describe_counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "Deliveries settled without an attempt, by reason.");
     describe_counter!(DELIVERIES_DEFERRED, "Deliveries put back by endpoint flow control.");
+    describe_counter!(DELIVERIES_POSTPONED, "Messages sent round again unclaimed: their endpoint was just saturated.");
     describe_counter!(OUTBOX_PUBLISHED, "Outbox rows published and confirmed by the broker.");
     describe_counter!(OUTBOX_PUBLISH_FAILURES, "Outbox publish failures: refused rows, failed ticks.");
     describe_histogram!(OUTBOX_PUBLISH_DURATION, Unit::Seconds, "Claim-to-settle time of one outbox batch.");

@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use relayops_tests::prometheus::{sample, scrape};
 use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
 
@@ -171,4 +172,30 @@ async fn a_slow_endpoint_cannot_starve_a_fast_one() {
         .unwrap()
         .get(0);
     assert!(attempts <= 1, "lease misses are not attempts");
+}
+
+/// A saturated endpoint's waiting messages go round without claiming their
+/// rows (most rounds cost no database write), while every delivery still goes
+/// out exactly once and never more than `max_in_flight` at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_endpoints_waiting_messages_go_round_without_database_writes() {
+    let env = TestEnv::start().await;
+    env.create_endpoint("/sim/slow/300", &["*"], json!({ "max_in_flight": 1 })).await;
+    let mut events = Vec::new();
+    for n in 0..12 {
+        let answer = env.post_event("a.b", json!({ "n": n })).await;
+        assert_eq!(answer.status, 201);
+        events.push(answer.body["id"].as_str().unwrap().to_owned());
+    }
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    assert_eq!(env.simulator.max_in_flight("/sim/slow/300"), 1, "the endpoint's limit held");
+    assert_eq!(env.count("delivery_attempts").await, 12, "one attempt each: waiting is not an attempt");
+    let metrics = scrape(&env.http, &env.api_url).await;
+    // A deferral claims the row and writes it back; a postponement touches nothing.
+    let deferred = sample(&metrics, "relayops_deliveries_deferred_total", &[]);
+    let postponed = sample(&metrics, "relayops_deliveries_postponed_total", &[]);
+    assert!(deferred > 0.0, "the endpoint was saturated");
+    assert!(postponed > deferred, "most rounds skipped the database: postponed {postponed}, deferred {deferred}");
 }

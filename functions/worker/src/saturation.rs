@@ -1,0 +1,138 @@
+//! A per-process memory of endpoints that flow control recently turned away,
+//! so that a message for an endpoint that is still saturated goes round again
+//! without claiming its row. For an endpoint with a backlog, claims that ended
+//! in a deferral (two database writes per message per round) were most of the
+//! worker's database traffic, and other endpoints' latency paid for them.
+//!
+//! The memory only says whom to ask: a message is postponed while its
+//! endpoint's rate-limit wait lasts (no token can exist before then), or when
+//! Redis says the endpoint's lease set is full right now — never on a guess.
+//!
+//! Nothing depends on it either. A postponed message leaves its row as it was
+//! (`pending`, or `scheduled` by an earlier deferral), and every
+//! [`FULL_CHECK_EVERY`]th round of a message takes the full path (claim, gate,
+//! deferral), which refreshes a `scheduled` row's due time well inside the
+//! recovery grace (waits are capped at 8 s: at most ~32 s between full rounds,
+//! the default grace is 60 s), so recovery does not duplicate it.
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use relayops_shared::ids::EndpointId;
+
+/// How long after its last deferral an endpoint is remembered.
+pub const MEMORY: Duration = Duration::from_secs(10);
+/// One round in this many goes the full way even while the endpoint is busy.
+pub const FULL_CHECK_EVERY: u32 = 4;
+/// Past this many remembered endpoints, stale entries are dropped.
+const PRUNE_ABOVE: usize = 1_024;
+
+/// Why flow control turned a delivery away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// Its endpoint had `max_in_flight` requests in flight.
+    Full { max_in_flight: u32 },
+    /// Its endpoint's rate limit has no token for this long.
+    Rate { wait: Duration },
+    /// Redis could not be asked.
+    Unknown,
+}
+
+/// What the memory says about a message's endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recall {
+    /// Nothing (or time for a full round): claim as usual.
+    Claim,
+    /// Its rate-limit wait has not passed: postpone.
+    RateLimited,
+    /// It was full recently: postpone if its lease set is still full.
+    WasFull { max_in_flight: u32 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    max_in_flight: Option<u32>,
+    rate_until: Option<Instant>,
+    seen: Instant,
+}
+
+#[derive(Default)]
+pub struct Saturation {
+    endpoints: Mutex<HashMap<EndpointId, Entry>>,
+}
+
+impl Saturation {
+    /// Flow control turned a delivery to `endpoint` away.
+    pub fn remember(&self, endpoint: EndpointId, busy: Busy) {
+        let now = Instant::now();
+        let mut map = self.endpoints.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if map.len() > PRUNE_ABOVE {
+            map.retain(|_, entry| now.duration_since(entry.seen) < MEMORY);
+        }
+        let entry = map.entry(endpoint).or_insert(Entry { max_in_flight: None, rate_until: None, seen: now });
+        entry.seen = now;
+        match busy {
+            Busy::Full { max_in_flight } => entry.max_in_flight = Some(max_in_flight),
+            Busy::Rate { wait } => entry.rate_until = Some(now + wait),
+            Busy::Unknown => {}
+        }
+    }
+
+    /// What to do with a message for `endpoint` that went round `throttles`
+    /// times in a row already.
+    pub fn recall(&self, endpoint: EndpointId, throttles: u32) -> Recall {
+        if throttles % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1 {
+            return Recall::Claim;
+        }
+        let now = Instant::now();
+        let map = self.endpoints.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(entry) = map.get(&endpoint).filter(|entry| now.duration_since(entry.seen) < MEMORY) else {
+            return Recall::Claim;
+        };
+        if entry.rate_until.is_some_and(|until| until > now) {
+            return Recall::RateLimited;
+        }
+        match entry.max_in_flight {
+            Some(max_in_flight) => Recall::WasFull { max_in_flight },
+            None => Recall::Claim,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_endpoint_is_rechecked_and_every_fourth_round_goes_the_full_way() {
+        let saturation = Saturation::default();
+        let (full, other) = (EndpointId::new(), EndpointId::new());
+        assert_eq!(saturation.recall(full, 0), Recall::Claim, "nothing remembered yet");
+        saturation.remember(full, Busy::Full { max_in_flight: 3 });
+        let recalled: Vec<Recall> = (0..8).map(|throttles| saturation.recall(full, throttles)).collect();
+        let was_full = Recall::WasFull { max_in_flight: 3 };
+        assert_eq!(
+            recalled,
+            [was_full, was_full, was_full, Recall::Claim, was_full, was_full, was_full, Recall::Claim]
+        );
+        assert_eq!(saturation.recall(other, 0), Recall::Claim, "only the endpoint turned away");
+    }
+
+    #[test]
+    fn a_rate_wait_postpones_until_it_has_passed() {
+        let saturation = Saturation::default();
+        let (waiting, passed) = (EndpointId::new(), EndpointId::new());
+        saturation.remember(waiting, Busy::Rate { wait: Duration::from_secs(60) });
+        saturation.remember(passed, Busy::Rate { wait: Duration::ZERO });
+        assert_eq!(saturation.recall(waiting, 0), Recall::RateLimited);
+        assert_eq!(saturation.recall(passed, 0), Recall::Claim);
+    }
+
+    #[test]
+    fn an_unreachable_redis_is_not_remembered_as_a_busy_endpoint() {
+        let saturation = Saturation::default();
+        let endpoint = EndpointId::new();
+        saturation.remember(endpoint, Busy::Unknown);
+        assert_eq!(saturation.recall(endpoint, 0), Recall::Claim);
+    }
+}
