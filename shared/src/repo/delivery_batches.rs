@@ -20,16 +20,31 @@ use crate::ids::{AttemptId, DeliveryId, TenantId};
 use crate::repo::deliveries::{claimable, claimed_columns, job_from_row, AttemptRecord, ClaimOutcome, Settled};
 use crate::repo::sql;
 
+/// A `locked` CTE: the deliveries named by `$source` (a CTE with `tenant_id`
+/// and `id` columns), found by primary key and locked in id order, so two
+/// batches that overlap cannot deadlock.
+macro_rules! locked_in_id_order {
+    ($source:literal) => {
+        concat!(
+            "locked AS (
+         SELECT d.tenant_id, d.id FROM relayops.deliveries d
+         WHERE (d.tenant_id, d.id) IN (SELECT tenant_id, id FROM ",
+            $source,
+            ")
+         ORDER BY d.id
+         FOR UPDATE OF d)"
+        )
+    };
+}
+
 /// Rows are found by primary key only (so the plan is O(batch) whatever the
 /// statistics say about statuses), locked in id order, and then updated if due.
 const CLAIM_MANY: &str = concat!(
     "WITH wanted AS (
          SELECT DISTINCT w.tenant_id, w.id FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)),
-     locked AS (
-         SELECT d.tenant_id, d.id FROM relayops.deliveries d
-         WHERE (d.tenant_id, d.id) IN (SELECT tenant_id, id FROM wanted)
-         ORDER BY d.id
-         FOR UPDATE OF d)
+     ",
+    locked_in_id_order!("wanted"),
+    "
      UPDATE relayops.deliveries d
      SET status = 'in_progress', lease_owner = $3,
          lease_expires_at = now() + $4::bigint * interval '1 millisecond', updated_at = now()
@@ -48,17 +63,16 @@ const CURRENT_STATES: &str = "SELECT d.tenant_id, d.id, d.status, d.next_attempt
      FROM relayops.deliveries d
      JOIN unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id) ON d.tenant_id = w.tenant_id AND d.id = w.id";
 
-const SETTLE_MANY_WITH_ATTEMPTS: &str = "WITH input AS (
+const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
+    "WITH input AS (
          SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::timestamptz[], $6::int[],
                               $7::text[], $8::uuid[], $9::text[], $10::jsonb[], $11::text[], $12::int[],
                               $13::timestamptz[])
              AS i(tenant_id, id, status, attempt_number, next_attempt_at, http_status,
                   error, attempt_id, outcome, request_headers, response_body, latency_ms, started_at)),
-     locked AS (
-         SELECT d.tenant_id, d.id FROM relayops.deliveries d
-         WHERE (d.tenant_id, d.id) IN (SELECT tenant_id, id FROM input)
-         ORDER BY d.id
-         FOR UPDATE OF d),
+",
+    locked_in_id_order!("input"),
+    ",
      settled AS (
          UPDATE relayops.deliveries d
          SET status = i.status, attempt_count = i.attempt_number, next_attempt_at = i.next_attempt_at,
@@ -75,24 +89,25 @@ const SETTLE_MANY_WITH_ATTEMPTS: &str = "WITH input AS (
      SELECT i.attempt_id, i.tenant_id, i.id, i.attempt_number, i.outcome, i.http_status, i.error,
             i.request_headers, i.response_body, i.latency_ms, $14, i.started_at
      FROM input i JOIN settled s ON s.tenant_id = i.tenant_id AND s.id = i.id
-     RETURNING tenant_id, delivery_id";
+     RETURNING tenant_id, delivery_id"
+);
 
 /// Gives claimed deliveries back without an attempt, each due again after its
 /// own wait (flow control said not now); `attempt_count` is untouched.
-const DEFER_MANY: &str = "WITH input AS (
+const DEFER_MANY: &str = concat!(
+    "WITH input AS (
          SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS i(tenant_id, id, wait_ms)),
-     locked AS (
-         SELECT d.tenant_id, d.id FROM relayops.deliveries d
-         WHERE (d.tenant_id, d.id) IN (SELECT tenant_id, id FROM input)
-         ORDER BY d.id
-         FOR UPDATE OF d)
+",
+    locked_in_id_order!("input"),
+    "
      UPDATE relayops.deliveries d
      SET status = 'scheduled', next_attempt_at = now() + i.wait_ms * interval '1 millisecond',
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
      FROM locked l, input i
      WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND i.tenant_id = l.tenant_id AND i.id = l.id
        AND d.status = 'in_progress' AND d.lease_owner = $4
-     RETURNING d.tenant_id, d.id";
+     RETURNING d.tenant_id, d.id"
+);
 
 /// A delivery named by a queue message.
 pub type DeliveryKey = (TenantId, DeliveryId);
