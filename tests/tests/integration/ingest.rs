@@ -172,3 +172,55 @@ async fn a_batch_whose_transaction_fails_writes_nothing() {
         (0, 0, 0)
     );
 }
+
+/// A large batch with distinct keys runs pipelined; each result still lines up
+/// with its item: repeats of earlier events name them, a changed repeat is a
+/// conflict, invalid items are refused, new ones are created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_batch_answers_every_item_in_its_own_place() {
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    let first: Vec<_> = (0..60)
+        .map(|n| json!({ "event_type": "a.b", "payload": { "n": n }, "idempotency_key": format!("k{n}") }))
+        .collect();
+    let answer = env.post("/v1/events/batch", json!({ "events": first })).await;
+    assert_eq!(answer.body["accepted"], 60, "{:?}", answer.body);
+    let original_ids: Vec<String> = answer.body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|result| result["event"]["id"].as_str().unwrap().to_owned())
+        .collect();
+
+    // Item i: i % 4 == 0 repeats event i/4 exactly, 1 reuses key k(i/4) for other
+    // content, 2 is invalid, 3 is new.
+    let second: Vec<_> = (0..200)
+        .map(|i| match i % 4 {
+            0 => json!({ "event_type": "a.b", "payload": { "n": i / 4 }, "idempotency_key": format!("k{}", i / 4) }),
+            1 => {
+                json!({ "event_type": "a.b", "payload": { "other": i }, "idempotency_key": format!("k{}", i / 4 + 50) })
+            }
+            2 => json!({ "event_type": "not valid", "payload": {} }),
+            _ => json!({ "event_type": "a.b", "payload": { "new": i }, "idempotency_key": format!("new{i}") }),
+        })
+        .collect();
+    let answer = env.post("/v1/events/batch", json!({ "events": second })).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let results = answer.body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 200);
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(result["index"], i, "results in item order");
+        let (status, key_owner) = (result["status"].as_u64().unwrap(), i / 4);
+        match i % 4 {
+            0 => {
+                assert_eq!(status, 200, "item {i}: {result}");
+                assert_eq!(result["event"]["id"], original_ids[key_owner].as_str(), "item {i} names its original");
+            }
+            1 if key_owner + 50 < 60 => assert_eq!(status, 409, "item {i}: {result}"),
+            1 => assert_eq!(status, 201, "item {i}: {result}"),
+            2 => assert_eq!(status, 422, "item {i}: {result}"),
+            _ => assert_eq!(status, 201, "item {i}: {result}"),
+        }
+    }
+    let created = results.iter().filter(|result| result["status"] == 201).count() as i64;
+    assert_eq!(env.count("events").await, 60 + created);
+}
