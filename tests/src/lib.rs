@@ -452,6 +452,38 @@ impl Answer {
     }
 }
 
+/// Runs `rabbitmqctl` (the broker under test is local); panics if it fails.
+pub fn rabbitmqctl(args: &[&str]) {
+    let status = std::process::Command::new("rabbitmqctl").args(args).stdout(std::process::Stdio::null()).status();
+    assert!(status.is_ok_and(|s| s.success()), "rabbitmqctl {args:?} failed");
+}
+
+/// A RabbitMQ policy that makes every queue of the test's namespace matching
+/// `queues` (a regex suffix, e.g. `retry\..*`) refuse new messages (max length
+/// 0, reject-publish): publishes to them are nacked. Removed when dropped.
+pub struct RefusingQueues {
+    name: String,
+}
+
+impl RefusingQueues {
+    pub fn apply(broker: &BrokerConfig, queues: &str) -> Self {
+        let name = format!("{}-refusing", broker.namespace);
+        let pattern = format!("^{}\\.{queues}$", broker.namespace.replace('.', "\\."));
+        let definition = r#"{"max-length":0,"overflow":"reject-publish"}"#;
+        rabbitmqctl(&["set_policy", "--apply-to", "queues", "--priority", "10", &name, &pattern, definition]);
+        Self { name }
+    }
+}
+
+impl Drop for RefusingQueues {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["clear_policy", &self.name])
+            .stdout(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// Deletes a test's RabbitMQ queues and exchanges (best effort: a broker that
 /// is down leaves them to the `x-expires` backstop).
 async fn delete_broker_namespace(broker: &BrokerConfig) {

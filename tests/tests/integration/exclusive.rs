@@ -3,15 +3,10 @@
 //! (`exclusive::` in their names is the filter).
 use std::time::{Duration, Instant};
 
-use relayops_tests::{TestConfig, TestEnv};
+use relayops_tests::{rabbitmqctl, TestConfig, TestEnv};
 use serde_json::json;
 
 const LONG_WAIT: Duration = Duration::from_secs(120);
-
-fn rabbitmqctl(args: &[&str]) {
-    let status = std::process::Command::new("rabbitmqctl").args(args).stdout(std::process::Stdio::null()).status();
-    assert!(status.is_ok_and(|s| s.success()), "rabbitmqctl {args:?} failed");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_rabbitmq_restart_still_delivers_the_retries_that_were_waiting() {

@@ -3,8 +3,9 @@
 //! holding claims, a message published twice.
 use std::time::Duration;
 
+use relayops_tests::prometheus::{sample, scrape};
 use relayops_tests::relayops_shared::repo::outbox;
-use relayops_tests::{TestConfig, TestEnv};
+use relayops_tests::{eventually, RefusingQueues, TestConfig, TestEnv, WAIT};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,4 +160,50 @@ async fn a_broker_that_accepts_but_never_answers_is_an_error_not_a_hang() {
         relayops_tests::relayops_shared::telemetry::error_chain(&error)
     );
     holder.abort();
+}
+
+/// The broker refuses to take back messages sent round (a policy makes the
+/// retry queues refuse every message, so each re-publish is nacked) while an
+/// endpoint is saturated. A postponed message's row was never touched — it may
+/// still be `pending`, which recovery does not sweep — so the worker must not
+/// ack it: it is requeued and delivered once the endpoint has room. Deferred
+/// rows are `scheduled` and come back through recovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postponed_messages_the_broker_refuses_to_take_back_are_not_lost() {
+    let mut config = TestConfig::default();
+    config.publisher.recovery_grace = Duration::from_secs(1);
+    let env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/slow/1000", &["*"], json!({ "max_in_flight": 1 })).await;
+    let _refusing = RefusingQueues::apply(&env.broker, "retry\\..*");
+    let post = |n: u32| {
+        let env = &env;
+        async move {
+            let answer = env.post_event("a.b", json!({ "n": n })).await;
+            assert_eq!(answer.status, 201);
+            answer.body["id"].as_str().unwrap().to_owned()
+        }
+    };
+    // One in flight, one turned away: the worker now knows the endpoint is full.
+    let mut events = vec![post(0).await, post(1).await];
+    eventually(WAIT, || async {
+        let deferred = sample(&scrape(&env.http, &env.api_url).await, "relayops_deliveries_deferred_total", &[]);
+        if deferred >= 1.0 {
+            Ok(())
+        } else {
+            Err("no deferral yet".to_owned())
+        }
+    })
+    .await;
+    // These arrive while it is still full: postponed with their rows `pending`.
+    for n in 2..6 {
+        events.push(post(n).await);
+    }
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    assert_eq!(env.count("delivery_attempts").await, 6, "each delivered once");
+    assert_eq!(env.simulator.max_in_flight("/sim/slow/1000"), 1, "the endpoint's limit held");
+    let metrics = scrape(&env.http, &env.api_url).await;
+    let postponed = sample(&metrics, "relayops_deliveries_postponed_total", &[]);
+    assert!(postponed > 0.0, "the fault was met: messages were postponed while their re-publish was refused");
 }
