@@ -477,9 +477,10 @@ impl Default for PublisherBudgetConfig {
 
 impl PublisherBudgetConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
+        let default = Self::default();
         Ok(Self {
-            budget: millis("PUBLISHER_BUDGET_MS", 50_000)?,
-            safety_margin: millis("PUBLISHER_SAFETY_MARGIN_MS", 5_000)?,
+            budget: millis("PUBLISHER_BUDGET_MS", default.budget.as_millis() as u64)?,
+            safety_margin: millis("PUBLISHER_SAFETY_MARGIN_MS", default.safety_margin.as_millis() as u64)?,
         })
     }
 }

@@ -15,6 +15,7 @@ pub mod bootstrap;
 pub mod broker;
 pub mod config;
 pub mod db;
+pub mod debounce;
 pub mod domain;
 pub mod failpoint;
 pub mod flow;

@@ -11,7 +11,7 @@
 //! provides, and `AWS_ENDPOINT_URL_SQS` or `AWS_ENDPOINT_URL` for LocalStack or
 //! moto. Only built with the `sqs` feature (the ingest and replay Lambdas).
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_sdk_sqs::config::retry::RetryConfig;
 use aws_sdk_sqs::config::timeout::TimeoutConfig;
@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::PublisherWakeup;
 use crate::config::{ConfigError, WakeupQueueConfig};
+use crate::debounce::Debounce;
 use crate::telemetry::error_chain;
 
 /// The body of every wake-up message; the publisher only counts them.
@@ -30,8 +31,7 @@ pub const WAKEUP_BODY: &str = r#"{"type":"outbox.wakeup.v1"}"#;
 pub struct SqsWakeup {
     client: aws_sdk_sqs::Client,
     queue_url: String,
-    debounce: Duration,
-    last_sent: Mutex<Option<Instant>>,
+    debounce: Debounce,
     /// The longest a response waits for its wake-up (the send timeout, plus a little).
     settle_limit: Duration,
     /// Sends not yet finished; [`settle`](Self::settle) awaits them before a
@@ -46,8 +46,7 @@ impl SqsWakeup {
         Self {
             client,
             queue_url,
-            debounce,
-            last_sent: Mutex::new(None),
+            debounce: Debounce::new(debounce),
             settle_limit: send_timeout + Duration::from_millis(250),
             in_flight: Mutex::new(Vec::new()),
         }
@@ -74,21 +73,11 @@ impl SqsWakeup {
             tracing::warn!(limit_ms = limit.as_millis() as u64, "publisher wake-up still sending; not waiting longer");
         }
     }
-
-    /// True (and the clock restarted) when no message went out within the debounce.
-    fn take_slot(&self) -> bool {
-        let mut last = self.last_sent.lock().unwrap_or_else(PoisonError::into_inner);
-        if last.is_some_and(|at| at.elapsed() < self.debounce) {
-            return false;
-        }
-        *last = Some(Instant::now());
-        true
-    }
 }
 
 impl PublisherWakeup for SqsWakeup {
     fn wake(&self) {
-        if !self.take_slot() {
+        if !self.debounce.take_slot() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };

@@ -15,8 +15,8 @@ pub mod cooldown;
 use std::time::Instant;
 
 use futures_util::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
 use relayops_shared::broker::{self, BrokerError, QueueMessage, Topology};
 use relayops_shared::config::{AlertConfig, BrokerConfig};
 use relayops_shared::observe::names::DEAD_LETTER_ALERTS;
@@ -59,18 +59,8 @@ impl Alerter {
         let channel = broker::open_channel(&connection).await?;
         let topology = Topology::new(&self.broker);
         topology.declare(&channel).await?;
+        topology.declare_alert_queue(&channel).await?;
         let queue = topology.alert_queue();
-        let mut arguments = FieldTable::default();
-        arguments.insert(ShortString::from("x-queue-type"), AMQPValue::LongString("quorum".into()));
-        if let Some(expires) = self.broker.queue_expires_ms {
-            arguments.insert(ShortString::from("x-expires"), AMQPValue::LongUInt(expires));
-        }
-        let durable = QueueDeclareOptions { durable: true, ..Default::default() };
-        channel.queue_declare(&queue, durable, arguments).await.map_err(BrokerError::Topology)?;
-        channel
-            .queue_bind(&queue, &topology.dead_exchange, "", QueueBindOptions::default(), FieldTable::default())
-            .await
-            .map_err(BrokerError::Topology)?;
         // One alert at a time: the cool-down sees them in order.
         channel.basic_qos(1, BasicQosOptions::default()).await.map_err(BrokerError::Channel)?;
         let mut consumer = channel

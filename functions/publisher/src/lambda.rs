@@ -63,7 +63,7 @@ pub fn budget(deadline_epoch_ms: u64, now: SystemTime, config: &PublisherBudgetC
     }
     let remaining = Duration::from_millis(deadline_epoch_ms - now_ms);
     // A function timeout shorter than the margin still leaves half its time.
-    remaining.checked_sub(config.safety_margin).filter(|left| *left >= remaining / 2).unwrap_or(remaining / 2)
+    remaining.saturating_sub(config.safety_margin).max(remaining / 2)
 }
 
 /// One invocation: drain within the budget, report what was done. A failure
@@ -79,8 +79,9 @@ pub async fn handle(
     let budget = budget(event.context.deadline, SystemTime::now(), config);
     let result = publisher.drain(Some(started + budget)).await;
     // One CloudWatch EMF line per invocation: the Lambda's metrics.
-    crate::figures::emit_invocation(&result.as_ref().copied().unwrap_or_default(), started.elapsed(), result.is_err());
-    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let elapsed = started.elapsed();
+    crate::figures::emit_invocation(&result.as_ref().copied().unwrap_or_default(), elapsed, result.is_err());
+    let elapsed_ms = elapsed.as_millis() as u64;
     match result {
         Ok(report) => {
             let invocation = InvocationReport { trigger, budget_ms: budget.as_millis() as u64, elapsed_ms, report };
@@ -128,5 +129,15 @@ mod tests {
         ] });
         assert_eq!(Trigger::of(&sqs), Trigger::Sqs { messages: 2 });
         assert_eq!(Trigger::of(&serde_json::json!({})), Trigger::Manual);
+    }
+
+    #[test]
+    fn odd_payloads_are_manual_invocations() {
+        assert_eq!(Trigger::of(&serde_json::json!({ "Records": [] })), Trigger::Manual);
+        let mixed = serde_json::json!({ "Records": [
+            { "eventSource": "aws:sqs", "body": "{}" }, { "eventSource": "aws:s3" }
+        ] });
+        assert_eq!(Trigger::of(&mixed), Trigger::Manual);
+        assert_eq!(Trigger::of(&serde_json::json!("not an object")), Trigger::Manual);
     }
 }

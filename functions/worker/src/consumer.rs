@@ -125,7 +125,19 @@ fn throttles(delivery: &Delivery) -> u32 {
 
 async fn settle(processor: &Processor, delays: &DelayPublisher, delivery: Delivery) {
     let throttles = throttles(&delivery);
-    let disposition = processor.process(&delivery.data, throttles).await;
+    let disposition = match processor.process(&delivery.data, throttles).await {
+        // Its row was not touched (it may be `pending`): ack only once the
+        // message is back in a queue, keep it otherwise.
+        Disposition::Postpone { wait } => match delays.publish(&delivery.data, wait, throttles.saturating_add(1)).await
+        {
+            Ok(()) => Disposition::Ack,
+            Err(error) => {
+                tracing::warn!(error = %error_chain(&error), "postponed message not published; requeued");
+                Disposition::Requeue
+            }
+        },
+        other => other,
+    };
     let result = match disposition {
         Disposition::Ack => delivery.acker.ack(BasicAckOptions::default()).await,
         Disposition::Delay { wait, throttled } => {
@@ -136,17 +148,8 @@ async fn settle(processor: &Processor, delays: &DelayPublisher, delivery: Delive
             }
             delivery.acker.ack(BasicAckOptions::default()).await
         }
-        Disposition::Postpone { wait } => match delays.publish(&delivery.data, wait, throttles.saturating_add(1)).await
-        {
-            Ok(()) => delivery.acker.ack(BasicAckOptions::default()).await,
-            Err(error) => {
-                // Its row was not touched (it may be `pending`): keep the message.
-                tracing::warn!(error = %error_chain(&error), "postponed message not published; requeued");
-                tokio::time::sleep(REQUEUE_PAUSE).await;
-                delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
-            }
-        },
-        Disposition::Requeue => {
+        // (A postponement was resolved into `Ack` or `Requeue` above.)
+        Disposition::Requeue | Disposition::Postpone { .. } => {
             tokio::time::sleep(REQUEUE_PAUSE).await;
             delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
         }

@@ -52,10 +52,6 @@ impl LambdaHttp {
         Self { state, sqs }
     }
 
-    pub fn state(&self) -> &ApiState {
-        &self.state
-    }
-
     /// The function's router over this state, ready for `lambda_http::run`.
     pub fn app(self, router: impl FnOnce(ApiState) -> Router) -> Router {
         let app = router(self.state);

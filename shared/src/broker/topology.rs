@@ -149,6 +149,15 @@ impl Topology {
         Ok(())
     }
 
+    /// The alerter's queue (a quorum queue like the others) bound to the dead
+    /// fanout; only the alerter declares it, so it exists only where alerting
+    /// runs.
+    pub async fn declare_alert_queue(&self, channel: &Channel) -> Result<(), BrokerError> {
+        let queue = self.alert_queue();
+        self.queue(channel, &queue, self.quorum_arguments()).await?;
+        self.bind(channel, &queue, &self.dead_exchange, "").await
+    }
+
     /// Deletes every queue (with its messages) and exchange of this namespace,
     /// the alerter's queue included; names that do not exist are skipped. For
     /// short-lived namespaces (tests): deleting explicitly is cheap, whereas

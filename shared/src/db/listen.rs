@@ -7,14 +7,14 @@
 //! The NOTIFY is sent apart from the writer's transaction on purpose: Postgres
 //! serialises the commits of transactions that notify, which under load costs
 //! more than the wake-up saves.
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
 use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
+use crate::debounce::Debounce;
 use crate::telemetry::error_chain;
 
 pub const OUTBOX_CHANNEL: &str = "relayops_outbox";
@@ -68,24 +68,18 @@ async fn listen_once(database_url: &str, notify: &Notify) -> Result<(), tokio_po
 /// process, on a pooled connection, without waiting for it.
 pub struct PgNotifier {
     pool: crate::db::Pool,
-    started: Instant,
-    /// Milliseconds since `started` of the last notification sent.
-    last_sent_ms: AtomicU64,
-    debounce: Duration,
+    debounce: Debounce,
 }
 
 impl PgNotifier {
     pub fn new(pool: crate::db::Pool) -> Self {
-        Self { pool, started: Instant::now(), last_sent_ms: AtomicU64::new(0), debounce: Duration::from_millis(20) }
+        Self { pool, debounce: Debounce::new(Duration::from_millis(20)) }
     }
 }
 
 impl crate::api::PublisherWakeup for PgNotifier {
     fn wake(&self) {
-        let now_ms = self.started.elapsed().as_millis() as u64 + self.debounce.as_millis() as u64;
-        let last = self.last_sent_ms.load(Ordering::Relaxed);
-        let due = now_ms.saturating_sub(last) >= self.debounce.as_millis() as u64;
-        if !due || self.last_sent_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        if !self.debounce.take_slot() {
             return;
         }
         let pool = self.pool.clone();

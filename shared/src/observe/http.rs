@@ -18,10 +18,6 @@ use super::names::HTTP_REQUEST_DURATION;
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 const MAX_REQUEST_ID_LEN: usize = 128;
 
-/// The request's id, in the request extensions for handlers that want it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestId(pub String);
-
 tokio::task_local! {
     /// The id of the request being served on this task (problem bodies quote it).
     static CURRENT_REQUEST_ID: String;
@@ -61,13 +57,12 @@ fn method_label(method: &Method) -> &'static str {
 
 /// `axum::middleware::from_fn(observe)`, added with `Router::layer` so the
 /// matched route template is known.
-pub async fn observe(mut request: Request, next: Next) -> Response {
+pub async fn observe(request: Request, next: Next) -> Response {
     let started = Instant::now();
     let request_id =
         request.headers().get(REQUEST_ID_HEADER).and_then(accepted_request_id).unwrap_or_else(new_request_id);
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
     let method = method_label(request.method());
-    request.extensions_mut().insert(RequestId(request_id.clone()));
     let span = tracing::info_span!("request", request_id = %request_id);
     let mut response = CURRENT_REQUEST_ID.scope(request_id.clone(), next.run(request).instrument(span)).await;
 

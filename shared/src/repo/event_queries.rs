@@ -8,7 +8,7 @@ use crate::db::DbError;
 use crate::domain::EventType;
 use crate::ids::TenantId;
 use crate::repo::delivery_queries::{Conditions, TimeKey};
-use crate::repo::events::EventRecord;
+use crate::repo::events::{EventRecord, EVENT_COLUMNS};
 use crate::repo::sql;
 
 /// Filters for the list of events; `None` means "any".
@@ -45,7 +45,7 @@ pub async fn list_events(
     }
     let limit = conditions.push_param(limit);
     let sql = format!(
-        "SELECT id, event_type, payload::text AS payload, idempotency_key, received_at FROM relayops.events WHERE {}
+        "SELECT {EVENT_COLUMNS} FROM relayops.events WHERE {}
          ORDER BY received_at DESC, id DESC LIMIT {limit}",
         conditions.where_clause()
     );

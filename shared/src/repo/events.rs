@@ -53,9 +53,8 @@ const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_
             (SELECT count(*) FROM relayops.deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_id = e.id) AS deliveries
      FROM relayops.events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2";
 
-const GET_EVENT: &str =
-    "SELECT id, event_type, payload::text AS payload, idempotency_key, received_at FROM relayops.events
-     WHERE tenant_id = $1 AND id = $2";
+/// What [`EventRecord::from_row`] reads (the payload as Postgres renders it).
+pub(crate) const EVENT_COLUMNS: &str = "id, event_type, payload::text AS payload, idempotency_key, received_at";
 
 pub struct NewEvent<'a> {
     pub event_type: &'a EventType,
@@ -182,6 +181,7 @@ pub async fn get_event(
     tenant: TenantId,
     id: EventId,
 ) -> Result<Option<EventRecord>, DbError> {
-    let row = sql::query_opt(client, GET_EVENT, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
+    let sql = format!("SELECT {EVENT_COLUMNS} FROM relayops.events WHERE tenant_id = $1 AND id = $2");
+    let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(EventRecord::from_row))
 }
