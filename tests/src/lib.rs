@@ -452,10 +452,29 @@ impl Answer {
     }
 }
 
+/// A loopback listener that takes TCP connections and never says anything (a
+/// peer that accepts but never answers); it holds them until the task ends.
+pub async fn silent_listener() -> (std::net::SocketAddr, JoinHandle<()>) {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = silent.local_addr().expect("address");
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    (address, holder)
+}
+
 /// Runs `rabbitmqctl` (the broker under test is local); panics if it fails.
 pub fn rabbitmqctl(args: &[&str]) {
+    assert!(try_rabbitmqctl(args), "rabbitmqctl {args:?} failed");
+}
+
+/// Runs `rabbitmqctl`; whether it succeeded (for teardown, which must not panic).
+fn try_rabbitmqctl(args: &[&str]) -> bool {
     let status = std::process::Command::new("rabbitmqctl").args(args).stdout(std::process::Stdio::null()).status();
-    assert!(status.is_ok_and(|s| s.success()), "rabbitmqctl {args:?} failed");
+    status.is_ok_and(|s| s.success())
 }
 
 /// A RabbitMQ policy that makes every queue of the test's namespace matching
@@ -477,10 +496,7 @@ impl RefusingQueues {
 
 impl Drop for RefusingQueues {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["clear_policy", &self.name])
-            .stdout(std::process::Stdio::null())
-            .status();
+        try_rabbitmqctl(&["clear_policy", &self.name]);
     }
 }
 

@@ -139,14 +139,7 @@ async fn receiver_success_with_failed_local_commit_is_retried_with_the_same_deli
 async fn a_broker_that_accepts_but_never_answers_is_an_error_not_a_hang() {
     // A loopback listener that takes the TCP connection and says nothing: the
     // AMQP handshake never completes.
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = silent.local_addr().unwrap();
-    let holder = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = silent.accept().await {
-            held.push(socket);
-        }
-    });
+    let (address, holder) = relayops_tests::silent_listener().await;
     let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
     let mut broker = env.broker.clone();
     broker.url = format!("amqp://guest:guest@{address}/%2f");

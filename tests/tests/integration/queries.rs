@@ -167,11 +167,16 @@ async fn filters_narrow_every_list_and_bad_parameters_are_400s() {
     // A cursor from one list is not a cursor of another, and garbage is refused.
     let first = env.get("/v1/events?limit=1").await;
     let events_cursor = first.body["next_cursor"].as_str().expect("a second page").to_owned();
+    let a_delivery = failed.body["data"][0]["id"].as_str().unwrap().to_owned();
     for (path, names) in [
         (format!("/v1/deliveries?cursor={events_cursor}"), "cursor"),
         ("/v1/deliveries?cursor=not-a-cursor".to_owned(), "cursor"),
         ("/v1/events?cursor=%00%01".to_owned(), "cursor"),
         ("/v1/deliveries?limit=0".to_owned(), "limit"),
+        ("/v1/events?limit=501".to_owned(), "limit"),
+        (format!("/v1/deliveries/{a_delivery}/attempts?limit=501"), "limit"),
+        (format!("/v1/deliveries/{a_delivery}/attempts?page=2"), "page"),
+        (format!("/v1/endpoints/{}/stats?window=1h", good["id"].as_str().unwrap()), "window"),
         ("/v1/deliveries?limit=many".to_owned(), "limit"),
         ("/v1/deliveries?status=zombie".to_owned(), "status"),
         ("/v1/deliveries?endpoint_id=ep_nothex".to_owned(), "endpoint_id"),

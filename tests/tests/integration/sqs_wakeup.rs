@@ -95,3 +95,32 @@ async fn with_sqs_unreachable_ingest_succeeds_and_the_schedule_delivers() {
     assert_eq!(tick.report.published, 1, "{tick:?}");
     env.wait_for_status(&event_id, "delivered").await;
 }
+
+/// SQS takes the connection and never answers: the response waits for the
+/// wake-up no longer than the send timeout (plus a little), then answers 201
+/// with the work safely in the outbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sqs_silent_ingest_answers_after_the_send_timeout_at_most() {
+    let (address, _holder) = relayops_tests::silent_listener().await;
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, ..TestConfig::default() }).await;
+    // A subscriber, so the event has deliveries and ingest wakes the publisher.
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let endpoint = format!("http://{address}");
+    let send_timeout = Duration::from_secs(1);
+    let sqs = Arc::new(SqsWakeup::new(
+        sqs_client(Some(endpoint.clone())),
+        format!("{endpoint}/123456789012/relayops-publisher-wakeup"),
+        Duration::from_millis(100),
+        send_timeout,
+    ));
+    let ingest = LambdaHttp::new(env.lambda_state(), Some(sqs)).app(relayops_ingest::router);
+
+    let started = Instant::now();
+    let body = json!({ "event_type": "order.created", "payload": { "n": 1 } });
+    let answer = invoke_http(&ingest, http_api_event("POST", "/v1/events", Some(&env.api_key), Some(&body))).await;
+    let waited = started.elapsed();
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    // The send timeout, the 250 ms settle margin, and room for a busy machine.
+    assert!(waited < send_timeout + Duration::from_secs(2), "a silent SQS held the response {waited:?}");
+    assert_eq!(env.count("events").await, 1);
+}
