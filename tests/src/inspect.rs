@@ -54,6 +54,12 @@ impl TestEnv {
         declared.message_count()
     }
 
+    /// Empties a queue, as a broker that lost its messages would.
+    pub async fn purge_queue(&self, queue: &str) -> u32 {
+        let (_connection, channel) = self.channel().await;
+        channel.queue_purge(queue, Default::default()).await.expect("queue.purge")
+    }
+
     /// Messages waiting in any retry queue.
     pub async fn retry_queue_depth(&self) -> u32 {
         let mut total = 0;

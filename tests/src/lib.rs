@@ -471,10 +471,71 @@ pub fn rabbitmqctl(args: &[&str]) {
     assert!(try_rabbitmqctl(args), "rabbitmqctl {args:?} failed");
 }
 
+/// Kills the local RabbitMQ node as a crash would (SIGKILL to its Erlang VM).
+pub fn kill_rabbitmq_node() {
+    let killed = std::process::Command::new("pkill").args(["-KILL", "-f", "beam.smp.*rabbit"]).status();
+    assert!(killed.is_ok_and(|s| s.success()), "no RabbitMQ node to kill");
+    wait_blocking("the RabbitMQ node to die", || !quiet_rabbitmqctl(&["status"]));
+}
+
+/// Starts the local RabbitMQ node as `scripts/services.sh` does, and waits
+/// until it serves.
+pub fn start_rabbitmq_node() {
+    let started = std::process::Command::new("rabbitmq-server")
+        .arg("-detached")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    assert!(started.is_ok_and(|s| s.success()), "rabbitmq-server -detached failed");
+    wait_blocking("RabbitMQ to start", || quiet_rabbitmqctl(&["await_startup", "--timeout", "5"]));
+}
+
+/// Runs `pg_ctlcluster <version> main <args>` on the local cluster (the newest
+/// installed version, as `scripts/services.sh` picks it); after a start, waits
+/// until it accepts connections.
+pub fn postgres_cluster(args: &[&str]) {
+    let version = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL installed")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .max()
+        .expect("a PostgreSQL version");
+    let status = std::process::Command::new("pg_ctlcluster")
+        .arg(version.to_string())
+        .arg("main")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status();
+    assert!(status.is_ok_and(|s| s.success()), "pg_ctlcluster {args:?} failed");
+    if args.first() == Some(&"start") {
+        wait_blocking("PostgreSQL to accept connections", || {
+            std::process::Command::new("pg_isready")
+                .args(["-h", "127.0.0.1", "-p", "5432", "-q"])
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+    }
+}
+
+/// Polls a blocking condition every 200 ms for up to two minutes.
+fn wait_blocking(what: &str, mut holds: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !holds() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Runs `rabbitmqctl`; whether it succeeded (for teardown, which must not panic).
 fn try_rabbitmqctl(args: &[&str]) -> bool {
     let status = std::process::Command::new("rabbitmqctl").args(args).stdout(std::process::Stdio::null()).status();
     status.is_ok_and(|s| s.success())
+}
+
+/// As [`try_rabbitmqctl`], without its error output (for polling).
+fn quiet_rabbitmqctl(args: &[&str]) -> bool {
+    let mut command = std::process::Command::new("rabbitmqctl");
+    command.args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    command.status().is_ok_and(|s| s.success())
 }
 
 /// A RabbitMQ policy that makes every queue of the test's namespace matching

@@ -34,7 +34,8 @@ pub struct PublishReport {
     pub released: u64,
     /// Expired claims of other publishers made claimable again.
     pub reclaimed: u64,
-    /// Stranded deliveries (expired worker lease, overdue retry) re-enqueued.
+    /// Stranded deliveries (expired worker lease, overdue retry, pending
+    /// whose message was lost) re-enqueued.
     pub requeued: u64,
     /// Published rows past their retention, deleted.
     pub purged: u64,
@@ -65,6 +66,8 @@ pub struct Publisher {
     /// `RECOVERY_INTERVAL`, not on every wake-up (which, under load, is every
     /// ingest).
     last_recovery: std::sync::Mutex<Option<Instant>>,
+    /// Whether the last attempt to reach the broker worked (for readiness).
+    broker_connected: tokio::sync::watch::Sender<bool>,
 }
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
@@ -72,15 +75,33 @@ const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
         let owner = format!("publisher-{}", uuid_suffix());
-        Self { pool, broker, config, owner, session: Mutex::new(None), last_recovery: std::sync::Mutex::new(None) }
+        Self {
+            pool,
+            broker,
+            config,
+            owner,
+            session: Mutex::new(None),
+            last_recovery: std::sync::Mutex::new(None),
+            broker_connected: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// Whether the publisher reaches the broker now (it tries again, with
+    /// backoff, whenever its session broke).
+    pub fn broker_connected(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.broker_connected.subscribe()
     }
 
     /// Opens the broker session now rather than in the first batch (the Lambda
-    /// does it during init, so the first invocation's batches are timed alone).
+    /// does it during init, so the first invocation's batches are timed alone;
+    /// the long-lived loop to notice a broker outage while idle).
     pub async fn connect(&self) -> Result<(), PublishError> {
         let mut guard = self.session.lock().await;
         if !guard.as_ref().is_some_and(Session::is_usable) {
-            *guard = Some(Session::open(&self.broker).await?);
+            *guard = None;
+            let opened = Session::open(&self.broker).await;
+            self.broker_connected.send_replace(opened.is_ok());
+            *guard = Some(opened?);
         }
         Ok(())
     }
@@ -89,20 +110,27 @@ impl Publisher {
     pub async fn publish_batch(&self) -> Result<PublishReport, PublishError> {
         let mut client = self.pool.get().await.map_err(DbError::from)?;
         let started = Instant::now();
+        // The session first: while the broker is away, rows stay unclaimed
+        // rather than claimed by a publisher that cannot publish them.
+        let mut guard = self.session.lock().await;
+        let session = match guard.as_ref() {
+            Some(session) if session.is_usable() => session,
+            _ => {
+                let opened = Session::open(&self.broker).await;
+                self.broker_connected.send_replace(opened.is_ok());
+                guard.insert(opened?)
+            }
+        };
         let messages =
             outbox::claim_batch(&mut client, &self.owner, self.config.batch_size, self.config.claim_ttl).await?;
         if messages.is_empty() {
             return Ok(PublishReport::default());
         }
-        let mut guard = self.session.lock().await;
-        let session = match guard.as_ref() {
-            Some(session) if session.is_usable() => session,
-            _ => guard.insert(Session::open(&self.broker).await?),
-        };
         let results = session.publish_confirmed(&messages, self.config.confirm_timeout).await;
         if results.broken {
             // Leave the rest claimed (reclaimed after the TTL) and reconnect next time.
             *guard = None;
+            self.broker_connected.send_replace(false);
         }
         drop(guard);
         if !results.confirmed.is_empty() {
@@ -155,10 +183,15 @@ impl Publisher {
         let mut client = self.pool.get().await.map_err(DbError::from)?;
         let reclaimed = outbox::reclaim_expired(&client).await?;
         let tx = client.transaction().await.map_err(DbError::from)?;
-        let requeued = recovery::requeue_stranded(&tx, self.config.recovery_grace, self.config.batch_size).await?;
+        let stranded = recovery::requeue_stranded(&tx, self.config.recovery_grace, self.config.batch_size).await?;
         tx.commit().await.map_err(DbError::from)?;
+        let requeued = stranded.total();
         if requeued > 0 {
-            tracing::info!(requeued, "stranded deliveries re-enqueued");
+            tracing::info!(
+                expired_or_overdue = stranded.expired_or_overdue,
+                lost_pending = stranded.lost_pending,
+                "stranded deliveries re-enqueued"
+            );
         }
         let purged = outbox::purge_published(&client, self.config.outbox_retention, PURGE_BATCH).await?;
         let report = PublishReport { reclaimed, requeued, purged, ..Default::default() };
@@ -167,11 +200,18 @@ impl Publisher {
     }
 
     /// The long-lived loop (local runner): drains whenever woken, and at least
-    /// every idle interval. Errors are logged and retried with a growing pause.
+    /// every idle interval; while idle it keeps its broker session open, so a
+    /// broker outage shows in readiness and the session is back before the
+    /// next batch. Errors are logged and retried with a growing pause (200 ms
+    /// doubling to 6.4 s).
     pub async fn run(self: Arc<Self>, wakeup: Arc<Notify>) {
         let mut failures: u32 = 0;
         loop {
-            match self.drain(None).await {
+            let tick = match self.drain(None).await {
+                Ok(report) => self.connect().await.map(|()| report),
+                Err(error) => Err(error),
+            };
+            match tick {
                 Ok(report) => {
                     failures = 0;
                     if report != PublishReport::default() {

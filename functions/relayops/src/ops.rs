@@ -24,6 +24,8 @@ pub struct OpsProbe {
     pub flow: Option<FlowControl>,
     /// The alerter's consumer on its dead-letter queue.
     pub alerter_consuming: Option<watch::Receiver<bool>>,
+    /// The standalone publisher's broker session.
+    pub publisher_connected: Option<watch::Receiver<bool>>,
 }
 
 pub fn ops_router(probe: OpsProbe) -> Router {
@@ -70,12 +72,17 @@ async fn ready(State(probe): State<OpsProbe>) -> (StatusCode, Json<Value>) {
     };
     let worker = consumer_state(&probe.worker_consuming);
     let alerter = consumer_state(&probe.alerter_consuming);
-    let ready = [postgres, redis, worker, alerter].iter().all(|state| matches!(*state, "ok" | "not used"));
+    let publisher = match &probe.publisher_connected {
+        Some(connected) if *connected.borrow() => "ok",
+        Some(_) => "unreachable",
+        None => "not used",
+    };
+    let ready = [postgres, redis, worker, alerter, publisher].iter().all(|state| matches!(*state, "ok" | "not used"));
     let body = json!({
         "status": if ready { "ready" } else { "unready" },
         "postgres": postgres,
         "redis": redis,
-        "rabbitmq": { "worker": worker, "alerter": alerter },
+        "rabbitmq": { "worker": worker, "alerter": alerter, "publisher": publisher },
     });
     (if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(body))
 }

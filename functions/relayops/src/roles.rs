@@ -54,9 +54,12 @@ pub fn api_router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Readiness: Postgres reachable with every migration applied, RabbitMQ
-/// measurable (from the backpressure sampler's last sample), Redis answering,
-/// and ingest not refusing work. The body names each dependency's state.
+/// Readiness of an api replica: it is ready when it can store events —
+/// Postgres reachable with every migration applied, and ingest not refusing
+/// work (backpressure). RabbitMQ is reported (from the backpressure sampler's
+/// last measurement) but an unreachable broker does not make the replica
+/// unready: events go to the outbox and are published when it returns. The
+/// body names each dependency's state.
 async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
     let postgres = ops::postgres_state(&state.pool).await;
     let redis = match &state.ingest_limiter {
@@ -76,7 +79,7 @@ async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
         None => "not sampled",
     };
     let accepting = backpressure.as_ref().is_none_or(|report| report["accepting"] == true);
-    let ready = postgres == "ok" && redis != "unreachable" && rabbitmq != "unreachable" && accepting;
+    let ready = postgres == "ok" && redis != "unreachable" && accepting;
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({
         "status": if ready { "ready" } else { "unready" },
@@ -128,6 +131,11 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 Ok(())
             });
             let publisher = Arc::new(Publisher::new(pool.clone(), broker.clone(), PublisherConfig::from_env()?));
+            if !roles.api {
+                // A standalone publisher is ready only while it reaches the
+                // broker (an api replica is ready while it can store events).
+                probe.publisher_connected = Some(publisher.broker_connected());
+            }
             let notify = Arc::clone(&wakeup);
             tasks.spawn(async move {
                 publisher.run(notify).await;

@@ -1,6 +1,7 @@
 //! The replay function: dead or failed deliveries go back to pending with a new
-//! outbox row, in one transaction — one by id (`POST /v1/deliveries/{id}/replay`;
-//! any other status is a 409 naming it), or in bulk by filter (`POST
+//! outbox row, in one transaction — one by id (`POST /v1/deliveries/{id}/replay`,
+//! which also rescues a stuck `pending` or `scheduled` row; delivered or
+//! in-progress is a 409 naming the status), or in bulk by filter (`POST
 //! /v1/replays`, with a dry run and a cap per call).
 //!
 //! Invariant: replay never talks to RabbitMQ; like ingest, its output is the outbox.
@@ -49,17 +50,23 @@ struct ReplayedView {
     id: DeliveryId,
     /// Always `pending`.
     status: &'static str,
+    /// The status it had: `dead` or `failed` (replayed), `pending` or
+    /// `scheduled` (rescued: sent now with a new message).
+    previous_status: &'static str,
 }
 
-/// Sends a dead or failed delivery again (its attempt numbers keep counting up).
+/// Sends a dead or failed delivery again (its attempt numbers keep counting
+/// up), or rescues a pending or scheduled one: a new message now, for a
+/// delivery that seems stuck or a retry to bring forward. A duplicate message
+/// is harmless (the worker's claim absorbs it).
 #[utoipa::path(
     post, path = "/v1/deliveries/{delivery_id}/replay", tag = "replay",
     params(("delivery_id" = DeliveryId, Path, description = "The delivery (`dlv_…`)")),
     security(("bearer" = [])),
     responses(
-        (status = 202, description = "Back to pending", body = ReplayedView),
+        (status = 202, description = "Back to pending, with a new message", body = ReplayedView),
         (status = 404, description = "No such delivery"),
-        (status = 409, description = "The delivery is neither dead nor failed")
+        (status = 409, description = "The delivery is delivered, or in progress under a worker's lease")
     )
 )]
 async fn replay_one(
@@ -72,15 +79,18 @@ async fn replay_one(
     let mut client = state.pool.get().await.map_err(DbError::from)?;
     let tx = client.transaction().await.map_err(DbError::from)?;
     match replay::replay_delivery(&tx, caller.tenant_id, delivery_id).await? {
-        ReplayOutcome::Replayed => {
+        ReplayOutcome::Replayed(previous) => {
             tx.commit().await.map_err(DbError::from)?;
             state.wake_publisher();
-            tracing::info!(tenant_id = %caller.tenant_id, delivery_id = %delivery_id, "delivery replayed");
-            Ok((StatusCode::ACCEPTED, Json(ReplayedView { id: delivery_id, status: "pending" })))
+            tracing::info!(tenant_id = %caller.tenant_id, delivery_id = %delivery_id,
+                previous_status = previous.as_str(), "delivery replayed");
+            let view = ReplayedView { id: delivery_id, status: "pending", previous_status: previous.as_str() };
+            Ok((StatusCode::ACCEPTED, Json(view)))
         }
         ReplayOutcome::NotFound => Err(ApiError::NotFound("delivery")),
         ReplayOutcome::NotReplayable(status) => Err(ApiError::Conflict(format!(
-            "delivery {delivery_id} is {}; only dead or failed deliveries can be replayed",
+            "delivery {delivery_id} is {}; only dead, failed, pending or scheduled deliveries can be replayed \
+             (an in-progress one is recovered once its worker's lease expires)",
             status.as_str()
         ))),
     }

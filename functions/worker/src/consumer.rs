@@ -19,7 +19,9 @@ use tokio::task::JoinSet;
 
 use crate::delay::{DelayPublisher, THROTTLES_HEADER};
 use crate::gate::Gate;
+use crate::hold::{delivery_count, near_delivery_limit, Backoff};
 use crate::process::{Disposition, Processor};
+use crate::report;
 use crate::sender::{Sender, SenderError};
 
 /// Pause before requeueing after a failure on our side, so a database outage
@@ -56,33 +58,42 @@ impl Worker {
         // (an overloaded broker, a lost frame) must become a reconnect, not a
         // worker that silently never consumes.
         let setup = tokio::time::timeout(SETUP_TIMEOUT, self.subscribe()).await;
-        let Subscription { _connection, _channel, delays, mut consumer, topology } =
+        let Subscription { _connection, channel, delays, mut consumer, topology } =
             setup.map_err(|_| BrokerError::SetupTimeout(SETUP_TIMEOUT))??;
         tracing::info!(queue = %topology.ready_queue, prefetch = self.config.concurrency, "worker consuming");
         self.consuming.send_replace(true);
-        // In-flight messages belong to this connection: if it is dropped, so are
-        // they (unacked, so the broker redelivers them).
         let mut in_flight = JoinSet::new();
-        loop {
+        let ended = loop {
             tokio::select! {
                 next = consumer.next() => {
-                    let Some(next) = next else { break };
-                    let delivery = next.map_err(BrokerError::Channel)?;
+                    let delivery = match next {
+                        Some(Ok(delivery)) => delivery,
+                        Some(Err(error)) => break Err(BrokerError::Channel(error)),
+                        None => break Ok(()),
+                    };
                     let processor = self.processor.clone();
                     let delays = Arc::clone(&delays);
-                    in_flight.spawn(async move { settle(&processor, &delays, delivery).await });
+                    let channel = channel.clone();
+                    in_flight.spawn(async move { settle(&processor, &delays, &channel, delivery).await });
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
             }
-        }
-        Ok(())
+        };
+        // The connection is gone, but requests already sent must still be
+        // recorded: the tasks finish on their own (their acks fail, and the
+        // broker redelivers those messages to a claim that finds the row
+        // settled or leased). Dropping them would leave receivers with requests
+        // the attempt history does not show.
+        in_flight.detach_all();
+        ended
     }
 }
 
 /// What consuming needs, and the connection and channel it must keep open.
 struct Subscription {
     _connection: Connection,
-    _channel: lapin::Channel,
+    /// Also tells held messages whether they still belong to the broker.
+    channel: lapin::Channel,
     delays: Arc<DelayPublisher>,
     consumer: Consumer,
     topology: Topology,
@@ -108,7 +119,7 @@ impl Worker {
             )
             .await
             .map_err(BrokerError::Channel)?;
-        Ok(Subscription { _connection: connection, _channel: channel, delays, consumer, topology })
+        Ok(Subscription { _connection: connection, channel, delays, consumer, topology })
     }
 }
 
@@ -123,9 +134,29 @@ fn throttles(delivery: &Delivery) -> u32 {
     value.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32
 }
 
-async fn settle(processor: &Processor, delays: &DelayPublisher, delivery: Delivery) {
+/// Processes a message until it has a disposition other than [`Disposition::Hold`]:
+/// through a database outage the message is kept (see [`crate::hold`]) while
+/// its channel lives; a channel that closed has given it back already.
+async fn process_holding(processor: &Processor, channel: &lapin::Channel, delivery: &Delivery) -> Disposition {
+    let throttles = throttles(delivery);
+    let mut backoff = Backoff::default();
+    loop {
+        match processor.process(&delivery.data, throttles).await {
+            Disposition::Hold => match backoff.next_pause() {
+                Some(pause) if channel.status().connected() => {
+                    report::held();
+                    tokio::time::sleep(pause).await;
+                }
+                _ => return Disposition::Requeue,
+            },
+            other => return other,
+        }
+    }
+}
+
+async fn settle(processor: &Processor, delays: &DelayPublisher, channel: &lapin::Channel, delivery: Delivery) {
     let throttles = throttles(&delivery);
-    let disposition = match processor.process(&delivery.data, throttles).await {
+    let disposition = match process_holding(processor, channel, &delivery).await {
         // Its row was not touched (it may be `pending`): ack only once the
         // message is back in a queue, keep it otherwise.
         Disposition::Postpone { wait } => match delays.publish(&delivery.data, wait, throttles.saturating_add(1)).await
@@ -136,6 +167,24 @@ async fn settle(processor: &Processor, delays: &DelayPublisher, delivery: Delive
                 Disposition::Requeue
             }
         },
+        // One more requeue could reach the ready queue's delivery limit, where
+        // the broker drops the message: send a fresh copy round instead.
+        Disposition::Requeue if near_delivery_limit(delivery_count(&delivery)) => {
+            match delays.publish(&delivery.data, REQUEUE_PAUSE, throttles).await {
+                Ok(()) => {
+                    report::republished();
+                    tracing::warn!(
+                        redeliveries = delivery_count(&delivery),
+                        "message near the delivery limit re-published"
+                    );
+                    Disposition::Ack
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error_chain(&error), "message near the delivery limit not re-published; requeued");
+                    Disposition::Requeue
+                }
+            }
+        }
         other => other,
     };
     let result = match disposition {
@@ -148,8 +197,9 @@ async fn settle(processor: &Processor, delays: &DelayPublisher, delivery: Delive
             }
             delivery.acker.ack(BasicAckOptions::default()).await
         }
-        // (A postponement was resolved into `Ack` or `Requeue` above.)
-        Disposition::Requeue | Disposition::Postpone { .. } => {
+        // (A postponement was resolved into `Ack` or `Requeue` above, a hold
+        // into another disposition or `Requeue`.)
+        Disposition::Requeue | Disposition::Postpone { .. } | Disposition::Hold => {
             tokio::time::sleep(REQUEUE_PAUSE).await;
             delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
         }

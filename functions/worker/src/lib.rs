@@ -8,6 +8,7 @@
 //! - [`sender`]: the outbound HTTP client and request signing.
 //! - [`verdict`]: what an HTTP result means (delivered / retry / permanent).
 //! - [`report`]: the log line and metrics of each attempt.
+//! - [`hold`]: keeping a message through a database outage instead of requeueing it.
 //! - [`saturation`]: endpoints flow control just turned away (skip their claims).
 //!
 //! Invariant: the worker never creates deliveries or outbox rows for new
@@ -15,6 +16,7 @@
 pub mod consumer;
 pub mod delay;
 pub mod gate;
+pub mod hold;
 pub mod policy;
 pub mod process;
 pub mod report;

@@ -31,6 +31,7 @@ use relayops_shared::repo::{endpoints, outbox};
 use relayops_shared::telemetry::error_chain;
 
 use crate::gate::{miss_wait, Admission, Gate};
+use crate::hold::Backoff;
 use crate::policy::RetryPolicy;
 use crate::report::{self, AttemptReport};
 use crate::saturation::{Recall, Saturation};
@@ -50,10 +51,13 @@ pub enum Disposition {
     /// Flow control turned the endpoint away moments ago: publish the message
     /// round again (a throttle more) without having touched its row, and ack
     /// only if that publish was confirmed — the row may be `pending`, which
-    /// recovery does not sweep, so this message must not be lost.
+    /// recovery sweeps only after its grace, so this message must not be lost.
     Postpone { wait: Duration },
     /// A transient failure on our side: deliver the message again.
     Requeue,
+    /// Our database failed before anything was sent: keep the message and
+    /// process it again after a pause (see [`crate::hold`]).
+    Hold,
     /// Not a message we can ever process.
     Reject,
 }
@@ -84,6 +88,16 @@ enum ProcessError {
     Db(#[from] DbError),
     #[error(transparent)]
     Batch(#[from] BatchError),
+}
+
+impl ProcessError {
+    /// The database could not be reached (as opposed to a statement failing).
+    fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Db(error) => error.is_unavailable(),
+            Self::Batch(error) => error.is_unavailable(),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -148,6 +162,13 @@ impl Processor {
         }
         match self.deliver(task.tenant_id, task.delivery_id, throttles).await {
             Ok(disposition) => disposition,
+            Err(error) if error.is_unavailable() => {
+                tracing::warn!(
+                    tenant_id = %task.tenant_id, delivery_id = %task.delivery_id,
+                    error = %error_chain(&error), "database unavailable before sending; message held"
+                );
+                Disposition::Hold
+            }
             Err(error) => {
                 tracing::warn!(
                     tenant_id = %task.tenant_id, delivery_id = %task.delivery_id,
@@ -217,13 +238,70 @@ impl Processor {
             }
         };
         let started_at = Utc::now();
-        let exchange = self.sender.send(&job).await;
+        let exchange = self.send_holding_lease(&job).await;
         self.gate.release(slot).await;
         let verdict = classify(&exchange.result);
         let policy = RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
         let (outcome, wait) = decide(&verdict, &policy, job.attempt_number as u32);
         report::attempt(&AttemptReport { job: &job, exchange: &exchange, outcome });
-        self.record(&job, &exchange, &verdict, outcome, wait, started_at).await
+        // The receiver has been asked: from here on, the attempt must be
+        // recorded. Through a database outage (unreachable, not a failing
+        // statement) the record is retried with the same hold as a claim (the lease still names this worker, and settling
+        // only checks the owner); only a hold that runs out gives the message
+        // back, and the next claim decides after the lease expired.
+        let mut backoff = Backoff::default();
+        loop {
+            match self.record(&job, &exchange, &verdict, outcome, wait, started_at).await {
+                Ok(disposition) => return Ok(disposition),
+                Err(error) => {
+                    // A statement that failed on a reachable database would fail
+                    // again: requeue at once (an uncertain side effect; the next
+                    // attempt carries the same delivery id).
+                    let pause = if error.is_unavailable() { backoff.next_pause() } else { None };
+                    let Some(pause) = pause else {
+                        tracing::error!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
+                            attempt = job.attempt_number, error = %error_chain(&error),
+                            "attempt not recorded; message requeued");
+                        return Ok(Disposition::Requeue);
+                    };
+                    tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
+                        attempt = job.attempt_number, failures = backoff.failures(), error = %error_chain(&error),
+                        "recording the attempt failed; trying again");
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    /// Sends, extending the delivery's lease every third of its length while
+    /// the request is still open, so a slow send (or one that started late,
+    /// under load) does not lose its lease to recovery and get sent twice.
+    /// Nothing happens on the fast path: the first extension is a third of a
+    /// lease away.
+    async fn send_holding_lease(&self, job: &DeliveryJob) -> Exchange {
+        let every = self.config.lease / 3;
+        let send = self.sender.send(job);
+        tokio::pin!(send);
+        loop {
+            tokio::select! {
+                exchange = &mut send => return exchange,
+                () = tokio::time::sleep(every) => self.extend_lease(job).await,
+            }
+        }
+    }
+
+    async fn extend_lease(&self, job: &DeliveryJob) {
+        let extended = match self.pool.get().await {
+            Ok(mut client) => deliveries::extend_lease(&mut client, job, &self.config.worker_id, self.config.lease)
+                .await
+                .map_err(|error| error_chain(&error)),
+            Err(error) => Err(error_chain(&error)),
+        };
+        match extended {
+            Ok(true) => tracing::debug!(delivery_id = %job.delivery_id, "lease extended during a long send"),
+            Ok(false) => tracing::warn!(delivery_id = %job.delivery_id, "lease already lost during the send"),
+            Err(error) => tracing::warn!(delivery_id = %job.delivery_id, %error, "lease not extended"),
+        }
     }
 
     /// The attempt and the delivery's next state (one statement); when the

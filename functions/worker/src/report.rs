@@ -7,8 +7,8 @@
 //! response body: the [`AttemptReport`] does not even hold them.
 use relayops_shared::domain::AttemptOutcome;
 use relayops_shared::observe::names::{
-    DELIVERIES_DEFERRED, DELIVERIES_POSTPONED, DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERY_ATTEMPTS,
-    DELIVERY_ATTEMPT_DURATION,
+    DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_POSTPONED, DELIVERIES_REPUBLISHED,
+    DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION,
 };
 use relayops_shared::repo::deliveries::DeliveryJob;
 
@@ -71,6 +71,16 @@ pub fn deferred() {
 /// saturated (see [`crate::saturation`]).
 pub fn postponed() {
     metrics::counter!(DELIVERIES_POSTPONED).increment(1);
+}
+
+/// A message kept through a database failure, before its next try.
+pub fn held() {
+    metrics::counter!(DELIVERIES_HELD).increment(1);
+}
+
+/// A message near the delivery limit published afresh instead of requeued.
+pub fn republished() {
+    metrics::counter!(DELIVERIES_REPUBLISHED).increment(1);
 }
 
 /// A delivery failed without an attempt because its endpoint is disabled.

@@ -7,7 +7,7 @@ use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties};
 
 pub use envelope::{DeadLetter, DeliveryTask, Destination, QueueMessage};
-pub use topology::{RetryBucket, Topology, RETRY_DELAYS_MS};
+pub use topology::{RetryBucket, Topology, DELIVERY_LIMIT, RETRY_DELAYS_MS};
 
 use crate::config::BrokerConfig;
 

@@ -28,9 +28,12 @@ use crate::config::BrokerConfig;
 pub const RETRY_DELAYS_MS: [u64; 11] =
     [250, 1_000, 5_000, 30_000, 120_000, 300_000, 1_800_000, 3_600_000, 7_200_000, 18_000_000, 36_000_000];
 
-/// A message redelivered this many times without an ack (a worker crashing on
-/// it every time) is dropped by the broker; the delivery row stays recoverable.
-const DELIVERY_LIMIT: i64 = 20;
+/// A message redelivered this many times without an ack is dropped by the
+/// broker (a poison message cannot loop forever). The worker never lets its own
+/// requeues get there (it holds messages through database outages and
+/// publishes a fresh copy near the limit), and recovery re-enqueues the
+/// `pending` row of a message dropped anyway.
+pub const DELIVERY_LIMIT: i64 = 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryBucket {

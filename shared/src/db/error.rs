@@ -64,7 +64,11 @@ impl From<tokio_postgres::Error> for DbError {
             Self::ForeignKeyViolation { constraint, source }
         } else if code == SqlState::TOO_MANY_CONNECTIONS
             || code == SqlState::ADMIN_SHUTDOWN
+            || code == SqlState::CRASH_SHUTDOWN
             || code == SqlState::CANNOT_CONNECT_NOW
+            // During a failover a connection may still reach the old primary,
+            // now a read-only standby.
+            || code == SqlState::READ_ONLY_SQL_TRANSACTION
             || code == SqlState::T_R_SERIALIZATION_FAILURE
             || code == SqlState::T_R_DEADLOCK_DETECTED
         {

@@ -20,6 +20,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0005_fewer_indexes_on_the_write_path",
         include_str!("../../../migrations/0005_fewer_indexes_on_the_write_path.sql"),
     ),
+    ("0006_pending_sweep_index", include_str!("../../../migrations/0006_pending_sweep_index.sql")),
 ];
 
 /// Arbitrary, fixed: the advisory lock key that serialises migrators.

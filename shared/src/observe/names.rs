@@ -24,6 +24,12 @@ pub const DELIVERIES_DEFERRED: &str = "relayops_deliveries_deferred_total";
 /// Messages sent round again without claiming their row, because flow control
 /// had just turned their endpoint away; no labels.
 pub const DELIVERIES_POSTPONED: &str = "relayops_deliveries_postponed_total";
+/// Pauses of messages held through a failure of the worker's database (each
+/// held message counts once per pause); no labels.
+pub const DELIVERIES_HELD: &str = "relayops_deliveries_held_total";
+/// Messages published afresh instead of requeued because they were near the
+/// ready queue's delivery limit; no labels.
+pub const DELIVERIES_REPUBLISHED: &str = "relayops_deliveries_republished_total";
 
 /// Outbox rows published (confirmed by the broker); no labels.
 pub const OUTBOX_PUBLISHED: &str = "relayops_outbox_published_total";
@@ -64,6 +70,8 @@ pub fn describe_all() {
     describe_counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "Deliveries settled without an attempt, by reason.");
     describe_counter!(DELIVERIES_DEFERRED, "Deliveries put back by endpoint flow control.");
     describe_counter!(DELIVERIES_POSTPONED, "Messages sent round again unclaimed: their endpoint was just saturated.");
+    describe_counter!(DELIVERIES_HELD, "Pauses of messages held (not requeued) while the database was failing.");
+    describe_counter!(DELIVERIES_REPUBLISHED, "Messages published afresh near the ready queue's delivery limit.");
     describe_counter!(OUTBOX_PUBLISHED, "Outbox rows published and confirmed by the broker.");
     describe_counter!(OUTBOX_PUBLISH_FAILURES, "Outbox publish failures: refused rows, failed ticks.");
     describe_histogram!(OUTBOX_PUBLISH_DURATION, Unit::Seconds, "Claim-to-settle time of one outbox batch.");

@@ -173,6 +173,29 @@ pub async fn record_attempt(
     Ok(if inserted == 0 { Settled::LeaseLost } else { Settled::Recorded })
 }
 
+/// Moves a lease's expiry forward, for a send that is taking long: only while
+/// this worker still holds the row.
+const EXTEND_LEASE: &str = "UPDATE relayops.deliveries
+     SET lease_expires_at = now() + $4::bigint * interval '1 millisecond'
+     WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $3
+     RETURNING id";
+
+/// Extends this worker's lease on a delivery it is still sending; `false` when
+/// the lease is no longer its own. A lease, not a promise: it commits without
+/// waiting for the disk ([`sql::query_unflushed`]).
+pub async fn extend_lease(
+    client: &mut deadpool_postgres::Object,
+    job: &DeliveryJob,
+    worker_id: &str,
+    lease: std::time::Duration,
+) -> Result<bool, DbError> {
+    let lease_ms = lease.as_millis() as i64;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&job.tenant_id.as_uuid(), &job.delivery_id.as_uuid(), &worker_id, &lease_ms];
+    let rows = sql::query_unflushed(client, EXTEND_LEASE, &params).await?;
+    Ok(!rows.is_empty())
+}
+
 pub async fn settle_without_attempt(
     client: &impl GenericClient,
     job: &DeliveryJob,

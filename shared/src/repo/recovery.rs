@@ -1,11 +1,22 @@
 //! The recovery pass (run from the publisher's tick): nothing may depend on
-//! RabbitMQ alone remembering a delivery. It re-enqueues, through the outbox,
-//! deliveries whose worker lease expired (the worker died mid-attempt) and
-//! deliveries due for a retry whose message never came (`grace` after the due
-//! time). A duplicate message this may create is absorbed by the worker's claim.
+//! RabbitMQ alone remembering a delivery. It re-enqueues, through the outbox:
+//!
+//! - deliveries whose worker lease expired (the worker died mid-attempt);
+//! - deliveries due for a retry whose message never came (`grace` after the
+//!   due time);
+//! - `pending` deliveries whose message is gone: pending for longer than the
+//!   grace, with no outbox row still waiting to be published and none
+//!   published within the grace (the broker dropped the message at the ready
+//!   queue's delivery limit, or a database crash undid a claim after the
+//!   message was acked).
+//!
+//! Each re-enqueued row's clock (`updated_at`, or `next_attempt_at` for a
+//! retry) restarts, so a row is re-enqueued at most once per grace. A duplicate
+//! message this may create is absorbed by the worker's claim.
 use std::time::Duration;
 
 use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::broker::envelope::DeliveryTask;
@@ -14,39 +25,84 @@ use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
 use crate::repo::sql;
 
-const FIND_STRANDED: &str = "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
+const FIND_EXPIRED_OR_OVERDUE: &str = "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
      WHERE (status = 'in_progress' AND lease_expires_at < now())
         OR (status = 'scheduled' AND next_attempt_at < now() - $1::bigint * interval '1 millisecond')
-     LIMIT $2
+     LIMIT $2::bigint
      FOR UPDATE SKIP LOCKED";
 
+/// Pending rows whose message is gone. Candidates are the oldest pending rows
+/// (`deliveries_pending_since_idx`), at most four times the limit, and only
+/// those older than the oldest outbox row still waiting to be published: while
+/// a broker outage holds a large backlog, rows behind it are not looked at one
+/// by one every tick. (An outbox row and the delivery state it enqueues are
+/// written in one transaction, so they carry the same `now()`.) The
+/// `NOT EXISTS` is the precise test: no outbox row for the delivery is
+/// unpublished, and none was published within the grace (its message may still
+/// be on its way through a long ready queue).
+const FIND_LOST_PENDING: &str = "SELECT d.id, d.tenant_id, d.event_id, d.endpoint_id FROM relayops.deliveries d
+     WHERE d.id IN (
+         SELECT id FROM relayops.deliveries
+         WHERE status = 'pending'
+           AND updated_at < now() - $1::bigint * interval '1 millisecond'
+           AND updated_at < coalesce((SELECT created_at FROM relayops.outbox_messages
+                                      WHERE status = 'pending' ORDER BY id LIMIT 1), 'infinity')
+         ORDER BY updated_at
+         LIMIT $2::bigint * 4)
+       AND d.status = 'pending'
+       AND NOT EXISTS (
+         SELECT 1 FROM relayops.outbox_messages o
+         WHERE o.delivery_id = d.id
+           AND (o.status <> 'published' OR o.published_at > now() - $1::bigint * interval '1 millisecond'))
+     LIMIT $2::bigint
+     FOR UPDATE OF d SKIP LOCKED";
+
 /// Expired leases become pending; overdue retries get their due time reset, so
-/// the grace period starts again instead of re-enqueueing on every tick.
+/// the grace period starts again instead of re-enqueueing on every tick; lost
+/// pending rows get their clock reset for the same reason.
 const REVIVE: &str = "UPDATE relayops.deliveries
      SET status = CASE WHEN status = 'in_progress' THEN 'pending' ELSE status END,
          next_attempt_at = CASE WHEN status = 'scheduled' THEN now() ELSE next_attempt_at END,
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
      WHERE id = ANY($1)";
 
-/// Re-enqueues up to `limit` stranded deliveries; returns how many. Must run in
-/// a transaction (the caller's).
-pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i64) -> Result<u64, DbError> {
-    let grace_ms = grace.as_millis() as i64;
-    let rows = sql::query(tx, FIND_STRANDED, &[&grace_ms, &limit]).await?;
-    if rows.is_empty() {
-        return Ok(0);
+/// What one recovery pass re-enqueued.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Requeued {
+    /// Expired leases and overdue retries.
+    pub expired_or_overdue: u64,
+    /// Pending rows whose message was lost.
+    pub lost_pending: u64,
+}
+
+impl Requeued {
+    pub fn total(&self) -> u64 {
+        self.expired_or_overdue + self.lost_pending
     }
-    let tasks: Vec<DeliveryTask> = rows
-        .iter()
-        .map(|row| DeliveryTask {
-            tenant_id: TenantId::from_uuid(row.get("tenant_id")),
-            delivery_id: DeliveryId::from_uuid(row.get("id")),
-            event_id: EventId::from_uuid(row.get("event_id")),
-            endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
-        })
-        .collect();
+}
+
+/// Re-enqueues up to `limit` stranded deliveries of each kind. Must run in a
+/// transaction (the caller's).
+pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i64) -> Result<Requeued, DbError> {
+    let grace_ms = grace.as_millis() as i64;
+    let expired = sql::query(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit]).await?;
+    let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit]).await?;
+    let requeued = Requeued { expired_or_overdue: expired.len() as u64, lost_pending: lost.len() as u64 };
+    if requeued.total() == 0 {
+        return Ok(requeued);
+    }
+    let tasks: Vec<DeliveryTask> = expired.iter().chain(&lost).map(task).collect();
     let ids: Vec<Uuid> = tasks.iter().map(|task| task.delivery_id.as_uuid()).collect();
     sql::execute(tx, REVIVE, &[&ids]).await?;
     outbox::insert_delivery_messages(tx, &tasks).await?;
-    Ok(rows.len() as u64)
+    Ok(requeued)
+}
+
+fn task(row: &Row) -> DeliveryTask {
+    DeliveryTask {
+        tenant_id: TenantId::from_uuid(row.get("tenant_id")),
+        delivery_id: DeliveryId::from_uuid(row.get("id")),
+        event_id: EventId::from_uuid(row.get("event_id")),
+        endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
+    }
 }

@@ -1,6 +1,8 @@
 //! Replay: dead or failed deliveries go back to pending with a new outbox row,
 //! in the caller's transaction — one by id, or in bulk by filter (with a cap per
-//! call, and a count for dry runs). Attempt numbers keep counting up because
+//! call, and a count for dry runs). One by id also rescues a `pending` or
+//! `scheduled` row (a new message now), so an operator never has to wait for
+//! recovery to unstick a delivery. Attempt numbers keep counting up because
 //! `attempt_count` is left as it is.
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -13,10 +15,15 @@ use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
 use crate::repo::sql;
 
-const REVIVE_ONE: &str = "UPDATE relayops.deliveries
+/// Dead and failed rows are replayed; `pending` and `scheduled` rows are
+/// rescued (sent now: a row whose message was lost need not wait for recovery,
+/// a retry can be brought forward). The previous status is returned.
+const REVIVE_ONE: &str = "UPDATE relayops.deliveries d
      SET status = 'pending', next_attempt_at = NULL, updated_at = now()
-     WHERE tenant_id = $1 AND id = $2 AND status IN ('dead', 'failed')
-     RETURNING id, event_id, endpoint_id";
+     FROM (SELECT id, status FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE) previous
+     WHERE d.tenant_id = $1 AND d.id = previous.id
+       AND previous.status IN ('dead', 'failed', 'pending', 'scheduled')
+     RETURNING d.id, d.event_id, d.endpoint_id, previous.status AS previous_status";
 
 const CURRENT_STATUS: &str = "SELECT status FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
 
@@ -31,9 +38,10 @@ const MATCHING: &str = "FROM relayops.deliveries d
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReplayOutcome {
-    Replayed,
+    /// Back to pending with a new message; holds the status it had.
+    Replayed(DeliveryStatus),
     NotFound,
-    /// Only dead or failed deliveries can be replayed.
+    /// Delivered, or in progress under a worker's lease.
     NotReplayable(DeliveryStatus),
 }
 
@@ -59,7 +67,8 @@ pub async fn replay_delivery(
         });
     };
     outbox::insert_delivery_messages(tx, &[task(tenant, &row)]).await?;
-    Ok(ReplayOutcome::Replayed)
+    let previous = DeliveryStatus::parse(row.get("previous_status")).unwrap_or(DeliveryStatus::Pending);
+    Ok(ReplayOutcome::Replayed(previous))
 }
 
 /// Which deliveries a bulk replay takes. `statuses` holds only dead and/or failed.

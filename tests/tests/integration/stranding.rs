@@ -1,0 +1,167 @@
+//! No delivery is stranded, whatever the broker drops: recovery re-enqueues a
+//! `pending` row whose message is gone, an operator can rescue one at once, and
+//! a database outage does not make the worker burn the ready queue's delivery
+//! limit (the broker drops a message requeued too often).
+use std::time::Duration;
+
+use relayops_tests::prometheus::{sample, scrape};
+use relayops_tests::{TestConfig, TestEnv};
+use serde_json::json;
+
+const PUBLISHED: &str = "SELECT bool_and(status = 'published') FROM relayops.outbox_messages";
+
+/// Posts one event with the worker stopped, waits until its message is on the
+/// ready queue, then empties the queue: the row is `pending` with no message.
+async fn strand_one(env: &TestEnv) -> (String, String) {
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
+    env.wait_for_sql("published", PUBLISHED).await;
+    let ready = env.topology().ready_queue;
+    relayops_tests::eventually(relayops_tests::WAIT, || async {
+        match env.queue_depth(&ready).await {
+            1 => Ok(()),
+            depth => Err(format!("ready queue holds {depth}")),
+        }
+    })
+    .await;
+    assert_eq!(env.purge_queue(&ready).await, 1, "the message was lost");
+    let pending = env.wait_for_status(&event_id, "pending").await;
+    (event_id, pending["id"].as_str().unwrap().to_owned())
+}
+
+async fn delivery_messages(env: &TestEnv) -> i64 {
+    let client = env.pool.get().await.unwrap();
+    let sql = "SELECT count(*) FROM relayops.outbox_messages WHERE envelope->>'type' = 'delivery.v1'";
+    client.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_delivery_whose_message_was_lost_is_re_enqueued_by_recovery() {
+    let mut config = TestConfig { run_worker: false, ..Default::default() };
+    config.publisher.recovery_grace = Duration::from_secs(2);
+    let mut env = TestEnv::start_with(config).await;
+    let (event_id, _) = strand_one(&env).await;
+    env.start_worker().await;
+
+    let delivered = env.wait_for_status(&event_id, "delivered").await;
+    assert_eq!(delivered["attempt_count"], 1);
+    assert_eq!(delivery_messages(&env).await, 2, "recovery wrote a second message for the stranded row");
+    assert_eq!(env.simulator.received().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_rescues_a_stuck_pending_delivery_without_waiting_for_recovery() {
+    // Recovery would take longer than the test waits: the rescue is what delivers.
+    let mut config = TestConfig { run_worker: false, ..Default::default() };
+    config.publisher.recovery_grace = Duration::from_secs(600);
+    let mut env = TestEnv::start_with(config).await;
+    let (event_id, delivery_id) = strand_one(&env).await;
+
+    let rescued = env.post(&format!("/v1/deliveries/{delivery_id}/replay"), json!({})).await;
+    assert_eq!(rescued.status, 202, "{:?}", rescued.body);
+    assert_eq!(rescued.body["status"], "pending");
+    assert_eq!(rescued.body["previous_status"], "pending");
+    env.start_worker().await;
+    let delivered = env.wait_for_status(&event_id, "delivered").await;
+    assert_eq!(delivered["attempt_count"], 1);
+
+    // A delivered one is not sent again.
+    let detail = env.post(&format!("/v1/deliveries/{delivery_id}/replay"), json!({})).await.expect_problem(409);
+    assert!(detail.contains("delivered"), "{detail}");
+    assert_eq!(env.simulator.received().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_retry_can_be_brought_forward() {
+    let mut env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    // Fails once, then a retry an hour away.
+    env.create_endpoint("/sim/flaky/1", &["*"], json!({ "retry_schedule_secs": [3600] })).await;
+    let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
+    env.start_worker().await;
+    let scheduled = env.wait_for_status(&event_id, "scheduled").await;
+    let delivery_id = scheduled["id"].as_str().unwrap();
+
+    let rescued = env.post(&format!("/v1/deliveries/{delivery_id}/replay"), json!({})).await;
+    assert_eq!(rescued.status, 202, "{:?}", rescued.body);
+    assert_eq!(rescued.body["previous_status"], "scheduled");
+    let delivered = env.wait_for_status(&event_id, "delivered").await;
+    assert_eq!(delivered["attempt_count"], 2, "attempt numbers continue");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_holds_queued_messages_instead_of_burning_their_redeliveries() {
+    // Recovery is out of reach for this test: every delivery must come through
+    // its original message, which the broker drops after 20 requeues.
+    let mut config = TestConfig { run_worker: false, ..Default::default() };
+    config.publisher.recovery_grace = Duration::from_secs(600);
+    // Every message in flight at once, as on a worker whose prefetch exceeds
+    // the queue: a requeued message comes straight back.
+    config.worker.concurrency = 64;
+    let mut env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let items: Vec<_> = (0..50).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
+    let batch = env.post("/v1/events/batch", json!({ "events": items })).await;
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    env.wait_for_sql("published", PUBLISHED).await;
+
+    env.cut_database().await;
+    env.start_worker().await;
+    // The outage outlasts 20 requeues at the old pace (half a second's pause
+    // and a failed connection attempt each); this sleep is the fault itself,
+    // not a wait for a condition.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    env.restore_database().await;
+
+    relayops_tests::eventually(Duration::from_secs(90), || async {
+        let client = env.pool.get().await.map_err(|error| error.to_string())?;
+        let sql = "SELECT count(*) FILTER (WHERE status = 'delivered'), count(*) FROM relayops.deliveries";
+        let row = client.query_one(sql, &[]).await.map_err(|error| error.to_string())?;
+        let (delivered, total): (i64, i64) = (row.get(0), row.get(1));
+        if delivered == 50 && total == 50 {
+            Ok(())
+        } else {
+            Err(format!("{delivered} of {total} delivered"))
+        }
+    })
+    .await;
+    assert_eq!(delivery_messages(&env).await, 50, "every delivery came through its first message");
+    assert_eq!(env.queue_depth(&env.topology().ready_queue).await, 0);
+    // Held, not requeued: no message came near the delivery limit (where the
+    // worker's last defence publishes a fresh copy).
+    let metrics = scrape(&env.http, &env.api_url).await;
+    assert!(sample(&metrics, "relayops_deliveries_held_total", &[]) >= 50.0, "{metrics}");
+    assert_eq!(sample(&metrics, "relayops_deliveries_republished_total", &[]), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_longer_than_a_third_of_the_lease_extends_it_and_is_sent_once() {
+    let mut config = TestConfig::default();
+    config.worker.lease = Duration::from_secs(3);
+    config.worker.request_timeout = Duration::from_millis(2_900);
+    // Recovery looks often, so a lease left to expire would be taken back.
+    config.publisher.recovery_grace = Duration::from_secs(1);
+    let env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/slow/2600", &["*"], json!({ "timeout_ms": 2900 })).await;
+    let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
+
+    let lease = "SELECT lease_expires_at FROM relayops.deliveries WHERE status = 'in_progress'";
+    let first: chrono::DateTime<chrono::Utc> = relayops_tests::eventually(relayops_tests::WAIT, || async {
+        let client = env.pool.get().await.unwrap();
+        let row = client.query_opt(lease, &[]).await.unwrap();
+        row.map(|row| row.get(0)).ok_or_else(|| "not in progress yet".to_owned())
+    })
+    .await;
+    relayops_tests::eventually(relayops_tests::WAIT, || async {
+        let client = env.pool.get().await.unwrap();
+        match client.query_opt(lease, &[]).await.unwrap().map(|row| row.get::<_, chrono::DateTime<chrono::Utc>>(0)) {
+            Some(now) if now > first + chrono::Duration::milliseconds(500) => Ok(()),
+            Some(now) => Err(format!("lease still ends at {now} (first {first})")),
+            None => Err("the send ended before its lease was extended".to_owned()),
+        }
+    })
+    .await;
+
+    let delivered = env.wait_for_status(&event_id, "delivered").await;
+    assert_eq!(delivered["attempt_count"], 1);
+    assert_eq!(env.simulator.received().len(), 1, "sent once: the lease was never lost");
+}
