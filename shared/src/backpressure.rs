@@ -44,6 +44,10 @@ pub struct Backpressure {
     ready_depth: Reading<u32>,
 }
 
+fn latest<T: Copy>(reading: &Reading<T>) -> Option<T> {
+    reading.read().unwrap_or_else(|poisoned| poisoned.into_inner()).and_then(|(_, value)| value)
+}
+
 fn store<T>(reading: &Reading<T>, value: Option<T>) {
     *reading.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((Instant::now(), value));
 }
@@ -99,9 +103,15 @@ impl Backpressure {
         }
     }
 
-    /// The state as readiness reports it.
+    /// The latest measurements, however old (for reports).
+    fn latest(&self) -> PressureSample {
+        PressureSample { outbox_backlog: latest(&self.outbox_backlog), ready_depth: latest(&self.ready_depth) }
+    }
+
+    /// The state as readiness reports it: whether ingest accepts (and why
+    /// not) and the latest measurements.
     pub fn report(&self) -> serde_json::Value {
-        let sample = self.sample();
+        let sample = self.latest();
         let refusal = self.check().err();
         serde_json::json!({
             "accepting": refusal.is_none(),

@@ -471,10 +471,14 @@ pub fn rabbitmqctl(args: &[&str]) {
     assert!(try_rabbitmqctl(args), "rabbitmqctl {args:?} failed");
 }
 
-/// Kills the local RabbitMQ node as a crash would (SIGKILL to its Erlang VM).
+/// Kills the local RabbitMQ node (the default one, which `rabbitmqctl` talks
+/// to) as a crash would: SIGKILL to its Erlang VM.
 pub fn kill_rabbitmq_node() {
-    let killed = std::process::Command::new("pkill").args(["-KILL", "-f", "beam.smp.*rabbit"]).status();
-    assert!(killed.is_ok_and(|s| s.success()), "no RabbitMQ node to kill");
+    let pid = std::process::Command::new("rabbitmqctl").args(["eval", "os:getpid()."]).output().expect("rabbitmqctl");
+    let pid: String = String::from_utf8_lossy(&pid.stdout).chars().filter(char::is_ascii_digit).collect();
+    assert!(!pid.is_empty(), "no RabbitMQ node to kill");
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+    assert!(killed.is_ok_and(|s| s.success()), "kill -KILL {pid} failed");
     wait_blocking("the RabbitMQ node to die", || !quiet_rabbitmqctl(&["status"]));
 }
 
