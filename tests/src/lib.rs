@@ -83,7 +83,9 @@ impl Default for TestConfig {
             flow: FlowConfig {
                 redis_url: std::env::var("RELAYOPS_TEST_REDIS_URL").unwrap_or_else(|_| DEFAULT_REDIS_URL.into()),
                 key_prefix: String::new(),
-                redis_timeout: Duration::from_millis(500),
+                redis_timeout: Duration::from_millis(250),
+                redis_retry: Duration::from_secs(1),
+                local_divisor: 1,
                 // High enough that only tests about limits meet them.
                 tenant_rate_per_sec: 100_000.0,
                 tenant_burst: 100_000,

@@ -55,20 +55,12 @@ pub fn api_router(state: ApiState) -> Router {
 }
 
 /// Readiness: Postgres reachable with every migration applied, RabbitMQ
-/// measurable (from the backpressure sampler's last sample), Redis answering,
-/// and ingest not refusing work. The body names each dependency's state.
+/// measurable (from the backpressure sampler's last sample), and ingest not
+/// refusing work. Redis not answering is `"degraded"`, still ready: ingest
+/// goes on under per-process limits. The body names each dependency's state.
 async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
     let postgres = ops::postgres_state(&state.pool).await;
-    let redis = match &state.ingest_limiter {
-        Some(limiter) => {
-            if limiter.flow.ping().await.is_ok() {
-                "ok"
-            } else {
-                "unreachable"
-            }
-        }
-        None => "not used",
-    };
+    let redis = ops::redis_state(state.ingest_limiter.as_ref().map(|limiter| &limiter.flow)).await;
     let backpressure = state.backpressure.as_ref().map(|gauge| gauge.report());
     let rabbitmq = match &backpressure {
         Some(report) if report["ready_depth"].is_null() => "unreachable",
@@ -79,7 +71,7 @@ async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
     let ready = postgres == "ok" && redis != "unreachable" && rabbitmq != "unreachable" && accepting;
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({
-        "status": if ready { "ready" } else { "unready" },
+        "status": match (ready, redis) { (false, _) => "unready", (true, "degraded") => "degraded", (true, _) => "ready" },
         "postgres": postgres,
         "rabbitmq": rabbitmq,
         "redis": redis,
@@ -166,7 +158,8 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             }
             let flow = FlowConfig::from_env()?;
             let gate = Gate::from_config(&flow, &config)?;
-            probe.flow = Some(FlowControl::new(&flow)?);
+            // Readiness shares the gate's circuit, so it reports what the gate does.
+            probe.flow = gate.flow().cloned();
             let worker = Worker::new(pool.clone(), broker, config, gate)?;
             probe.worker_consuming = Some(worker.consuming());
             tasks.spawn(async move {
