@@ -2,9 +2,11 @@
 //! or paused so it holds connections open and never answers. Ingest and
 //! delivery go on under per-process limits, readiness and metrics say
 //! "degraded", and the shared limits resume by themselves when Redis answers
-//! again. These stop the shared Redis, so they are `exclusive_` tests (run
+//! again. The tests that stop the shared Redis are `exclusive_` tests (run
 //! after the others, one at a time); Redis is restarted as
-//! `scripts/services.sh` starts it, even when a test fails.
+//! `scripts/services.sh` starts it, even when a test fails. A Redis that
+//! never answers is also a silent listener of the test's own (no shared
+//! service touched), which runs with the other tests.
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -287,4 +289,47 @@ async fn exclusive_redis_killed_under_load_ingest_and_delivery_go_on_under_per_p
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_redis_paused_under_load_ingest_and_delivery_go_on_under_per_process_limits() {
     redis_outage_during_load(Fault::Pause).await;
+}
+
+/// A Redis that accepts connections and never answers (as a paused or
+/// overloaded one): requests are not held up by it — only one call per retry
+/// interval waits out the timeout — and nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_never_answers_costs_ingest_one_timeout_per_retry_interval_not_one_per_request() {
+    let (silent, _holder) = relayops_tests::silent_listener().await;
+    let mut config = TestConfig::default();
+    config.flow.redis_url = format!("redis://{silent}");
+    config.flow.redis_timeout = Duration::from_secs(1);
+    config.flow.redis_retry = Duration::from_secs(2);
+    let env = TestEnv::start_with(config).await;
+    env.create_endpoint(SLOW, &["*"], json!({ "max_in_flight": MAX_IN_FLIGHT })).await;
+
+    let started = Instant::now();
+    let (mut events, mut waited) = (Vec::new(), 0);
+    for n in 0..30 {
+        let sent = Instant::now();
+        let answer = env.post_event_once("a.b", json!({ "n": n })).await;
+        assert_eq!(answer.status, 201, "never refused for Redis: {:?}", answer.body);
+        if sent.elapsed() >= Duration::from_secs(1) {
+            waited += 1;
+        }
+        events.push(answer.body["id"].as_str().unwrap().to_owned());
+    }
+    let elapsed = started.elapsed();
+    // One probe per 2 s retry interval may wait its 1 s timeout; the rest decide at once.
+    let allowed = (elapsed.as_secs_f64() / 2.0).ceil() as usize + 1;
+    println!("silent redis: 30 posts in {:.2} s, {waited} waited on redis (at most {allowed})", elapsed.as_secs_f64());
+    assert!(waited <= allowed, "{waited} of 30 posts waited on redis in {elapsed:?}");
+
+    let (_, ready) = readiness(&env.http, &env.api_url).await;
+    assert_eq!((ready["status"].as_str(), ready["redis"].as_str()), (Some("degraded"), Some("degraded")), "{ready}");
+    let metrics = scrape(&env.http, &env.api_url).await;
+    assert_eq!(sample(&metrics, "relayops_flow_degraded", &[]), 1.0);
+    assert!(sample(&metrics, "relayops_flow_local_decisions_total", &[("limit", "tenant")]) >= 29.0);
+    // The in-process worker delivers under its own cap.
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    let peak = env.simulator.max_in_flight(SLOW);
+    assert!(peak <= MAX_IN_FLIGHT, "one worker, max_in_flight {MAX_IN_FLIGHT}: {peak} at once");
 }
