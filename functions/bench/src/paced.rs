@@ -76,7 +76,7 @@ impl Target {
         }
         while posts.join_next().await.is_some() {}
         let mut offered = offered.lock().unwrap_or_else(|p| p.into_inner());
-        std::mem::replace(&mut *offered, Offered::default())
+        std::mem::take(&mut *offered)
     }
 
     /// Waits until `expected` deliveries reached hooks named `prefix…`.
