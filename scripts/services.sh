@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs (when missing) and starts (when not running) PostgreSQL, RabbitMQ and
-# Redis from Debian packages, then waits until each answers. Idempotent: a
+# Redis from Debian packages, then waits until each answers; also installs
+# stress-ng, the CPU hog the exclusive tests run under. Idempotent: a
 # service that already answers is left alone. Also creates the `relayops`
 # Postgres role the README, tests and demo use.
 #
@@ -23,6 +24,8 @@ missing=()
 command -v pg_ctlcluster >/dev/null 2>&1 && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql postgresql-contrib)
 command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# Not a service: the CPU hog `make test` runs the exclusive tests under.
+command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "${RELAYOPS_SKIP_INSTALL:-0}" = "1" ]; then

@@ -290,9 +290,20 @@ pub struct FlowConfig {
     pub redis_url: String,
     /// `RELAYOPS_REDIS_PREFIX` (default `relayops`): prefix of every key.
     pub key_prefix: String,
-    /// `RELAYOPS_REDIS_TIMEOUT_MS` (default 500): connect/response timeout;
-    /// past it the caller fails closed.
+    /// `RELAYOPS_REDIS_TIMEOUT_MS` (default 250): the longest one Redis call
+    /// may take; past it the decision is taken locally and Redis is left
+    /// alone for `redis_retry`.
     pub redis_timeout: Duration,
+    /// `RELAYOPS_REDIS_RETRY_MS` (default 1000): after Redis failed or was
+    /// slow, how long limits stay per process before one call asks it again.
+    pub redis_retry: Duration,
+    /// `RELAYOPS_FLOW_LOCAL_DIVISOR` (default 1): each process' share of a
+    /// shared limit is the limit divided by this (rounded up, at least 1).
+    /// It caps each worker's requests to an endpoint always, and rates while
+    /// Redis cannot be asked. 1: every process enforces the full limit, so
+    /// with Redis down the total is at most limit × processes; set it to the
+    /// number of replicas to keep the total near the limit instead.
+    pub local_divisor: u32,
     /// `RELAYOPS_TENANT_RATE_PER_SEC` (default 1000): ingest limit for tenants
     /// without their own.
     pub tenant_rate_per_sec: f64,
@@ -308,7 +319,9 @@ impl FlowConfig {
         Ok(Self {
             redis_url: required("REDIS_URL")?,
             key_prefix: parsed("REDIS_PREFIX", "relayops".to_owned())?,
-            redis_timeout: millis("REDIS_TIMEOUT_MS", 500)?,
+            redis_timeout: millis("REDIS_TIMEOUT_MS", 250)?,
+            redis_retry: millis("REDIS_RETRY_MS", 1_000)?,
+            local_divisor: positive("FLOW_LOCAL_DIVISOR", 1)?,
             tenant_rate_per_sec: positive("TENANT_RATE_PER_SEC", 1000.0)?,
             tenant_burst: positive("TENANT_BURST", 2000)?,
             endpoint_max_in_flight: positive("ENDPOINT_MAX_IN_FLIGHT", 10)?,

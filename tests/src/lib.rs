@@ -43,6 +43,11 @@ const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
 /// How long a test waits for a condition before failing.
 pub const WAIT: Duration = Duration::from_secs(20);
+/// How long a client following the protocol goes on retrying one request
+/// answered 503 or 429, in all.
+pub const RETRY_BUDGET: Duration = Duration::from_secs(120);
+/// The longest single wait such a client honours, whatever `Retry-After` says.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
 
 /// What to run; tests change the fields they care about.
 #[derive(Clone)]
@@ -83,7 +88,9 @@ impl Default for TestConfig {
             flow: FlowConfig {
                 redis_url: std::env::var("RELAYOPS_TEST_REDIS_URL").unwrap_or_else(|_| DEFAULT_REDIS_URL.into()),
                 key_prefix: String::new(),
-                redis_timeout: Duration::from_millis(500),
+                redis_timeout: Duration::from_millis(250),
+                redis_retry: Duration::from_secs(1),
+                local_divisor: 1,
                 // High enough that only tests about limits meet them.
                 tenant_rate_per_sec: 100_000.0,
                 tenant_burst: 100_000,
@@ -353,7 +360,27 @@ impl TestEnv {
         answer.body
     }
 
+    /// Posts an event as a client following the protocol: with an
+    /// `Idempotency-Key` of its own, and a 503 or 429 sent again after its
+    /// `Retry-After` (see [`send_following_protocol`]).
     pub async fn post_event(&self, event_type: &str, payload: Value) -> Answer {
+        self.post_event_retrying(event_type, payload).await.answer
+    }
+
+    /// As [`post_event`](Self::post_event), also returning the refusals retried.
+    pub async fn post_event_retrying(&self, event_type: &str, payload: Value) -> Persisted {
+        let key = format!("test-{}", uuid::Uuid::new_v4().simple());
+        let body = json!({ "event_type": event_type, "payload": payload });
+        let url = format!("{}/v1/events", self.api_url);
+        send_following_protocol(|| {
+            self.http.post(&url).bearer_auth(&self.api_key).header("idempotency-key", &key).json(&body)
+        })
+        .await
+    }
+
+    /// Posts an event once, without a key, and returns whatever the answer is
+    /// (for tests about refusals themselves).
+    pub async fn post_event_once(&self, event_type: &str, payload: Value) -> Answer {
         self.post("/v1/events", json!({ "event_type": event_type, "payload": payload })).await
     }
 
@@ -449,6 +476,41 @@ impl Answer {
         let detail = self.body["detail"].as_str().unwrap_or_default().to_owned();
         assert!(!detail.is_empty(), "problem without a detail: {:?}", self.body);
         detail
+    }
+}
+
+/// An answer and the refusals (503, 429) retried before it, in order.
+#[derive(Debug)]
+pub struct Persisted {
+    pub answer: Answer,
+    pub refused: Vec<u16>,
+}
+
+/// Sends the request `build` makes — each time with the same body and
+/// `Idempotency-Key` — until the answer is neither 503 nor 429, waiting as
+/// each `Retry-After` says (1 s without one, at most 10 s), for at most
+/// [`RETRY_BUDGET`] in all; then returns the last answer. This is what the API
+/// asks of its clients; a refusal writes nothing, so a retry never doubles an
+/// event.
+pub async fn send_following_protocol(mut build: impl FnMut() -> reqwest::RequestBuilder) -> Persisted {
+    let started = tokio::time::Instant::now();
+    let mut refused = Vec::new();
+    loop {
+        let answer = Answer::from(build().send().await.expect("API request")).await;
+        if !matches!(answer.status, 503 | 429) {
+            return Persisted { answer, refused };
+        }
+        let wait = answer
+            .headers
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|value| value.to_str().ok()?.trim().parse::<u64>().ok())
+            .map_or(Duration::from_secs(1), Duration::from_secs)
+            .min(MAX_RETRY_AFTER);
+        if started.elapsed() + wait > RETRY_BUDGET {
+            return Persisted { answer, refused };
+        }
+        refused.push(answer.status);
+        tokio::time::sleep(wait).await;
     }
 }
 

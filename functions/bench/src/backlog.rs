@@ -69,7 +69,7 @@ impl BacklogRun<'_> {
                 let mut seq = 0;
                 while !stop.load(Ordering::Relaxed) {
                     ticks.tick().await;
-                    if let Ok((_, _, latency_ms)) = target.post_one("bench.none", seq).await {
+                    if let (Ok((_, _, latency_ms)), _) = target.post_one("bench.none", seq).await {
                         latencies.push(latency_ms);
                     }
                     seq += 1;

@@ -8,6 +8,7 @@ mod backlog;
 mod ceilings;
 mod memory;
 mod paced;
+mod protocol;
 mod receiver;
 mod scenarios;
 mod stats;
@@ -211,12 +212,13 @@ fn print_human(report: &serde_json::Map<String, serde_json::Value>) {
     }
     if let Some(i) = report.get("ingest") {
         println!(
-            "ingest     {} events/s   latency p50 {} ms  p95 {} ms  p99 {} ms   errors {}",
+            "ingest     {} events/s   latency p50 {} ms  p95 {} ms  p99 {} ms   errors {}   retried {}",
             f(&i["events_per_sec"]),
             f(&i["latency"]["p50_ms"]),
             f(&i["latency"]["p95_ms"]),
             f(&i["latency"]["p99_ms"]),
-            i["errors_by_status"]
+            i["errors_by_status"],
+            i["retried_by_status"]
         );
     }
     if let Some(b) = report.get("batch_ingest") {

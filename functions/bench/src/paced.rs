@@ -17,6 +17,8 @@ pub struct PacedFigures {
     pub seconds: u64,
     pub accepted: usize,
     pub refused: usize,
+    /// Refusals (503, 429) retried after `Retry-After` before an answer.
+    pub retried: usize,
     pub ingest_latency: Percentiles,
     pub delivered: usize,
     pub end_to_end: Percentiles,
@@ -39,17 +41,19 @@ pub struct SlowEndpointFigures {
 }
 
 /// What a paced run accepted: event id -> when the API answered.
+#[derive(Default)]
 struct Offered {
     acked: HashMap<String, Instant>,
     latencies: Vec<f64>,
     refused: usize,
+    retried: usize,
 }
 
 impl Target {
     /// Posts `rate` events/s of `event_type` for `seconds`, each on its own task
     /// so a slow answer does not lower the offered rate.
     async fn offer(&self, event_type: &str, rate: u32, seconds: u64) -> Offered {
-        let offered = Arc::new(Mutex::new(Offered { acked: HashMap::new(), latencies: Vec::new(), refused: 0 }));
+        let offered = Arc::new(Mutex::new(Offered::default()));
         let total = rate as u64 * seconds;
         let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -58,8 +62,9 @@ impl Target {
             ticks.tick().await;
             let (target, offered, event_type) = (self.clone(), offered.clone(), event_type.to_owned());
             posts.spawn(async move {
-                let result = target.post_one(&event_type, seq).await;
+                let (result, refused) = target.post_one(&event_type, seq).await;
                 let mut offered = offered.lock().unwrap_or_else(|p| p.into_inner());
+                offered.retried += refused.len();
                 match result {
                     Ok((id, done, latency_ms)) => {
                         offered.acked.insert(id, done);
@@ -71,7 +76,7 @@ impl Target {
         }
         while posts.join_next().await.is_some() {}
         let mut offered = offered.lock().unwrap_or_else(|p| p.into_inner());
-        std::mem::replace(&mut *offered, Offered { acked: HashMap::new(), latencies: Vec::new(), refused: 0 })
+        std::mem::take(&mut *offered)
     }
 
     /// Waits until `expected` deliveries reached hooks named `prefix…`.
@@ -113,6 +118,7 @@ impl Target {
             seconds,
             accepted: offered.acked.len(),
             refused: offered.refused,
+            retried: offered.retried,
             ingest_latency: percentiles(offered.latencies),
             delivered,
             end_to_end,

@@ -29,6 +29,8 @@ pub struct IngestFigures {
     pub events_per_sec: f64,
     pub latency: Percentiles,
     pub errors_by_status: BTreeMap<String, usize>,
+    /// Refusals (503, 429) that clients retried after `Retry-After`.
+    pub retried_by_status: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Serialize)]
@@ -67,23 +69,32 @@ impl Target {
         Ok(created["id"].as_str().unwrap_or_default().to_owned())
     }
 
-    /// Posts one event; its id, when the answer came, and the request latency
-    /// in ms — or the status (or "transport") that refused it.
-    pub async fn post_one(&self, event_type: &str, seq: usize) -> Result<(String, Instant, f64), String> {
+    /// Posts one event as the protocol asks (503 and 429 retried with the same
+    /// idempotency key, see `protocol`). The outcome: its id, when the answer
+    /// came and the latency in ms of the request that was answered — or the
+    /// status (or "transport") that refused it; and the refusals retried.
+    pub async fn post_one(&self, event_type: &str, seq: usize) -> (Result<(String, Instant, f64), String>, Vec<u16>) {
         let body = json!({ "event_type": event_type, "payload": { "seq": seq, "bench": true } });
-        let sent = Instant::now();
-        let response =
-            self.http.post(format!("{}/v1/events", self.api)).bearer_auth(&self.key).json(&body).send().await;
+        let key = crate::protocol::idempotency_key();
+        let url = format!("{}/v1/events", self.api);
+        let mut sent = Instant::now();
+        let outcome = crate::protocol::send(|| {
+            sent = Instant::now();
+            self.http.post(&url).bearer_auth(&self.key).header("idempotency-key", &key).json(&body)
+        })
+        .await;
         let done = Instant::now();
-        match response {
-            Ok(response) if response.status().as_u16() == 201 => {
+        let result = match outcome.response {
+            // 200: an earlier try was stored after all (its answer was lost).
+            Ok(response) if matches!(response.status().as_u16(), 200 | 201) => {
                 let receipt: serde_json::Value = response.json().await.unwrap_or_default();
                 let id = receipt["id"].as_str().unwrap_or_default().to_owned();
                 Ok((id, done, (done - sent).as_secs_f64() * 1000.0))
             }
             Ok(response) => Err(response.status().as_u16().to_string()),
             Err(_) => Err("transport".into()),
-        }
+        };
+        (result, outcome.refused)
     }
 
     /// Posts `events` events of `event_type`; returns the figures and each
@@ -99,12 +110,14 @@ impl Target {
         let acked = Arc::new(Mutex::new(HashMap::with_capacity(events)));
         let latencies = Arc::new(Mutex::new(Vec::with_capacity(events)));
         let errors = Arc::new(Mutex::new(BTreeMap::new()));
+        let retried = Arc::new(Mutex::new(BTreeMap::new()));
         let started = Instant::now();
         let progress = crate::progress(label, next.clone(), events, self.receiver.clone());
         let mut clients = Vec::new();
         for _ in 0..concurrency {
             let target = self.clone();
             let (next, acked, latencies, errors) = (next.clone(), acked.clone(), latencies.clone(), errors.clone());
+            let retried = retried.clone();
             let event_type = event_type.to_owned();
             clients.push(tokio::spawn(async move {
                 loop {
@@ -112,7 +125,9 @@ impl Target {
                     if n >= events {
                         break;
                     }
-                    match target.post_one(&event_type, n).await {
+                    let (result, refused) = target.post_one(&event_type, n).await;
+                    count_statuses(&retried, &refused);
+                    match result {
                         Ok((id, done, latency_ms)) => {
                             latencies.lock().unwrap_or_else(|p| p.into_inner()).push(latency_ms);
                             acked.lock().unwrap_or_else(|p| p.into_inner()).insert(id, done);
@@ -132,12 +147,14 @@ impl Target {
         let acked = std::mem::take(&mut *acked.lock().unwrap_or_else(|p| p.into_inner()));
         let latencies = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
         let errors = std::mem::take(&mut *errors.lock().unwrap_or_else(|p| p.into_inner()));
+        let retried = std::mem::take(&mut *retried.lock().unwrap_or_else(|p| p.into_inner()));
         let figures = IngestFigures {
             events,
             accepted: acked.len(),
             events_per_sec: acked.len() as f64 / elapsed,
             latency: percentiles(latencies),
             errors_by_status: errors,
+            retried_by_status: retried,
         };
         (figures, acked)
     }
@@ -168,6 +185,7 @@ impl Target {
                     events_per_sec: figures.events_per_sec,
                     latency: figures.batch_latency,
                     errors_by_status: BTreeMap::new(),
+                    retried_by_status: figures.retried_by_status,
                 };
                 (ingest, acked)
             }
@@ -219,6 +237,19 @@ pub struct BatchFigures {
     pub accepted: usize,
     pub events_per_sec: f64,
     pub batch_latency: Percentiles,
+    /// Refusals (503, 429) that clients retried after `Retry-After`.
+    pub retried_by_status: BTreeMap<String, usize>,
+}
+
+/// Adds each refused status to the tally.
+fn count_statuses(tally: &Mutex<BTreeMap<String, usize>>, statuses: &[u16]) {
+    if statuses.is_empty() {
+        return;
+    }
+    let mut tally = tally.lock().unwrap_or_else(|p| p.into_inner());
+    for status in statuses {
+        *tally.entry(status.to_string()).or_insert(0) += 1;
+    }
 }
 
 impl Target {
@@ -236,11 +267,13 @@ impl Target {
         let accepted = Arc::new(AtomicUsize::new(0));
         let acked = Arc::new(Mutex::new(HashMap::with_capacity(events)));
         let latencies = Arc::new(Mutex::new(Vec::new()));
+        let retried = Arc::new(Mutex::new(BTreeMap::new()));
         let started = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..concurrency {
             let (http, url, key) = (self.http.clone(), format!("{}/v1/events/batch", self.api), self.key.clone());
             let (next, accepted, acked, latencies) = (next.clone(), accepted.clone(), acked.clone(), latencies.clone());
+            let retried = retried.clone();
             let event_type = event_type.to_owned();
             clients.push(tokio::spawn(async move {
                 loop {
@@ -250,12 +283,24 @@ impl Target {
                     }
                     let size = batch_size.min(events - batch * batch_size);
                     let items: Vec<_> = (0..size)
-                        .map(|n| json!({ "event_type": event_type, "payload": { "batch": batch, "n": n } }))
+                        .map(|n| {
+                            json!({
+                                "event_type": event_type,
+                                "payload": { "batch": batch, "n": n },
+                                "idempotency_key": crate::protocol::idempotency_key(),
+                            })
+                        })
                         .collect();
-                    let sent = Instant::now();
-                    let response = http.post(&url).bearer_auth(&key).json(&json!({ "events": items })).send().await;
+                    let body = json!({ "events": items });
+                    let mut sent = Instant::now();
+                    let outcome = crate::protocol::send(|| {
+                        sent = Instant::now();
+                        http.post(&url).bearer_auth(&key).json(&body)
+                    })
+                    .await;
                     let answered = Instant::now();
-                    if let Ok(response) = response {
+                    count_statuses(&retried, &outcome.refused);
+                    if let Ok(response) = outcome.response {
                         let body: serde_json::Value = response.json().await.unwrap_or_default();
                         accepted.fetch_add(body["accepted"].as_u64().unwrap_or(0) as usize, Ordering::Relaxed);
                         latencies
@@ -280,12 +325,14 @@ impl Target {
         let accepted = accepted.load(Ordering::Relaxed);
         let latencies = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
         let acked = std::mem::take(&mut *acked.lock().unwrap_or_else(|p| p.into_inner()));
+        let retried_by_status = std::mem::take(&mut *retried.lock().unwrap_or_else(|p| p.into_inner()));
         let figures = BatchFigures {
             events,
             batch_size,
             accepted,
             events_per_sec: accepted as f64 / elapsed,
             batch_latency: percentiles(latencies),
+            retried_by_status,
         };
         (figures, acked)
     }

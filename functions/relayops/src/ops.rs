@@ -52,6 +52,16 @@ pub(crate) async fn postgres_state(pool: &Pool) -> &'static str {
     }
 }
 
+/// Redis as flow control sees it: `ok`, or `degraded` while limits are per
+/// process (not a reason to be unready: ingest and delivery go on without it).
+pub(crate) async fn redis_state(flow: Option<&FlowControl>) -> &'static str {
+    match flow {
+        Some(flow) if flow.ping().await.is_ok() => "ok",
+        Some(_) => "degraded",
+        None => "not used",
+    }
+}
+
 fn consumer_state(consuming: &Option<watch::Receiver<bool>>) -> &'static str {
     match consuming {
         Some(consuming) if *consuming.borrow() => "ok",
@@ -65,11 +75,7 @@ async fn ready(State(probe): State<OpsProbe>) -> (StatusCode, Json<Value>) {
         Some(pool) => postgres_state(pool).await,
         None => "not used",
     };
-    let redis = match &probe.flow {
-        Some(flow) if flow.ping().await.is_ok() => "ok",
-        Some(_) => "unreachable",
-        None => "not used",
-    };
+    let redis = redis_state(probe.flow.as_ref()).await;
     let worker = consumer_state(&probe.worker_consuming);
     let alerter = consumer_state(&probe.alerter_consuming);
     let publisher = match &probe.publisher_connected {
@@ -77,9 +83,11 @@ async fn ready(State(probe): State<OpsProbe>) -> (StatusCode, Json<Value>) {
         Some(_) => "unreachable",
         None => "not used",
     };
-    let ready = [postgres, redis, worker, alerter, publisher].iter().all(|state| matches!(*state, "ok" | "not used"));
+    let ready = [postgres, redis, worker, alerter, publisher]
+        .iter()
+        .all(|state| matches!(*state, "ok" | "not used" | "degraded"));
     let body = json!({
-        "status": if ready { "ready" } else { "unready" },
+        "status": match (ready, redis) { (false, _) => "unready", (true, "degraded") => "degraded", (true, _) => "ready" },
         "postgres": postgres,
         "redis": redis,
         "rabbitmq": { "worker": worker, "alerter": alerter, "publisher": publisher },

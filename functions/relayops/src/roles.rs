@@ -58,20 +58,12 @@ pub fn api_router(state: ApiState) -> Router {
 /// Postgres reachable with every migration applied, and ingest not refusing
 /// work (backpressure). RabbitMQ is reported (from the backpressure sampler's
 /// last measurement) but an unreachable broker does not make the replica
-/// unready: events go to the outbox and are published when it returns. The
-/// body names each dependency's state.
+/// unready: events go to the outbox and are published when it returns. Redis
+/// not answering is `"degraded"`, still ready: ingest goes on under
+/// per-process limits. The body names each dependency's state.
 async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
     let postgres = ops::postgres_state(&state.pool).await;
-    let redis = match &state.ingest_limiter {
-        Some(limiter) => {
-            if limiter.flow.ping().await.is_ok() {
-                "ok"
-            } else {
-                "unreachable"
-            }
-        }
-        None => "not used",
-    };
+    let redis = ops::redis_state(state.ingest_limiter.as_ref().map(|limiter| &limiter.flow)).await;
     let backpressure = state.backpressure.as_ref().map(|gauge| gauge.report());
     let rabbitmq = match &backpressure {
         Some(report) if report["ready_depth"].is_null() => "unreachable",
@@ -82,7 +74,7 @@ async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
     let ready = postgres == "ok" && redis != "unreachable" && accepting;
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({
-        "status": if ready { "ready" } else { "unready" },
+        "status": match (ready, redis) { (false, _) => "unready", (true, "degraded") => "degraded", (true, _) => "ready" },
         "postgres": postgres,
         "rabbitmq": rabbitmq,
         "redis": redis,
@@ -174,7 +166,8 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             }
             let flow = FlowConfig::from_env()?;
             let gate = Gate::from_config(&flow, &config)?;
-            probe.flow = Some(FlowControl::new(&flow)?);
+            // Readiness shares the gate's circuit, so it reports what the gate does.
+            probe.flow = gate.flow().cloned();
             let worker = Worker::new(pool.clone(), broker, config, gate)?;
             probe.worker_consuming = Some(worker.consuming());
             tasks.spawn(async move {

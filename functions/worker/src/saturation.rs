@@ -6,7 +6,7 @@
 //!
 //! The memory only says whom to ask: a message is postponed while its
 //! endpoint's rate-limit wait lasts (no token can exist before then), or when
-//! Redis says the endpoint's lease set is full right now — never on a guess.
+//! flow control says the endpoint has no free slot right now — never on a guess.
 //!
 //! Nothing depends on it either. A postponed message leaves its row as it was
 //! (`pending`, or `scheduled` by an earlier deferral), and every
@@ -34,8 +34,6 @@ pub enum Busy {
     Full { max_in_flight: u32 },
     /// Its endpoint's rate limit has no token for this long.
     Rate { wait: Duration },
-    /// Redis could not be asked.
-    Unknown,
 }
 
 /// What the memory says about a message's endpoint.
@@ -74,7 +72,6 @@ impl Saturation {
         match busy {
             Busy::Full { max_in_flight } => entry.max_in_flight = Some(max_in_flight),
             Busy::Rate { wait } => entry.rate_until = Some(now + wait),
-            Busy::Unknown => {}
         }
     }
 
@@ -126,13 +123,5 @@ mod tests {
         saturation.remember(passed, Busy::Rate { wait: Duration::ZERO });
         assert_eq!(saturation.recall(waiting, 0), Recall::RateLimited);
         assert_eq!(saturation.recall(passed, 0), Recall::Claim);
-    }
-
-    #[test]
-    fn an_unreachable_redis_is_not_remembered_as_a_busy_endpoint() {
-        let saturation = Saturation::default();
-        let endpoint = EndpointId::new();
-        saturation.remember(endpoint, Busy::Unknown);
-        assert_eq!(saturation.recall(endpoint, 0), Recall::Claim);
     }
 }

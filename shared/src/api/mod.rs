@@ -109,9 +109,9 @@ impl ApiState {
         self
     }
 
-    /// 429 + `Retry-After` when the tenant is over its rate; 503 when the limiter
-    /// cannot be consulted (fail closed: an unlimited tenant could flood the
-    /// pipeline for everyone).
+    /// 429 + `Retry-After` when the tenant is over its rate. The rate is the
+    /// shared bucket's, or this process' own while Redis cannot be asked
+    /// (see `flow`): a Redis outage never refuses ingest.
     pub async fn check_ingest_rate(&self, caller: &Authenticated) -> Result<(), ApiError> {
         self.check_ingest_rate_for(caller, 1).await
     }
@@ -124,15 +124,14 @@ impl ApiState {
             (None, _) => limiter.default,
         };
         match limiter.flow.take_tokens("tenant", &caller.tenant_id.to_string(), limit, events).await {
-            Ok(TokenDecision::Taken) => Ok(()),
-            Ok(TokenDecision::Wait(wait)) => Err(ApiError::RateLimited {
+            TokenDecision::Taken => Ok(()),
+            TokenDecision::Wait(wait) => Err(ApiError::RateLimited {
                 detail: format!(
                     "this tenant may post {} events per second; retry after the given delay",
                     limit.per_second
                 ),
                 retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
             }),
-            Err(error) => Err(ApiError::Unavailable { retry_after_secs: 1, source: Some(Box::new(error)) }),
         }
     }
 

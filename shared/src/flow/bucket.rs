@@ -1,5 +1,6 @@
-//! Token buckets: `rate` tokens per second up to `burst`. The script answers
-//! whether a token was taken and, if not, how long until one will be there.
+//! Shared token buckets in Redis: `rate` tokens per second up to `burst`. The
+//! script answers whether a token was taken and, if not, how long until one
+//! will be there.
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -54,14 +55,14 @@ pub enum TokenDecision {
 }
 
 impl FlowControl {
-    /// Takes one token from the bucket `kind:id` (e.g. `tenant:<id>`).
-    pub async fn take_token(&self, kind: &str, id: &str, limit: Limit) -> Result<TokenDecision, FlowError> {
-        self.take_tokens(kind, id, limit, 1).await
-    }
-
-    /// Takes `cost` tokens at once (never more than the burst, which could never fill).
-    pub async fn take_tokens(&self, kind: &str, id: &str, limit: Limit, cost: u32) -> Result<TokenDecision, FlowError> {
-        let key = self.key(kind, id);
+    /// Takes `cost` tokens (never more than the burst, which could never fill)
+    /// from the shared bucket `key` in Redis.
+    pub(super) async fn shared_take_tokens(
+        &self,
+        key: String,
+        limit: Limit,
+        cost: u32,
+    ) -> Result<TokenDecision, FlowError> {
         let mut connection = self.connection.clone();
         let rate = limit.per_second.max(0.001);
         let burst = limit.burst.max(1);

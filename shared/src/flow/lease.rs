@@ -43,24 +43,21 @@ static LIVE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 impl FlowControl {
-    /// How many of `kind:id`'s leases are held right now.
-    pub async fn live_leases(&self, kind: &str, id: &str) -> Result<u32, FlowError> {
-        let key = self.key(kind, id);
+    /// How many of the leases in the set `key` are live right now.
+    pub(super) async fn shared_live_leases(&self, key: String) -> Result<u32, FlowError> {
         let mut connection = self.connection.clone();
         let live: i64 = self.bounded(LIVE.key(key).invoke_async(&mut connection)).await?;
         Ok(live.clamp(0, i64::from(u32::MAX)) as u32)
     }
 
-    /// Takes one of the `max_in_flight` slots of `kind:id` for `ttl`.
-    pub async fn acquire_lease(
+    /// Takes one of the `max_in_flight` slots of the lease set `key` for `ttl`.
+    pub(super) async fn shared_acquire_lease(
         &self,
-        kind: &str,
-        id: &str,
+        key: String,
         lease_id: &str,
         max_in_flight: u32,
         ttl: Duration,
     ) -> Result<bool, FlowError> {
-        let key = self.key(kind, id);
         let mut connection = self.connection.clone();
         let ttl_ms = ttl.as_millis().max(1) as u64;
         let acquired: i64 = self
@@ -70,8 +67,7 @@ impl FlowControl {
     }
 
     /// Gives the slot back; a lease already expired is a no-op.
-    pub async fn release_lease(&self, kind: &str, id: &str, lease_id: &str) -> Result<(), FlowError> {
-        let key = self.key(kind, id);
+    pub(super) async fn shared_release_lease(&self, key: &str, lease_id: &str) -> Result<(), FlowError> {
         let mut connection = self.connection.clone();
         let _: i64 = self.bounded(redis::cmd("ZREM").arg(key).arg(lease_id).query_async(&mut connection)).await?;
         Ok(())

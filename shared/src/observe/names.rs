@@ -31,6 +31,13 @@ pub const DELIVERIES_HELD: &str = "relayops_deliveries_held_total";
 /// ready queue's delivery limit; no labels.
 pub const DELIVERIES_REPUBLISHED: &str = "relayops_deliveries_republished_total";
 
+/// 1 while Redis cannot be asked and flow-control limits are per process
+/// (degraded), else 0.
+pub const FLOW_DEGRADED: &str = "relayops_flow_degraded";
+/// Flow-control decisions taken by this process' own limits because Redis
+/// could not be asked; `limit`: `tenant`, `endpoint-lease`, `endpoint-rate`.
+pub const FLOW_LOCAL_DECISIONS: &str = "relayops_flow_local_decisions_total";
+
 /// Outbox rows published (confirmed by the broker); no labels.
 pub const OUTBOX_PUBLISHED: &str = "relayops_outbox_published_total";
 /// Publish failures; `kind`: `refused` (broker nack or unroutable, row
@@ -72,6 +79,11 @@ pub fn describe_all() {
     describe_counter!(DELIVERIES_POSTPONED, "Messages sent round again unclaimed: their endpoint was just saturated.");
     describe_counter!(DELIVERIES_HELD, "Pauses of messages held (not requeued) while the database was failing.");
     describe_counter!(DELIVERIES_REPUBLISHED, "Messages published afresh near the ready queue's delivery limit.");
+    describe_gauge!(FLOW_DEGRADED, "1 while Redis is unusable and flow-control limits are per process.");
+    describe_counter!(
+        FLOW_LOCAL_DECISIONS,
+        "Flow-control decisions taken per process because Redis could not be asked."
+    );
     describe_counter!(OUTBOX_PUBLISHED, "Outbox rows published and confirmed by the broker.");
     describe_counter!(OUTBOX_PUBLISH_FAILURES, "Outbox publish failures: refused rows, failed ticks.");
     describe_histogram!(OUTBOX_PUBLISH_DURATION, Unit::Seconds, "Claim-to-settle time of one outbox batch.");

@@ -26,7 +26,7 @@ async fn outbox_backlog_over_threshold_makes_ingest_refuse_until_it_drains() {
     let body = env.wait_for_readiness(false).await;
     assert_eq!(body["backpressure"]["outbox_backlog"], 4);
 
-    let refused = env.post_event("a.b", json!({ "n": "refused" })).await;
+    let refused = env.post_event_once("a.b", json!({ "n": "refused" })).await;
     let detail = refused.expect_problem(503);
     assert!(detail.contains("outbox backlog"), "{detail}");
     assert_eq!(refused.headers["retry-after"], "7");
@@ -50,7 +50,7 @@ async fn ready_queue_over_threshold_makes_ingest_refuse_until_workers_catch_up()
     }
     let body = env.wait_for_readiness(false).await;
     assert_eq!(body["backpressure"]["ready_depth"], 3);
-    let detail = env.post_event("a.b", json!({})).await.expect_problem(503);
+    let detail = env.post_event_once("a.b", json!({})).await.expect_problem(503);
     assert!(detail.contains("ready queue"), "{detail}");
     assert_eq!(env.count("events").await, 3);
 

@@ -1,5 +1,5 @@
 //! Tests that need the machine to themselves: they restart the shared broker or
-//! load it heavily. `make test` runs them after the others, one at a time
+//! load it heavily (the Redis outages are in `redis_outages`). `make test` runs them after the others, one at a time
 //! (`exclusive::` in their names is the filter).
 use std::time::{Duration, Instant};
 
@@ -64,7 +64,9 @@ async fn exclusive_soak_with_chaos_and_killed_workers_loses_nothing() {
     let started = Instant::now();
     let mut workers = [env.spawn_role("worker", &[]), env.spawn_role("worker", &[])];
 
-    // Ingest with 8 concurrent clients.
+    // Ingest with 8 concurrent clients that follow the protocol (503 and 429
+    // are retried after Retry-After with the same idempotency key), as a
+    // loaded machine can make the API refuse for a moment.
     let posted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let env = std::sync::Arc::new(env);
     let mut clients = Vec::new();
@@ -96,6 +98,10 @@ async fn exclusive_soak_with_chaos_and_killed_workers_loses_nothing() {
             break;
         }
         assert!(Instant::now() < deadline, "soak did not settle: {settled}/{total} of {events}");
+        // A client that gave up fails the soak now, not after the deadline.
+        if let Some(finished) = clients.iter().position(|client| client.is_finished()) {
+            clients.swap_remove(finished).await.expect("an ingest client failed");
+        }
         if kills < 3 && settled > (kills + 1) * events as i64 / 5 {
             workers[0].kill();
             workers[0] = env.spawn_role("worker", &[]);
@@ -142,82 +148,4 @@ async fn exclusive_soak_with_chaos_and_killed_workers_loses_nothing() {
     assert_eq!(gaps, 0, "attempt numbers are 1..n without repeats or gaps");
     assert_eq!(kills, 3);
     assert!(acknowledged.len() as i64 >= delivered, "every delivered delivery was answered 200 by the receiver");
-}
-
-fn redis(args: &[&str]) -> bool {
-    std::process::Command::new(args[0])
-        .args(&args[1..])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_redis_outage_during_traffic_refuses_ingest_defers_delivery_and_loses_nothing() {
-    // The worker starts only once Redis is down, so every delivery meets the outage.
-    let mut env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
-    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    let mut accepted = Vec::new();
-    for n in 0..10 {
-        let answer = env.post_event("a.b", json!({ "n": n })).await;
-        assert_eq!(answer.status, 201);
-        accepted.push(answer.body["id"].as_str().unwrap().to_owned());
-    }
-
-    assert!(redis(&["redis-cli", "-p", "6379", "shutdown", "nosave"]) || !redis(&["redis-cli", "-p", "6379", "ping"]));
-    let unready = env.wait_for_readiness(false).await;
-    assert_eq!(unready["redis"], "unreachable", "{unready}");
-    // Documented behaviour with Redis down: ingest fails closed with 503 …
-    let refused = env.post_event("a.b", json!({ "during": "outage" })).await;
-    refused.expect_problem(503);
-    assert!(refused.headers.contains_key("retry-after"));
-    // … and the worker defers deliveries instead of sending them without limits.
-    env.start_worker().await;
-    env.wait_for_sql(
-        "deliveries deferred by the worker",
-        "SELECT count(*) = 10 FROM relayops.deliveries WHERE status = 'scheduled' AND attempt_count = 0",
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await; // the outage lasts a while
-    assert_eq!(env.simulator.received().len(), 0, "nothing was sent while the limiter was down");
-
-    assert!(redis(&[
-        "redis-server",
-        "--daemonize",
-        "yes",
-        "--bind",
-        "127.0.0.1",
-        "--port",
-        "6379",
-        "--save",
-        "",
-        "--appendonly",
-        "no"
-    ]));
-    let deadline = Instant::now() + LONG_WAIT;
-    while !redis(&["redis-cli", "-p", "6379", "ping"]) {
-        assert!(Instant::now() < deadline, "redis did not come back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ready = env.wait_for_readiness(true).await;
-    assert_eq!(ready["redis"], "ok");
-    // Ingest recovers by itself.
-    let deadline = Instant::now() + LONG_WAIT;
-    loop {
-        let answer = env.post_event("a.b", json!({ "after": "outage" })).await;
-        if answer.status == 201 {
-            accepted.push(answer.body["id"].as_str().unwrap().to_owned());
-            break;
-        }
-        assert_eq!(answer.status, 503, "only 503 while the limiter reconnects");
-        assert!(Instant::now() < deadline, "ingest never recovered");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for event in &accepted {
-        let delivery = env.wait_for_status_within(event, "delivered", LONG_WAIT).await;
-        assert_eq!(delivery["attempt_count"], 1, "deferrals during the outage are not attempts");
-    }
-    assert_eq!(env.simulator.received().len(), accepted.len(), "each delivered exactly once");
-    assert_eq!(env.count("events").await, accepted.len() as i64, "refused events left nothing behind");
 }

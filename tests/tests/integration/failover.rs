@@ -6,15 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use relayops_tests::{eventually, TestConfig, TestEnv};
+use relayops_tests::{eventually, send_following_protocol, TestConfig, TestEnv};
 use serde_json::{json, Value};
 
 const LONG_WAIT: Duration = Duration::from_secs(240);
 
 /// A paced client that keeps posting events while a fault comes and goes. It
-/// follows the protocol: a 503 or 429 is retried after its `Retry-After`
-/// (capped at 1 s here, to keep pressure on) with the same Idempotency-Key,
-/// until accepted. It counts the answer each first try got, apart for the
+/// follows the protocol: a 503 or 429 is retried after its `Retry-After` with
+/// the same Idempotency-Key, until accepted. It counts the answer each first try got, apart for the
 /// tries made while `outage` was set.
 struct Load {
     stop: Arc<AtomicBool>,
@@ -77,36 +76,19 @@ impl Load {
     }
 }
 
-/// Posts until accepted; returns the first answer's status and the event id.
+/// Posts until accepted (as [`send_following_protocol`] does); returns the
+/// first answer's status and the event id.
 async fn post_until_accepted(env: &TestEnv, key: &str, payload: Value) -> (u16, String) {
     let url = format!("{}/v1/events", env.api_url);
     let body = json!({ "event_type": "load.tick", "payload": payload });
-    let deadline = Instant::now() + LONG_WAIT;
-    let mut first = None;
-    loop {
-        let request = env.http.post(&url).bearer_auth(&env.api_key).header("Idempotency-Key", key).json(&body);
-        let (status, retry_after, answer) = match request.timeout(Duration::from_secs(10)).send().await {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let retry_after = response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|value| value.to_str().ok())
-                    .and_then(|value| value.parse::<u64>().ok());
-                (status, retry_after, response.json::<Value>().await.unwrap_or_default())
-            }
-            Err(_) => (0, None, Value::Null),
-        };
-        first.get_or_insert(status);
-        if status == 201 || status == 200 {
-            return (first.unwrap_or(status), answer["id"].as_str().expect("event id").to_owned());
-        }
-        assert!(matches!(status, 0 | 429 | 503), "only 429/503 are retried: {status} {answer}");
-        assert!(status == 0 || retry_after.is_some(), "a {status} carries Retry-After: {answer}");
-        assert!(Instant::now() < deadline, "never accepted: {key}");
-        let pause = Duration::from_secs(retry_after.unwrap_or(1)).min(Duration::from_secs(1));
-        tokio::time::sleep(pause).await;
-    }
+    let persisted = send_following_protocol(|| {
+        env.http.post(&url).bearer_auth(&env.api_key).header("Idempotency-Key", key).json(&body)
+    })
+    .await;
+    let answer = persisted.answer;
+    assert!(matches!(answer.status, 200 | 201), "never accepted: {} {:?}", answer.status, answer.body);
+    let first = persisted.refused.first().copied().unwrap_or(answer.status);
+    (first, answer.body["id"].as_str().expect("event id").to_owned())
 }
 
 /// Waits until every delivery of the test is terminal and there are as many
@@ -168,7 +150,7 @@ async fn exclusive_postgres_hard_stop_for_a_minute_strands_nothing() {
     .await;
     tokio::task::spawn_blocking(|| relayops_tests::postgres_cluster(&["stop", "-m", "immediate"])).await.unwrap();
     let down = Instant::now();
-    let refused = env.post_event("burst.all", json!({ "during": "outage" })).await;
+    let refused = env.post_event_once("burst.all", json!({ "during": "outage" })).await;
     refused.expect_problem(503);
     assert!(refused.headers.contains_key("retry-after"));
     // The outage lasts a minute: this sleep is the fault, not a wait for a condition.

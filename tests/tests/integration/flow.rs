@@ -21,7 +21,7 @@ async fn tenant_over_its_ingest_rate_gets_429_with_retry_after_and_nothing_writt
     set_tenant_limit(&env, 1, 2).await;
     assert_eq!(env.post_event("a.b", json!({ "n": 1 })).await.status, 201);
     assert_eq!(env.post_event("a.b", json!({ "n": 2 })).await.status, 201);
-    let refused = env.post_event("a.b", json!({ "n": 3 })).await;
+    let refused = env.post_event_once("a.b", json!({ "n": 3 })).await;
     let detail = refused.expect_problem(429);
     assert!(detail.contains("per second"), "{detail}");
     let retry_after: u64 = refused.headers["retry-after"].to_str().unwrap().parse().unwrap();

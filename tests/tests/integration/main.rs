@@ -19,6 +19,7 @@ mod outages;
 mod pipeline;
 mod publishing;
 mod queries;
+mod redis_outages;
 mod replay;
 mod retries;
 mod sqs_wakeup;

@@ -17,7 +17,7 @@ async fn postgres_outage_is_survived_without_restarts_and_loses_nothing() {
 
     env.cut_database().await;
     // While Postgres is away, ingest refuses clearly instead of hanging or losing.
-    let refused = env.post_event("a.b", json!({ "during": "outage" })).await;
+    let refused = env.post_event_once("a.b", json!({ "during": "outage" })).await;
     refused.expect_problem(503);
     assert!(refused.headers.contains_key("retry-after"));
     // The outage itself lasts a while; this sleep is the fault, not a wait for a condition.
