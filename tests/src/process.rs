@@ -40,7 +40,7 @@ impl Drop for RoleProcess {
 
 /// The `relayops` binary beside the test binary (target/<profile>/relayops),
 /// built on first use if `make test` did not build it already.
-fn binary() -> PathBuf {
+pub fn binary() -> PathBuf {
     static BUILT: Mutex<bool> = Mutex::new(false);
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>").to_path_buf();

@@ -34,7 +34,7 @@ pub struct Roles {
 }
 
 pub async fn migrate(pool: &Pool) -> anyhow::Result<Vec<String>> {
-    let mut client = pool.get().await?;
+    let mut client = pool.get().await.map_err(db::DbError::from)?;
     Ok(db::migrate::run(&mut client).await?)
 }
 
@@ -109,7 +109,8 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
     }
     if roles.api || roles.publisher || roles.worker {
-        let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
+        let database = DatabaseConfig::from_env()?;
+        let pool = db::connect_pool(&database)?;
         migrate(&pool).await?;
         let broker = BrokerConfig::from_env()?;
         probe.pool = Some(pool.clone());
@@ -122,7 +123,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let wakeup = Arc::new(Notify::new());
         if roles.api || roles.publisher {
             // Wake on commits from any process (ingest replicas, replays, recovery).
-            let listener = db::listen::wake_on_outbox_inserts(DatabaseConfig::from_env()?.url, Arc::clone(&wakeup));
+            let listener = db::listen::wake_on_outbox_inserts(database.listen_url().to_owned(), Arc::clone(&wakeup));
             tasks.spawn(async move {
                 listener.await;
                 Ok(())

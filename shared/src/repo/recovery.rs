@@ -5,7 +5,7 @@
 //! time). A duplicate message this may create is absorbed by the worker's claim.
 use std::time::Duration;
 
-use deadpool_postgres::GenericClient;
+use crate::repo::GenericClient;
 use uuid::Uuid;
 
 use crate::broker::envelope::DeliveryTask;

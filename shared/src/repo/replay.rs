@@ -2,8 +2,8 @@
 //! in the caller's transaction — one by id, or in bulk by filter (with a cap per
 //! call, and a count for dry runs). Attempt numbers keep counting up because
 //! `attempt_count` is left as it is.
+use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use crate::broker::envelope::DeliveryTask;

@@ -12,6 +12,7 @@ mod flow;
 mod identity;
 mod ingest;
 mod lambda;
+mod managed;
 mod openapi;
 mod operations;
 mod outages;
