@@ -234,6 +234,10 @@ pub struct WorkerConfig {
     /// worker may nevertheless send to (e.g. `127.0.0.0/8` for a local
     /// receiver). Empty in production.
     pub outbound_allow: Vec<ipnet::IpNet>,
+    /// `RELAYOPS_OUTBOUND_CA_FILE` and `SSL_CERT_FILE` (default: neither):
+    /// PEM files whose certificates receivers' HTTPS certificates may chain to,
+    /// besides the built-in public roots (a private CA, a staging receiver).
+    pub outbound_ca_files: Vec<std::path::PathBuf>,
     /// `RELAYOPS_WORKER_BATCH_SIZE` (default 128): the most claims, or attempt
     /// records, that share one statement and commit.
     pub batch_size: usize,
@@ -253,6 +257,7 @@ impl Default for WorkerConfig {
             lease: Duration::from_secs(45),
             worker_id: default_worker_id(),
             outbound_allow: Vec::new(),
+            outbound_ca_files: Vec::new(),
             batch_size: 128,
             batch_lanes: 2,
         }
@@ -287,6 +292,11 @@ impl WorkerConfig {
                 &std::env::var(key("OUTBOUND_ALLOW_CIDRS")).unwrap_or_default(),
             )
             .map_err(|message| ConfigError { key: key("OUTBOUND_ALLOW_CIDRS"), message })?,
+            outbound_ca_files: [key("OUTBOUND_CA_FILE"), "SSL_CERT_FILE".to_owned()]
+                .iter()
+                .filter_map(|name| std::env::var(name).ok().filter(|path| !path.trim().is_empty()))
+                .map(std::path::PathBuf::from)
+                .collect(),
             batch_size: positive("WORKER_BATCH_SIZE", 128)?,
             batch_lanes: positive("WORKER_BATCH_LANES", 2)?,
         })

@@ -9,6 +9,7 @@ mod endpoints;
 mod exclusive;
 mod faults;
 mod flow;
+mod https;
 mod identity;
 mod ingest;
 mod lambda;
