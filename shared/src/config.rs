@@ -230,10 +230,11 @@ pub struct WorkerConfig {
     pub lease: Duration,
     /// `RELAYOPS_WORKER_ID` (default: host name + random suffix): the lease owner.
     pub worker_id: String,
-    /// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` (default empty): special addresses the
-    /// worker may nevertheless send to (e.g. `127.0.0.0/8` for a local
-    /// receiver). Empty in production.
-    pub outbound_allow: Vec<ipnet::IpNet>,
+    /// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` (default empty): special destinations the
+    /// worker may nevertheless send to: CIDRs or addresses (any port, e.g.
+    /// `127.0.0.0/8`), `address:port` (that port only, for URLs naming the
+    /// address) or `host:port` (that name and port only). Empty in production.
+    pub outbound_allow: crate::net_policy::AllowList,
     /// `RELAYOPS_OUTBOUND_CA_FILE` and `SSL_CERT_FILE` (default: neither):
     /// PEM files whose certificates receivers' HTTPS certificates may chain to,
     /// besides the built-in public roots (a private CA, a staging receiver).
@@ -256,7 +257,7 @@ impl Default for WorkerConfig {
             pool_per_host: 32,
             lease: Duration::from_secs(45),
             worker_id: default_worker_id(),
-            outbound_allow: Vec::new(),
+            outbound_allow: crate::net_policy::AllowList::default(),
             outbound_ca_files: Vec::new(),
             batch_size: 128,
             batch_lanes: 2,

@@ -31,6 +31,7 @@ use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
 use relayops_shared::flow::{FlowControl, Limit};
 use relayops_shared::ids::TenantId;
+use relayops_shared::net_policy::AllowList;
 use relayops_simulator::Simulator;
 use relayops_worker::gate::Gate;
 use relayops_worker::Worker;
@@ -106,7 +107,7 @@ impl Default for TestConfig {
                 request_timeout: Duration::from_secs(2),
                 lease: Duration::from_secs(3),
                 // The simulator listens on loopback, which production refuses.
-                outbound_allow: vec!["127.0.0.0/8".parse().expect("cidr")],
+                outbound_allow: AllowList::nets(vec!["127.0.0.0/8".parse().expect("cidr")]),
                 ..WorkerConfig::default()
             },
             backpressure: None,

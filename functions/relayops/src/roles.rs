@@ -161,9 +161,10 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             let mut config = WorkerConfig::from_env()?;
             if roles.simulator && std::env::var("RELAYOPS_OUTBOUND_ALLOW_CIDRS").is_err() {
                 // Development: the built-in simulator is the one receiver on a
-                // special address that may be reached, and only its address.
-                config.outbound_allow = vec![listen.simulator.ip().into()];
-                tracing::info!(allowed = %listen.simulator.ip(), "outbound allow-list set to the simulator");
+                // special address that may be reached: its address and port,
+                // no other port there (a database, a broker on loopback).
+                config.outbound_allow = simulator_allowance(listen.simulator);
+                tracing::info!(allowed = %config.outbound_allow, "outbound allow-list set to the simulator");
             }
             let flow = FlowConfig::from_env()?;
             let gate = Gate::from_config(&flow, &config)?;
@@ -231,4 +232,18 @@ pub async fn wait(mut tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> 
     }
     tasks.shutdown().await;
     Ok(())
+}
+
+/// What `relayops all` opens for its simulator: exactly its address and port
+/// (loopback's, when it listens on every address).
+fn simulator_allowance(simulator: std::net::SocketAddr) -> relayops_shared::net_policy::AllowList {
+    let addresses = if simulator.ip().is_unspecified() {
+        vec![
+            std::net::SocketAddr::from(([127, 0, 0, 1], simulator.port())),
+            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, simulator.port())),
+        ]
+    } else {
+        vec![simulator]
+    };
+    relayops_shared::net_policy::AllowList::addresses(addresses)
 }

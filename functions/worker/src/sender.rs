@@ -174,17 +174,20 @@ impl Sender {
 }
 
 impl Sender {
-    /// URLs naming an IP address never reach the resolver; check them here.
-    /// (The URL parser has already turned decimal/octal/hex spellings into the
-    /// address they mean.)
+    /// URLs naming an IP address never reach the resolver; check them here,
+    /// with their port (an allowed `address:port` opens that port only). (The
+    /// URL parser has already turned decimal/octal/hex spellings into the
+    /// address they mean.) A host opened by name is checked for its port.
     fn check_ip_literal(&self, url: &str) -> Result<(), String> {
         let parsed = url::Url::parse(url).map_err(|error| format!("invalid URL: {error}"))?;
+        let port = parsed.port_or_known_default().unwrap_or(0);
         let address = match parsed.host() {
             Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
             Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
-            _ => return Ok(()),
+            Some(url::Host::Domain(host)) => return self.policy.check_host_port(host, port),
+            None => return Ok(()),
         };
-        self.policy.check(address).map_err(|blocked| blocked.to_string())
+        self.policy.check_literal(std::net::SocketAddr::new(address, port)).map_err(|blocked| blocked.to_string())
     }
 }
 
