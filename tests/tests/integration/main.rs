@@ -22,5 +22,6 @@ mod publishing;
 mod queries;
 mod replay;
 mod retries;
+mod sam_local;
 mod sqs_wakeup;
 mod ssrf;
