@@ -234,14 +234,17 @@ impl TestEnv {
         let mut url = url::Url::parse(&admin_url).expect("database url");
         url.set_path(&database_name);
         let database_url = url.to_string();
-        let direct = db::connect_pool(&DatabaseConfig::new(database_url.clone(), 1)).expect("pool");
+        // Migrations always go direct (they hold a session advisory lock); the
+        // direct pool stays the app's unless a pooler is asked for (and then
+        // its warm connection is dropped).
+        let direct = db::connect_pool(&DatabaseConfig::new(database_url.clone(), 8)).expect("pool");
         let mut client = direct.get().await.expect("test database connection");
         db::migrate::run(&mut client).await.expect("migrations");
         drop(client);
-        direct.close();
         let pool = match &config.services.pooler_url {
-            None => db::connect_pool(&DatabaseConfig::new(database_url.clone(), 8)).expect("pool"),
+            None => direct,
             Some(pooler) => {
+                direct.close();
                 let mut url = url::Url::parse(pooler).expect("pooler url");
                 url.set_path(&database_name);
                 let pooled = DatabaseConfig { statement_cache: false, ..DatabaseConfig::new(url.to_string(), 8) };
