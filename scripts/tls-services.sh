@@ -47,6 +47,9 @@ wait_for() { # name, check-fn, seconds
 }
 
 if ! command -v pgbouncer >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+  if [ "${RELAYOPS_SKIP_INSTALL:-0}" = "1" ]; then
+    log "missing packages: pgbouncer/openssl (RELAYOPS_SKIP_INSTALL=1, not installing)"; exit 1
+  fi
   log "installing pgbouncer openssl"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
