@@ -5,6 +5,8 @@
 set -euo pipefail
 target="${CARGO_TARGET_DIR:-target}/debug"
 export RELAYOPS_API_LISTEN=127.0.0.1:18080 RELAYOPS_SIMULATOR_LISTEN=127.0.0.1:18090 RELAYOPS_LOG=warn
+# `relayops all` opens only its simulator's port; the bench receives on a random loopback port.
+export RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32
 # The worker the backlog scenario starts picks a free operations port.
 export RELAYOPS_WORKER_HEALTH_LISTEN=127.0.0.1:0
 out=/tmp/relayops-bench-smoke.json

@@ -3,7 +3,8 @@
 # Redis from Debian packages, then waits until each answers; also installs
 # stress-ng, the CPU hog the exclusive tests run under. Idempotent: a
 # service that already answers is left alone. Also creates the `relayops`
-# Postgres role the README, tests and demo use.
+# Postgres role the README, tests and demo use. Then scripts/tls-services.sh
+# starts the TLS-only Postgres/RabbitMQ/Redis and pgbouncer beside them.
 #
 # Environment knobs: RELAYOPS_SKIP_INSTALL=1 to never call apt-get.
 set -euo pipefail
@@ -90,5 +91,8 @@ if ! redis_up; then
   $SUDO redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no >/dev/null
 fi
 wait_for redis redis_up 30
+
+# The TLS-only stand-ins for the managed services, and pgbouncer.
+bash "$(dirname "$0")/tls-services.sh"
 
 log "all services are up"

@@ -1,7 +1,7 @@
 //! Creating a tenant with its first admin user and an API key, in one
 //! transaction: from the command line (`relayops bootstrap`), the demo and
 //! tests, or over HTTP with the one-time bootstrap token.
-use deadpool_postgres::GenericClient;
+use crate::repo::GenericClient;
 
 use crate::auth::password::{hash_password, PasswordError};
 use crate::auth::{ApiKeySecret, Scope};

@@ -52,15 +52,66 @@ fn millis(name: &str, default_ms: u64) -> Result<Duration, ConfigError> {
 /// Postgres.
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {
-    /// `RELAYOPS_DATABASE_URL`, e.g. `postgres://relayops:relayops@127.0.0.1:5432/relayops`.
+    /// `RELAYOPS_DATABASE_URL`, e.g. `postgres://relayops:relayops@127.0.0.1:5432/relayops`,
+    /// with `?sslmode=verify-full&sslrootcert=/path/ca.pem` for TLS (see `db::target`).
     pub url: String,
-    /// `RELAYOPS_DB_POOL_SIZE` (default 16): connections per process.
+    /// `RELAYOPS_DB_POOL_SIZE` (default 16 for long-lived processes, 2 in a
+    /// Lambda function): connections per process.
     pub pool_size: usize,
+    /// `RELAYOPS_DB_STATEMENT_CACHE` (`on` by default; `off` behind a
+    /// transaction-mode pooler such as pgbouncer or RDS Proxy): whether
+    /// statements are prepared once per connection and cached by name, or sent
+    /// unnamed each time.
+    pub statement_cache: bool,
+    /// `RELAYOPS_DATABASE_LISTEN_URL` (default: `RELAYOPS_DATABASE_URL`): a
+    /// direct connection (not through a transaction-mode pooler) for the
+    /// publisher's `LISTEN`.
+    pub listen_url: Option<String>,
 }
 
 impl DatabaseConfig {
+    /// A pool of `pool_size` on `url`, statement cache on, LISTEN on the same URL.
+    pub fn new(url: impl Into<String>, pool_size: usize) -> Self {
+        Self { url: url.into(), pool_size, statement_cache: true, listen_url: None }
+    }
+
+    /// For long-lived processes (the local runner, the worker container).
     pub fn from_env() -> Result<Self, ConfigError> {
-        Ok(Self { url: required("DATABASE_URL")?, pool_size: positive("DB_POOL_SIZE", 16)? })
+        Self::from_env_with_pool(16)
+    }
+
+    /// For a Lambda function: one request at a time per execution environment
+    /// needs one connection (two for a wake-up NOTIFY or a pipelined batch
+    /// beside it), so that reserved concurrency × 2 stays under the
+    /// database's (or RDS Proxy's) connection limit.
+    pub fn lambda_from_env() -> Result<Self, ConfigError> {
+        Self::from_env_with_pool(2)
+    }
+
+    fn from_env_with_pool(default_pool: usize) -> Result<Self, ConfigError> {
+        Ok(Self {
+            url: required("DATABASE_URL")?,
+            pool_size: positive("DB_POOL_SIZE", default_pool)?,
+            statement_cache: on_off("DB_STATEMENT_CACHE", true)?,
+            listen_url: std::env::var(key("DATABASE_LISTEN_URL")).ok().filter(|url| !url.trim().is_empty()),
+        })
+    }
+
+    /// Where the publisher `LISTEN`s.
+    pub fn listen_url(&self) -> &str {
+        self.listen_url.as_deref().unwrap_or(&self.url)
+    }
+}
+
+/// `on`/`off` (also `true`/`false`, `1`/`0`).
+fn on_off(name: &str, default: bool) -> Result<bool, ConfigError> {
+    match std::env::var(key(name)).map(|text| text.trim().to_ascii_lowercase()) {
+        Err(_) => Ok(default),
+        Ok(text) => match text.as_str() {
+            "on" | "true" | "1" => Ok(true),
+            "off" | "false" | "0" => Ok(false),
+            _ => Err(ConfigError { key: key(name), message: format!("`{text}` is invalid: use on or off") }),
+        },
     }
 }
 
@@ -179,10 +230,15 @@ pub struct WorkerConfig {
     pub lease: Duration,
     /// `RELAYOPS_WORKER_ID` (default: host name + random suffix): the lease owner.
     pub worker_id: String,
-    /// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` (default empty): special addresses the
-    /// worker may nevertheless send to (e.g. `127.0.0.0/8` for a local
-    /// receiver). Empty in production.
-    pub outbound_allow: Vec<ipnet::IpNet>,
+    /// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` (default empty): special destinations the
+    /// worker may nevertheless send to: CIDRs or addresses (any port, e.g.
+    /// `127.0.0.0/8`), `address:port` (that port only, for URLs naming the
+    /// address) or `host:port` (that name and port only). Empty in production.
+    pub outbound_allow: crate::net_policy::AllowList,
+    /// `RELAYOPS_OUTBOUND_CA_FILE` and `SSL_CERT_FILE` (default: neither):
+    /// PEM files whose certificates receivers' HTTPS certificates may chain to,
+    /// besides the built-in public roots (a private CA, a staging receiver).
+    pub outbound_ca_files: Vec<std::path::PathBuf>,
     /// `RELAYOPS_WORKER_BATCH_SIZE` (default 128): the most claims, or attempt
     /// records, that share one statement and commit.
     pub batch_size: usize,
@@ -201,7 +257,8 @@ impl Default for WorkerConfig {
             pool_per_host: 32,
             lease: Duration::from_secs(45),
             worker_id: default_worker_id(),
-            outbound_allow: Vec::new(),
+            outbound_allow: crate::net_policy::AllowList::default(),
+            outbound_ca_files: Vec::new(),
             batch_size: 128,
             batch_lanes: 2,
         }
@@ -236,6 +293,11 @@ impl WorkerConfig {
                 &std::env::var(key("OUTBOUND_ALLOW_CIDRS")).unwrap_or_default(),
             )
             .map_err(|message| ConfigError { key: key("OUTBOUND_ALLOW_CIDRS"), message })?,
+            outbound_ca_files: [key("OUTBOUND_CA_FILE"), "SSL_CERT_FILE".to_owned()]
+                .iter()
+                .filter_map(|name| std::env::var(name).ok().filter(|path| !path.trim().is_empty()))
+                .map(std::path::PathBuf::from)
+                .collect(),
             batch_size: positive("WORKER_BATCH_SIZE", 128)?,
             batch_lanes: positive("WORKER_BATCH_LANES", 2)?,
         })

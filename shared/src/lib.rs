@@ -27,3 +27,4 @@ pub mod signing;
 #[cfg(feature = "sqs")]
 pub mod sqs_wakeup;
 pub mod telemetry;
+pub mod tls;

@@ -3,13 +3,17 @@
 //! link-local (including the cloud metadata address 169.254.169.254),
 //! multicast, broadcast, unspecified, reserved and documentation ranges, IPv6
 //! loopback, ULA, link-local, site-local, and IPv4 addresses hidden inside IPv6
-//! (mapped, compatible, NAT64, 6to4). An explicit allow-list of CIDRs (off by
-//! default) lets development reach a receiver on loopback.
+//! (mapped, compatible, NAT64, 6to4). An explicit allow-list (off by default)
+//! lets development reach a receiver on loopback: whole ranges (CIDRs), or
+//! exactly one address and port (`127.0.0.1:8090`, for URLs naming that
+//! address), or exactly one host name and port (`relayops:8090`, whatever the
+//! name resolves to) — what `relayops all` and docker-compose open for the
+//! simulator, so that no other port of its address is reachable.
 //!
 //! The check is applied to the address actually connected to (see the worker's
 //! resolver), so DNS names that resolve inward, rebinding, and odd IP spellings
 //! (decimal, octal, hex — normalised by the URL parser) all end up here.
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::IpNet;
 
@@ -23,7 +27,39 @@ pub struct BlockedAddress {
 
 #[derive(Debug, Clone, Default)]
 pub struct AddressPolicy {
-    allow: Vec<IpNet>,
+    allow: AllowList,
+}
+
+/// Special destinations opened anyway (development only).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowList {
+    /// Whole ranges, any port.
+    pub nets: Vec<IpNet>,
+    /// One address and port, for URLs that name the address literally.
+    pub addresses: Vec<SocketAddr>,
+    /// One host name (lower case) and port, whatever addresses it resolves to.
+    pub hosts: Vec<(String, u16)>,
+}
+
+impl AllowList {
+    pub fn nets(nets: Vec<IpNet>) -> Self {
+        Self { nets, ..Self::default() }
+    }
+
+    pub fn addresses(addresses: Vec<SocketAddr>) -> Self {
+        Self { addresses, ..Self::default() }
+    }
+}
+
+/// The `RELAYOPS_OUTBOUND_ALLOW_CIDRS` text this list parses back from.
+impl std::fmt::Display for AllowList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nets = self.nets.iter().map(ToString::to_string);
+        let addresses = self.addresses.iter().map(ToString::to_string);
+        let hosts = self.hosts.iter().map(|(host, port)| format!("{host}:{port}"));
+        let entries: Vec<String> = nets.chain(addresses).chain(hosts).collect();
+        f.write_str(&entries.join(","))
+    }
 }
 
 fn v4_range(ip: Ipv4Addr) -> Option<&'static str> {
@@ -94,15 +130,17 @@ pub fn special_range(ip: IpAddr) -> Option<&'static str> {
 }
 
 impl AddressPolicy {
-    /// `allow`: CIDRs that may be reached even though special (development).
-    pub fn new(allow: Vec<IpNet>) -> Self {
+    /// `allow`: what may be reached even though special (development).
+    pub fn new(allow: AllowList) -> Self {
         Self { allow }
     }
 
+    /// An address about to be connected to (any port): refused when special,
+    /// unless an allowed range holds it.
     pub fn check(&self, address: IpAddr) -> Result<(), BlockedAddress> {
         let candidates =
             [Some(address), if let IpAddr::V6(v6) = address { embedded_v4(v6).map(IpAddr::V4) } else { None }];
-        if candidates.iter().flatten().any(|ip| self.allow.iter().any(|net| net.contains(ip))) {
+        if candidates.iter().flatten().any(|ip| self.allow.nets.iter().any(|net| net.contains(ip))) {
             return Ok(());
         }
         match special_range(address) {
@@ -112,18 +150,55 @@ impl AddressPolicy {
     }
 }
 
-/// Parses `RELAYOPS_OUTBOUND_ALLOW_CIDRS`-style text: comma-separated CIDRs or
-/// single addresses.
-pub fn parse_allow_list(text: &str) -> Result<Vec<IpNet>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-        .map(|part| {
-            part.parse::<IpNet>()
-                .or_else(|_| part.parse::<IpAddr>().map(IpNet::from))
-                .map_err(|_| format!("`{part}` is not a CIDR or an IP address"))
-        })
-        .collect()
+impl AddressPolicy {
+    /// A URL naming an IP address (it never reaches the resolver): allowed
+    /// when that exact address and port is, else as [`check`](Self::check).
+    pub fn check_literal(&self, address: SocketAddr) -> Result<(), BlockedAddress> {
+        if self.allow.addresses.contains(&address) {
+            return Ok(());
+        }
+        self.check(address.ip())
+    }
+
+    /// Whether the resolver may keep special addresses for this host name:
+    /// only names opened by a `host:port` entry (the sender has checked the port).
+    pub fn host_opened(&self, host: &str) -> bool {
+        self.allow.hosts.iter().any(|(name, _)| name.eq_ignore_ascii_case(host))
+    }
+
+    /// A URL naming a host: refused before anything is sent when the name is
+    /// opened for other ports only.
+    pub fn check_host_port(&self, host: &str, port: u16) -> Result<(), String> {
+        if !self.host_opened(host)
+            || self.allow.hosts.iter().any(|(name, p)| name.eq_ignore_ascii_case(host) && *p == port)
+        {
+            return Ok(());
+        }
+        Err(format!("{host} is allowed on other ports only, not {port}"))
+    }
+}
+
+/// Parses `RELAYOPS_OUTBOUND_ALLOW_CIDRS`-style text: comma-separated CIDRs,
+/// single addresses (any port), `address:port` (`[v6]:port`) or `host:port`.
+pub fn parse_allow_list(text: &str) -> Result<AllowList, String> {
+    let mut list = AllowList::default();
+    for part in text.split(',').map(str::trim).filter(|part| !part.is_empty()) {
+        if let Ok(net) = part.parse::<IpNet>() {
+            list.nets.push(net);
+        } else if let Ok(ip) = part.parse::<IpAddr>() {
+            list.nets.push(IpNet::from(ip));
+        } else if let Ok(address) = part.parse::<SocketAddr>() {
+            list.addresses.push(address);
+        } else if let Some((host, port)) = part.rsplit_once(':').and_then(|(host, port)| {
+            let valid = !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+            valid.then_some(()).and_then(|()| port.parse::<u16>().ok()).map(|port| (host.to_ascii_lowercase(), port))
+        }) {
+            list.hosts.push((host, port));
+        } else {
+            return Err(format!("`{part}` is not a CIDR, an IP address, address:port or host:port"));
+        }
+    }
+    Ok(list)
 }
 
 #[cfg(test)]
@@ -226,7 +301,24 @@ mod tests {
         assert!(policy.check(url_host("http://[::ffff:127.0.0.1]/")).is_ok());
         assert!(policy.check(url_host("http://10.0.0.1/")).is_err());
         assert!(policy.check(url_host("http://169.254.169.254/")).is_err());
-        assert!(parse_allow_list("not-a-cidr").is_err());
-        assert_eq!(parse_allow_list("").unwrap(), Vec::<IpNet>::new());
+        assert!(parse_allow_list("not a cidr").is_err());
+        assert_eq!(parse_allow_list("").unwrap(), AllowList::default());
+    }
+
+    #[test]
+    fn an_address_or_host_with_a_port_opens_exactly_that_port() {
+        let list = parse_allow_list("127.0.0.1:8090, [::1]:8090, Relayops:8090").unwrap();
+        assert_eq!(list.to_string(), "127.0.0.1:8090,[::1]:8090,relayops:8090");
+        assert_eq!(parse_allow_list(&list.to_string()).unwrap(), list);
+        let policy = AddressPolicy::new(list);
+        assert!(policy.check_literal("127.0.0.1:8090".parse().unwrap()).is_ok());
+        assert!(policy.check_literal("127.0.0.1:5432".parse().unwrap()).is_err(), "another port of the address");
+        assert!(policy.check_literal("127.0.0.2:8090".parse().unwrap()).is_err());
+        assert!(policy.check(url_host("http://127.0.0.1/")).is_err(), "names resolving to it are not opened");
+        assert!(policy.host_opened("relayops"));
+        assert!(policy.check_host_port("relayops", 8090).is_ok());
+        assert!(policy.check_host_port("relayops", 5432).is_err());
+        assert!(!policy.host_opened("localhost"));
+        assert!(policy.check_host_port("example.com", 443).is_ok(), "other names are left to the resolver's check");
     }
 }

@@ -7,8 +7,8 @@ use crate::TestEnv;
 /// Outages of this test's own database (other tests are unaffected).
 impl TestEnv {
     async fn admin(&self) -> tokio_postgres::Client {
-        let (client, connection) =
-            tokio_postgres::connect(&self.admin_url, tokio_postgres::NoTls).await.expect("admin connection");
+        let target = relayops_shared::db::PgTarget::parse(&self.admin_url).expect("admin URL");
+        let (client, connection) = target.connect().await.expect("admin connection");
         tokio::spawn(connection);
         client
     }

@@ -6,8 +6,12 @@
 //!
 //! Connection settings: `RELAYOPS_TEST_DATABASE_URL` (a role allowed to create
 //! databases) and `RELAYOPS_TEST_AMQP_URL`; the defaults match the script.
+//! [`Services`] points a test elsewhere: the TLS-only servers or pgbouncer
+//! (`managed`).
+pub mod https;
 mod inspect;
 pub mod lambda;
+pub mod managed;
 pub mod moto;
 mod process;
 pub mod prometheus;
@@ -27,6 +31,7 @@ use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
 use relayops_shared::flow::{FlowControl, Limit};
 use relayops_shared::ids::TenantId;
+use relayops_shared::net_policy::AllowList;
 use relayops_simulator::Simulator;
 use relayops_worker::gate::Gate;
 use relayops_worker::Worker;
@@ -34,7 +39,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-pub use process::RoleProcess;
+pub use process::{binary as relayops_binary, RoleProcess};
 pub use relayops_shared;
 
 const DEFAULT_DATABASE_URL: &str = "postgres://relayops:relayops@127.0.0.1:5432/relayops";
@@ -62,6 +67,32 @@ pub struct TestConfig {
     pub flow: FlowConfig,
     /// Login tokens and the bootstrap token (random per test).
     pub auth: AuthConfig,
+    /// The Postgres and RabbitMQ servers (Redis: `flow.redis_url`).
+    pub services: Services,
+}
+
+/// Which servers a test uses.
+#[derive(Clone)]
+pub struct Services {
+    /// A role allowed to create databases; the test's database is created on
+    /// the same server, with the same URL parameters (TLS settings).
+    pub admin_database_url: String,
+    pub amqp_url: String,
+    /// The app's pool goes through a transaction-mode pooler with this URL
+    /// (host and port; the test database's name is filled in) and the
+    /// statement cache off; migrations and `LISTEN` stay direct.
+    pub pooler_url: Option<String>,
+}
+
+impl Default for Services {
+    fn default() -> Self {
+        Self {
+            admin_database_url: std::env::var("RELAYOPS_TEST_DATABASE_URL")
+                .unwrap_or_else(|_| DEFAULT_DATABASE_URL.into()),
+            amqp_url: std::env::var("RELAYOPS_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.into()),
+            pooler_url: None,
+        }
+    }
 }
 
 impl Default for TestConfig {
@@ -81,7 +112,7 @@ impl Default for TestConfig {
                 request_timeout: Duration::from_secs(2),
                 lease: Duration::from_secs(3),
                 // The simulator listens on loopback, which production refuses.
-                outbound_allow: vec!["127.0.0.0/8".parse().expect("cidr")],
+                outbound_allow: AllowList::nets(vec!["127.0.0.0/8".parse().expect("cidr")]),
                 ..WorkerConfig::default()
             },
             backpressure: None,
@@ -102,6 +133,7 @@ impl Default for TestConfig {
                 bootstrap_token: Some(format!("bootstrap-{}", uuid::Uuid::new_v4().simple())),
                 api_key_cache_ttl: None,
             },
+            services: Services::default(),
         }
     }
 }
@@ -195,13 +227,13 @@ impl TestEnv {
         relayops_shared::telemetry::init();
         // Metrics are per process; nextest runs each test in its own.
         relayops_shared::observe::install_prometheus();
-        let admin_url = std::env::var("RELAYOPS_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
-        let amqp_url = std::env::var("RELAYOPS_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.into());
+        let admin_url = config.services.admin_database_url.clone();
+        let amqp_url = config.services.amqp_url.clone();
         let suffix = unique_suffix();
         config.flow.key_prefix = format!("test:{suffix}");
         let database_name = format!("relayops_test_{suffix}");
 
-        let admin = db::connect_pool(&DatabaseConfig { url: admin_url.clone(), pool_size: 1 }).expect("admin pool");
+        let admin = db::connect_pool(&DatabaseConfig::new(admin_url.clone(), 1)).expect("admin pool");
         let admin_client = admin.get().await.expect("Postgres is not reachable: run scripts/services.sh");
         admin_client.batch_execute(&format!("CREATE DATABASE {database_name}")).await.expect("create test database");
         drop(admin_client);
@@ -209,10 +241,23 @@ impl TestEnv {
         let mut url = url::Url::parse(&admin_url).expect("database url");
         url.set_path(&database_name);
         let database_url = url.to_string();
-        let pool = db::connect_pool(&DatabaseConfig { url: database_url.clone(), pool_size: 8 }).expect("pool");
-        let mut client = pool.get().await.expect("test database connection");
+        // Migrations always go direct (they hold a session advisory lock); the
+        // direct pool stays the app's unless a pooler is asked for (and then
+        // its warm connection is dropped).
+        let direct = db::connect_pool(&DatabaseConfig::new(database_url.clone(), 8)).expect("pool");
+        let mut client = direct.get().await.expect("test database connection");
         db::migrate::run(&mut client).await.expect("migrations");
         drop(client);
+        let pool = match &config.services.pooler_url {
+            None => direct,
+            Some(pooler) => {
+                direct.close();
+                let mut url = url::Url::parse(pooler).expect("pooler url");
+                url.set_path(&database_name);
+                let pooled = DatabaseConfig { statement_cache: false, ..DatabaseConfig::new(url.to_string(), 8) };
+                db::connect_pool(&pooled).expect("pool")
+            }
+        };
 
         let broker = BrokerConfig {
             url: amqp_url,
@@ -229,6 +274,12 @@ impl TestEnv {
         let request =
             BootstrapRequest { tenant_name: "Test tenant", admin_email: &admin_email, admin_password: &admin_password };
         let tenant = bootstrap_tenant(&pool, &request).await.expect("bootstrap");
+        // Open a few connections before the components start: a new one costs
+        // ~0.1 s of CPU in a debug build (SCRAM's PBKDF2, plus TLS when the
+        // server offers it), spent on a runtime thread, which would otherwise
+        // land in the first requests and stall the test's own timers.
+        let warm: Vec<_> = futures_util::future::join_all((0..4).map(|_| pool.get())).await;
+        drop(warm);
 
         // Declare the topology up front (quorum queues take a moment to create on
         // a busy broker), so components start against queues that exist.
@@ -387,7 +438,9 @@ impl TestEnv {
     /// Rows in a table of this test's database (all tenants).
     pub async fn count(&self, table: &str) -> i64 {
         let client = self.pool.get().await.expect("connection");
-        client.query_one(&format!("SELECT count(*) FROM relayops.{table}"), &[]).await.expect("count").get(0)
+        // Unnamed statements (`query_typed`): the pool may be behind pgbouncer.
+        let rows = client.query_typed(&format!("SELECT count(*) FROM relayops.{table}"), &[]).await.expect("count");
+        rows[0].get(0)
     }
 
     /// Polls the query API until the event's deliveries satisfy `done`.
@@ -443,7 +496,8 @@ impl TestEnv {
     pub async fn wait_for_sql(&self, what: &str, sql: &str) {
         eventually(WAIT, || async {
             let client = self.pool.get().await.expect("connection");
-            let holds: bool = client.query_one(sql, &[]).await.expect("condition query").get(0);
+            let rows = client.query_typed(sql, &[]).await.expect("condition query");
+            let holds: bool = rows[0].get(0);
             if holds {
                 Ok(())
             } else {
@@ -661,7 +715,10 @@ impl Drop for TestEnv {
                 return;
             };
             runtime.block_on(async move {
-                if let Ok((client, connection)) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls).await {
+                let Ok(target) = relayops_shared::db::PgTarget::parse(&admin_url) else {
+                    return;
+                };
+                if let Ok((client, connection)) = target.connect().await {
                     tokio::spawn(connection);
                     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
                 }

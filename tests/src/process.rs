@@ -40,7 +40,7 @@ impl Drop for RoleProcess {
 
 /// The `relayops` binary beside the test binary (target/<profile>/relayops),
 /// built on first use if `make test` did not build it already.
-fn binary() -> PathBuf {
+pub fn binary() -> PathBuf {
     static BUILT: Mutex<bool> = Mutex::new(false);
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>").to_path_buf();
@@ -67,7 +67,7 @@ impl TestEnv {
         let worker = &self.config.worker;
         let delays: Vec<String> = self.broker.retry_delays_ms.iter().map(u64::to_string).collect();
         let delays = delays.join(",");
-        let allow: Vec<String> = worker.outbound_allow.iter().map(ToString::to_string).collect();
+        let allow = worker.outbound_allow.to_string();
         let mut command = Command::new(binary());
         command
             .arg(role)
@@ -86,7 +86,7 @@ impl TestEnv {
             .env("RELAYOPS_PUBLISHER_CLAIM_TTL_MS", self.config.publisher.claim_ttl.as_millis().to_string())
             .env("RELAYOPS_OUTBOX_RETENTION_MS", self.config.publisher.outbox_retention.as_millis().to_string())
             .env("RELAYOPS_RECOVERY_GRACE_MS", self.config.publisher.recovery_grace.as_millis().to_string())
-            .env("RELAYOPS_OUTBOUND_ALLOW_CIDRS", allow.join(","))
+            .env("RELAYOPS_OUTBOUND_ALLOW_CIDRS", allow)
             .env("RELAYOPS_JWT_SECRET", self.config.auth.jwt_secret.clone().unwrap_or_default())
             .env("RELAYOPS_BOOTSTRAP_TOKEN", self.config.auth.bootstrap_token.clone().unwrap_or_default())
             .env("RELAYOPS_REDIS_URL", &self.config.flow.redis_url)

@@ -89,7 +89,7 @@ pub(crate) fn progress(
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let scenarios: Vec<&str> = args.scenarios.split(',').map(str::trim).collect();
-    let database = DatabaseConfig { url: DatabaseConfig::from_env()?.url, pool_size: args.concurrency.max(4) + 2 };
+    let database = DatabaseConfig { pool_size: args.concurrency.max(4) + 2, ..DatabaseConfig::from_env()? };
     let pool = relayops_shared::db::connect_pool(&database)?;
 
     // A tenant of its own, with an ingest limit that measures capacity, not policy.

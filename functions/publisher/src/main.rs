@@ -12,7 +12,7 @@ use relayops_shared::{db, telemetry};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     telemetry::init();
-    let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
+    let pool = db::connect_pool(&DatabaseConfig::lambda_from_env()?)?;
     let publisher = Arc::new(Publisher::new(pool, BrokerConfig::from_env()?, PublisherConfig::from_env()?));
     let budget = Arc::new(PublisherBudgetConfig::from_env()?);
     // Best effort during init (bounded: Lambda allows init 10 s); an invocation

@@ -72,8 +72,21 @@ enum Command {
     Openapi,
 }
 
+/// A failure is one line on stderr with its whole cause chain ("Postgres is
+/// unavailable: error performing TLS handshake: invalid peer certificate:
+/// UnknownIssuer"), so the service and the reason read together in any log.
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("relayops: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     telemetry::init();
     let cli = Cli::parse();
     match cli.command {
@@ -113,7 +126,7 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::bail!("--rate and --burst must be positive");
             }
             let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
-            let client = pool.get().await?;
+            let client = pool.get().await.map_err(db::DbError::from)?;
             if !relayops_shared::repo::tenants::set_ingest_limit(&client, tenant, rate, burst).await? {
                 anyhow::bail!("no tenant {tenant}");
             }

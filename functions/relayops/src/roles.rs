@@ -34,7 +34,7 @@ pub struct Roles {
 }
 
 pub async fn migrate(pool: &Pool) -> anyhow::Result<Vec<String>> {
-    let mut client = pool.get().await?;
+    let mut client = pool.get().await.map_err(db::DbError::from)?;
     Ok(db::migrate::run(&mut client).await?)
 }
 
@@ -104,7 +104,8 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
     }
     if roles.api || roles.publisher || roles.worker {
-        let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
+        let database = DatabaseConfig::from_env()?;
+        let pool = db::connect_pool(&database)?;
         migrate(&pool).await?;
         let broker = BrokerConfig::from_env()?;
         probe.pool = Some(pool.clone());
@@ -117,7 +118,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let wakeup = Arc::new(Notify::new());
         if roles.api || roles.publisher {
             // Wake on commits from any process (ingest replicas, replays, recovery).
-            let listener = db::listen::wake_on_outbox_inserts(DatabaseConfig::from_env()?.url, Arc::clone(&wakeup));
+            let listener = db::listen::wake_on_outbox_inserts(database.listen_url().to_owned(), Arc::clone(&wakeup));
             tasks.spawn(async move {
                 listener.await;
                 Ok(())
@@ -160,9 +161,10 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             let mut config = WorkerConfig::from_env()?;
             if roles.simulator && std::env::var("RELAYOPS_OUTBOUND_ALLOW_CIDRS").is_err() {
                 // Development: the built-in simulator is the one receiver on a
-                // special address that may be reached, and only its address.
-                config.outbound_allow = vec![listen.simulator.ip().into()];
-                tracing::info!(allowed = %listen.simulator.ip(), "outbound allow-list set to the simulator");
+                // special address that may be reached: its address and port,
+                // no other port there (a database, a broker on loopback).
+                config.outbound_allow = simulator_allowance(listen.simulator);
+                tracing::info!(allowed = %config.outbound_allow, "outbound allow-list set to the simulator");
             }
             let flow = FlowConfig::from_env()?;
             let gate = Gate::from_config(&flow, &config)?;
@@ -231,4 +233,18 @@ pub async fn wait(mut tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> 
     }
     tasks.shutdown().await;
     Ok(())
+}
+
+/// What `relayops all` opens for its simulator: exactly its address and port
+/// (loopback's, when it listens on every address).
+fn simulator_allowance(simulator: std::net::SocketAddr) -> relayops_shared::net_policy::AllowList {
+    let addresses = if simulator.ip().is_unspecified() {
+        vec![
+            std::net::SocketAddr::from(([127, 0, 0, 1], simulator.port())),
+            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, simulator.port())),
+        ]
+    } else {
+        vec![simulator]
+    };
+    relayops_shared::net_policy::AllowList::addresses(addresses)
 }

@@ -57,7 +57,9 @@ impl Resolve for GuardedResolver {
         Box::pin(async move {
             let host = name.as_str().to_owned();
             let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed = filter_resolved(&policy, &host, resolved)?;
+            // A host opened by name (`host:port`, its port checked by the
+            // sender) keeps every address it resolves to.
+            let allowed = if policy.host_opened(&host) { resolved } else { filter_resolved(&policy, &host, resolved)? };
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })
     }
@@ -88,7 +90,8 @@ mod tests {
         // A rebinding-style answer mixing public and private: only the public one is dialled.
         let kept = filter_resolved(&policy, "mixed.example", answer(&["10.0.0.1", "93.184.215.14", "::1"])).unwrap();
         assert_eq!(kept, answer(&["93.184.215.14"]));
-        let allowed = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
+        let allowed =
+            AddressPolicy::new(relayops_shared::net_policy::AllowList::nets(vec!["127.0.0.0/8".parse().unwrap()]));
         assert_eq!(filter_resolved(&allowed, "localhost", answer(&["127.0.0.1"])).unwrap().len(), 1);
     }
 }

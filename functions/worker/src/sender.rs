@@ -28,6 +28,12 @@ pub enum SenderError {
     Client(#[source] reqwest::Error),
     #[error("the endpoint's signing secret is invalid: {0}")]
     Secret(String),
+    #[error("cannot read the receivers' CA file {path}")]
+    CaFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// What happened on the wire, for the attempt record.
@@ -51,7 +57,16 @@ pub struct Sender {
 impl Sender {
     pub fn new(config: &WorkerConfig) -> Result<Self, SenderError> {
         let policy = Arc::new(AddressPolicy::new(config.outbound_allow.clone()));
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        for path in &config.outbound_ca_files {
+            for certificate in ca_certificates(path)? {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        // The resolver pins the checked address; TLS still verifies the
+        // certificate against the URL's host name, which is also the SNI sent.
+        // HTTP/2 is used when the receiver offers it (ALPN).
+        let client = builder
             .dns_resolver(Arc::new(GuardedResolver::new(Arc::clone(&policy))))
             .user_agent(USER_AGENT)
             .redirect(reqwest::redirect::Policy::none())
@@ -159,18 +174,33 @@ impl Sender {
 }
 
 impl Sender {
-    /// URLs naming an IP address never reach the resolver; check them here.
-    /// (The URL parser has already turned decimal/octal/hex spellings into the
-    /// address they mean.)
+    /// URLs naming an IP address never reach the resolver; check them here,
+    /// with their port (an allowed `address:port` opens that port only). (The
+    /// URL parser has already turned decimal/octal/hex spellings into the
+    /// address they mean.) A host opened by name is checked for its port.
     fn check_ip_literal(&self, url: &str) -> Result<(), String> {
         let parsed = url::Url::parse(url).map_err(|error| format!("invalid URL: {error}"))?;
+        let port = parsed.port_or_known_default().unwrap_or(0);
         let address = match parsed.host() {
             Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
             Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
-            _ => return Ok(()),
+            Some(url::Host::Domain(host)) => return self.policy.check_host_port(host, port),
+            None => return Ok(()),
         };
-        self.policy.check(address).map_err(|blocked| blocked.to_string())
+        self.policy.check_literal(std::net::SocketAddr::new(address, port)).map_err(|blocked| blocked.to_string())
     }
+}
+
+/// The certificates of a PEM file, as extra roots for receivers.
+fn ca_certificates(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, SenderError> {
+    let error =
+        |source: Box<dyn std::error::Error + Send + Sync>| SenderError::CaFile { path: path.to_owned(), source };
+    let pem = std::fs::read(path).map_err(|e| error(e.into()))?;
+    let certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| error(e.into()))?;
+    if certificates.is_empty() {
+        return Err(error("no certificate in the file".into()));
+    }
+    Ok(certificates)
 }
 
 /// Whether the request failed because our resolver refused every address.

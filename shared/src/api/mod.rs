@@ -171,7 +171,7 @@ where
 /// Backpressure sampling is left to long-lived processes.
 pub fn state_from_env() -> Result<ApiState, Box<dyn std::error::Error + Send + Sync>> {
     use crate::config::{DatabaseConfig, FlowConfig};
-    let pool = crate::db::connect_pool(&DatabaseConfig::from_env()?)?;
+    let pool = crate::db::connect_pool(&DatabaseConfig::lambda_from_env()?)?;
     let flow = FlowConfig::from_env()?;
     let limiter = IngestLimiter {
         flow: FlowControl::new(&flow)?,

@@ -9,7 +9,7 @@ pub enum DbError {
     #[error("database pool: {0}")]
     Pool(String),
     /// The database could not be reached or is overloaded; worth retrying later.
-    #[error("database unavailable")]
+    #[error("Postgres is unavailable")]
     Unavailable(#[source] tokio_postgres::Error),
     /// A unique constraint refused the write.
     #[error("unique constraint `{constraint}` violated")]
@@ -27,6 +27,14 @@ pub enum DbError {
     },
     #[error("database query failed")]
     Query(#[source] tokio_postgres::Error),
+    /// The URL or its TLS settings are unusable (bad `sslmode`, unreadable CA file).
+    #[error("Postgres connection settings")]
+    Target(#[source] crate::db::target::TargetError),
+    /// An unnamed statement's parameter has a Rust type with no wire type we know.
+    #[error("parameter ${position} has a type unnamed statements cannot send")]
+    UnknownParameterType { position: usize },
+    #[error("expected {expected} row, got {count}")]
+    RowCount { expected: &'static str, count: usize },
     #[error("migration {version} failed: {message}")]
     Migration { version: String, message: String },
 }

@@ -36,8 +36,17 @@ pub async fn wake_on_outbox_inserts(database_url: String, notify: Arc<Notify>) {
     }
 }
 
-async fn listen_once(database_url: &str, notify: &Notify) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = tokio_postgres::connect(database_url, tokio_postgres::NoTls).await?;
+#[derive(Debug, thiserror::Error)]
+enum ListenError {
+    #[error("Postgres connection settings")]
+    Target(#[source] super::target::TargetError),
+    #[error("Postgres LISTEN connection")]
+    Postgres(#[from] tokio_postgres::Error),
+}
+
+async fn listen_once(database_url: &str, notify: &Notify) -> Result<(), ListenError> {
+    let target = super::PgTarget::parse(database_url).map_err(ListenError::Target)?;
+    let (client, mut connection) = target.connect().await?;
     let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
     let statement = format!("LISTEN {OUTBOX_CHANNEL}");
     let listen = client.batch_execute(&statement);
@@ -48,7 +57,7 @@ async fn listen_once(database_url: &str, notify: &Notify) -> Result<(), tokio_po
             result = &mut listen => { result?; break; }
             message = messages.next() => match message {
                 Some(Ok(_)) => {}
-                Some(Err(error)) => return Err(error),
+                Some(Err(error)) => return Err(error.into()),
                 None => return Ok(()),
             },
         }

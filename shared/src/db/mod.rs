@@ -1,29 +1,32 @@
-//! Postgres plumbing: the connection pool, the migration runner and the one
+//! Postgres plumbing: the connection pool (TLS per the URL: `target`), the migration runner and the one
 //! place where SQLSTATEs and constraint names become domain errors.
 pub mod batcher;
 mod error;
 pub mod listen;
 pub mod migrate;
+pub mod target;
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod, Runtime};
 
 pub use deadpool_postgres::Pool;
 pub use error::DbError;
+pub use target::{PgTarget, SslMode};
 
 use crate::config::DatabaseConfig;
 
-/// A pool of Postgres connections. Waiting for a connection is bounded, so an
-/// exhausted pool becomes an error (503) instead of a hung request.
+/// A pool of Postgres connections, TLS as the URL's `sslmode` says. Waiting
+/// for a connection is bounded, so an exhausted pool becomes an error (503)
+/// instead of a hung request. With the statement cache off, the whole process
+/// sends unnamed statements (`repo::sql`).
 pub fn connect_pool(config: &DatabaseConfig) -> Result<Pool, DbError> {
-    let pg_config = tokio_postgres::Config::from_str(&config.url).map_err(DbError::Config)?;
-    let manager = Manager::from_config(
-        pg_config,
-        tokio_postgres::NoTls,
-        ManagerConfig { recycling_method: RecyclingMethod::Fast },
-    );
+    let target = PgTarget::parse(&config.url).map_err(DbError::Target)?;
+    if !config.statement_cache {
+        crate::repo::sql::use_unnamed_statements();
+    }
+    let manager =
+        Manager::from_config(target.config, target.tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Pool::builder(manager)
         .max_size(config.pool_size)
         .runtime(Runtime::Tokio1)

@@ -42,6 +42,12 @@ pub enum FlowError {
     Timeout,
     #[error("redis failed recently; not asked until its retry time")]
     CircuitOpen,
+    #[error("Redis TLS: cannot read the CA file {path} (`ssl_ca_certs=` in RELAYOPS_REDIS_URL)")]
+    CaFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A handle on the limiter state; cheap to clone (clones share the circuit
@@ -67,9 +73,20 @@ pub struct Slot {
 
 impl FlowControl {
     /// Does not connect: the first call does, so a process can start (under
-    /// per-process limits) while Redis is down.
+    /// per-process limits) while Redis is down. `rediss://` URLs connect over
+    /// TLS (rustls), verifying the chain and the host name against the system
+    /// store (`SSL_CERT_FILE` replaces it), or against the CA file the URL
+    /// names with `ssl_ca_certs=` (redis-py's name).
     pub fn new(config: &FlowConfig) -> Result<Self, FlowError> {
-        let client = redis::Client::open(config.redis_url.as_str())?;
+        crate::tls::install_crypto_provider();
+        let client = match ca_file(&config.redis_url) {
+            None => redis::Client::open(config.redis_url.as_str())?,
+            Some(path) => {
+                let root_cert = std::fs::read(&path).map_err(|source| FlowError::CaFile { path, source })?;
+                let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
+                redis::Client::build_with_tls(config.redis_url.as_str(), certificates)?
+            }
+        };
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.redis_timeout))
             .set_response_timeout(Some(config.redis_timeout))
@@ -192,4 +209,10 @@ impl FlowControl {
             Err(_) => false,
         }
     }
+}
+
+/// The CA file a `rediss://` URL names with `ssl_ca_certs=`.
+fn ca_file(url: &str) -> Option<String> {
+    let url = url::Url::parse(url).ok()?;
+    url.query_pairs().find(|(key, _)| key == "ssl_ca_certs").map(|(_, value)| value.into_owned())
 }

@@ -1,5 +1,5 @@
 //! API keys: only the prefix and a hash are stored.
-use deadpool_postgres::GenericClient;
+use crate::repo::GenericClient;
 
 use crate::auth::{ApiKeySecret, Scope};
 use crate::db::DbError;

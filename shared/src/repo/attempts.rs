@@ -1,7 +1,7 @@
 //! Reading a delivery's attempt history (attempts are written by
 //! [`deliveries::record_attempt`](super::deliveries::record_attempt) only).
+use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 
 use crate::db::DbError;
 use crate::ids::{AttemptId, DeliveryId, TenantId};

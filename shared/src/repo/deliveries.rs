@@ -4,8 +4,8 @@
 //! worker's batched claim, record and deferral are in
 //! [`delivery_batches`](super::delivery_batches).
 
+use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use crate::db::DbError;

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use deadpool_postgres::GenericClient;
+use crate::repo::GenericClient;
 use uuid::Uuid;
 
 use crate::db::DbError;

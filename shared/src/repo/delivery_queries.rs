@@ -6,8 +6,8 @@
 //! Only the filters a caller set become SQL conditions, so every combination
 //! gets a plan that can use its index (`deliveries_tenant_created_idx`,
 //! `deliveries_endpoint_created_idx`, and the status indexes).
+use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 

@@ -1,6 +1,6 @@
 //! Webhook endpoints and their subscriptions, always within one tenant.
+use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use crate::db::DbError;

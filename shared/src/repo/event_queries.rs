@@ -1,8 +1,8 @@
 //! Operators' list of events: filtered keyset pages, newest first by
 //! `(received_at, id)` (see [`delivery_queries`](super::delivery_queries) for
 //! why a walk through the pages neither repeats nor skips a row).
+use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 
 use crate::db::DbError;
 use crate::domain::EventType;

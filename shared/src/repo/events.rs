@@ -1,7 +1,7 @@
 //! Ingest's one atomic write — the event, a delivery per matching enabled
 //! endpoint, and an outbox row per delivery — and reading events back.
+use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio_postgres::Row;

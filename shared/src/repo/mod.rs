@@ -18,8 +18,8 @@ pub mod events;
 pub mod outbox;
 pub mod recovery;
 pub mod replay;
-mod sql;
+pub(crate) mod sql;
 pub mod tenants;
 pub mod users;
 
-pub use deadpool_postgres::GenericClient;
+pub use sql::GenericClient;

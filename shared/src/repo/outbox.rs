@@ -5,7 +5,7 @@
 //! client.
 use std::time::Duration;
 
-use deadpool_postgres::GenericClient;
+use crate::repo::GenericClient;
 
 use crate::db::DbError;
 use crate::repo::sql;

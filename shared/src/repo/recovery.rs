@@ -15,8 +15,9 @@
 //! message this may create is absorbed by the worker's claim.
 use std::time::Duration;
 
-use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
+
+use crate::repo::GenericClient;
 use uuid::Uuid;
 
 use crate::broker::envelope::DeliveryTask;

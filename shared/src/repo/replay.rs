@@ -4,8 +4,8 @@
 //! `scheduled` row (a new message now), so an operator never has to wait for
 //! recovery to unstick a delivery. Attempt numbers keep counting up because
 //! `attempt_count` is left as it is.
+use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use crate::broker::envelope::DeliveryTask;

@@ -1,23 +1,152 @@
-//! Running a statement through the connection's prepared-statement cache: one
-//! round trip per statement instead of two (parse, then execute), which on the
-//! hot paths is most of the difference. Statements are cached per connection
-//! by their text.
-use deadpool_postgres::GenericClient;
-use tokio_postgres::types::ToSql;
+//! Running a statement, in one of two ways chosen per process:
+//!
+//! - **cached** (default): through the connection's prepared-statement cache —
+//!   one round trip per statement instead of two (parse, then execute), which
+//!   on the hot paths is most of the difference. Statements are cached per
+//!   connection by their text, as named server-side prepared statements.
+//! - **unnamed** (`RELAYOPS_DB_STATEMENT_CACHE=off`): every statement is sent
+//!   as parse + bind + execute of the *unnamed* statement in one round trip,
+//!   with its parameter types given by the client, so nothing outlives the
+//!   statement on the server connection. This is what a transaction-mode
+//!   pooler (pgbouncer, RDS Proxy) needs: consecutive statements may run on
+//!   different server connections, where a named statement prepared on
+//!   another one "does not exist". The server plans each statement anew.
+//!
+//! The parameter types of an unnamed statement come from the Rust values:
+//! each value's `ToSql` accepts one Postgres type (or several with the same
+//! encoding, where the first in [`WIRE_TYPES`] is used), so no server round
+//! trip is needed to describe the statement.
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use crate::db::DbError;
+
+/// A connection or a transaction the repositories can run statements on.
+pub trait GenericClient: deadpool_postgres::GenericClient {
+    /// The tokio-postgres handle underneath, for unnamed statements.
+    #[doc(hidden)]
+    fn unnamed(&self) -> Unnamed<'_>;
+}
+
+#[doc(hidden)]
+pub enum Unnamed<'a> {
+    Client(&'a tokio_postgres::Client),
+    Transaction(&'a tokio_postgres::Transaction<'a>),
+}
+
+impl GenericClient for deadpool_postgres::Client {
+    fn unnamed(&self) -> Unnamed<'_> {
+        Unnamed::Client(self)
+    }
+}
+
+impl GenericClient for deadpool_postgres::Transaction<'_> {
+    fn unnamed(&self) -> Unnamed<'_> {
+        Unnamed::Transaction(self)
+    }
+}
+
+static UNNAMED_STATEMENTS: AtomicBool = AtomicBool::new(false);
+
+/// Every later statement of this process is sent unnamed. One-way on purpose:
+/// unnamed statements work on any connection, so a process with one pool
+/// behind a pooler (and another direct) is correct on both.
+pub fn use_unnamed_statements() {
+    UNNAMED_STATEMENTS.store(true, Ordering::Relaxed);
+}
+
+fn unnamed_statements() -> bool {
+    UNNAMED_STATEMENTS.load(Ordering::Relaxed)
+}
+
+/// The types a parameter may be sent as, most specific first. Each Rust type we
+/// bind accepts exactly one of these, except strings (text first: it converts
+/// to varchar and name implicitly) and JSON values (jsonb: the schema has no
+/// `json` column).
+const WIRE_TYPES: &[Type] = &[
+    Type::UUID,
+    Type::INT8,
+    Type::INT4,
+    Type::INT2,
+    Type::FLOAT8,
+    Type::FLOAT4,
+    Type::BOOL,
+    Type::TEXT,
+    Type::JSONB,
+    Type::TIMESTAMPTZ,
+    Type::TIMESTAMP,
+    Type::BYTEA,
+    Type::UUID_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT4_ARRAY,
+    Type::INT2_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::JSONB_ARRAY,
+    Type::TIMESTAMPTZ_ARRAY,
+    Type::BOOL_ARRAY,
+    Type::FLOAT8_ARRAY,
+];
+
+fn wire_type(param: &(dyn ToSql + Sync), position: usize) -> Result<Type, DbError> {
+    WIRE_TYPES
+        .iter()
+        .find(|ty| param.accepts_dyn(ty))
+        .cloned()
+        .ok_or(DbError::UnknownParameterType { position: position + 1 })
+}
+
+trait AcceptsDyn {
+    fn accepts_dyn(&self, ty: &Type) -> bool;
+}
+
+impl AcceptsDyn for dyn ToSql + Sync + '_ {
+    /// `ToSql::accepts` is not object safe; encoding into a scratch buffer
+    /// with the type checked is the object-safe way to ask (the value is
+    /// small: ids, numbers, short text).
+    fn accepts_dyn(&self, ty: &Type) -> bool {
+        let mut scratch = bytes::BytesMut::new();
+        !matches!(self.to_sql_checked(ty, &mut scratch), Err(error) if error.is::<tokio_postgres::types::WrongType>())
+    }
+}
+
+async fn run_unnamed(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, DbError> {
+    let typed = params
+        .iter()
+        .enumerate()
+        .map(|(position, param)| Ok((*param, wire_type(*param, position)?)))
+        .collect::<Result<Vec<_>, DbError>>()?;
+    Ok(match client.unnamed() {
+        Unnamed::Client(client) => client.query_typed(sql, &typed).await?,
+        Unnamed::Transaction(tx) => tx.query_typed(sql, &typed).await?,
+    })
+}
 
 pub async fn query(
     client: &impl GenericClient,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, DbError> {
+    if unnamed_statements() {
+        return run_unnamed(client, sql, params).await;
+    }
     let statement = client.prepare_cached(sql).await?;
     Ok(client.query(&statement, params).await?)
 }
 
 pub async fn query_one(client: &impl GenericClient, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, DbError> {
+    if unnamed_statements() {
+        let mut rows = run_unnamed(client, sql, params).await?;
+        return match rows.len() {
+            1 => Ok(rows.remove(0)),
+            count => Err(DbError::RowCount { expected: "exactly one", count }),
+        };
+    }
     let statement = client.prepare_cached(sql).await?;
     Ok(client.query_one(&statement, params).await?)
 }
@@ -27,13 +156,46 @@ pub async fn query_opt(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Option<Row>, DbError> {
+    if unnamed_statements() {
+        let mut rows = run_unnamed(client, sql, params).await?;
+        return match rows.len() {
+            0 => Ok(None),
+            1 => Ok(Some(rows.remove(0))),
+            count => Err(DbError::RowCount { expected: "at most one", count }),
+        };
+    }
     let statement = client.prepare_cached(sql).await?;
     Ok(client.query_opt(&statement, params).await?)
 }
 
 pub async fn execute(client: &impl GenericClient, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, DbError> {
+    if unnamed_statements() {
+        // Every statement run through `execute` is a write without RETURNING.
+        let rows = run_unnamed_execute(client, sql, params).await?;
+        return Ok(rows);
+    }
     let statement = client.prepare_cached(sql).await?;
     Ok(client.execute(&statement, params).await?)
+}
+
+async fn run_unnamed_execute(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64, DbError> {
+    use futures_util::TryStreamExt;
+    let typed = params
+        .iter()
+        .enumerate()
+        .map(|(position, param)| Ok((*param, wire_type(*param, position)?)))
+        .collect::<Result<Vec<_>, DbError>>()?;
+    let stream = match client.unnamed() {
+        Unnamed::Client(client) => client.query_typed_raw(sql, typed).await?,
+        Unnamed::Transaction(tx) => tx.query_typed_raw(sql, typed).await?,
+    };
+    futures_util::pin_mut!(stream);
+    while stream.try_next().await?.is_some() {}
+    Ok(stream.rows_affected().unwrap_or(0))
 }
 
 /// Runs one statement in a transaction of its own whose commit does not wait
@@ -51,8 +213,38 @@ pub async fn query_unflushed(
 ) -> Result<Vec<Row>, DbError> {
     let tx = client.transaction().await?;
     tx.batch_execute("SET LOCAL synchronous_commit = off").await?;
-    let statement = tx.prepare_cached(sql).await?;
-    let rows = tx.query(&statement, params).await?;
+    let rows = query(&tx, sql, params).await?;
     tx.commit().await?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_bound_rust_type_gets_the_wire_type_it_encodes_as() {
+        let uuid = uuid::Uuid::nil();
+        let text = "x";
+        let owned = String::from("x");
+        let json = serde_json::json!({"a": 1});
+        let now = chrono::Utc::now();
+        let ids = vec![uuid];
+        let none: Option<i64> = None;
+        let cases: [(&(dyn ToSql + Sync), Type); 10] = [
+            (&uuid, Type::UUID),
+            (&1i64, Type::INT8),
+            (&1i32, Type::INT4),
+            (&1.5f64, Type::FLOAT8),
+            (&text, Type::TEXT),
+            (&owned, Type::TEXT),
+            (&json, Type::JSONB),
+            (&now, Type::TIMESTAMPTZ),
+            (&ids, Type::UUID_ARRAY),
+            (&none, Type::INT8),
+        ];
+        for (position, (value, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(wire_type(value, position).unwrap(), expected, "case {position}");
+        }
+    }
 }

@@ -1,5 +1,5 @@
 //! Tenants and their first admin.
-use deadpool_postgres::GenericClient;
+use crate::repo::GenericClient;
 
 use crate::db::DbError;
 use crate::ids::{TenantId, UserId};

@@ -1,5 +1,5 @@
 //! User accounts as login and request authentication see them.
-use deadpool_postgres::GenericClient;
+use crate::repo::GenericClient;
 
 use crate::db::DbError;
 use crate::ids::{TenantId, UserId};

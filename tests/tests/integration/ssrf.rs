@@ -7,7 +7,7 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_to_refused_addresses_fail_with_the_reason_and_send_nothing() {
     let mut config = TestConfig::default();
-    config.worker.outbound_allow = Vec::new(); // production: nothing special allowed
+    config.worker.outbound_allow = Default::default(); // production: nothing special allowed
     let env = TestEnv::start_with(config).await;
     let port = env.simulator_url.rsplit(':').next().unwrap().to_owned();
     let urls = [
@@ -50,4 +50,42 @@ async fn redirects_are_not_followed() {
     assert_eq!(delivery["last_http_status"], 302);
     assert_eq!(delivery["attempt_count"], 1);
     assert_eq!(env.simulator.received().len(), 1, "only the redirecting receiver was called");
+}
+
+/// `relayops all` opens its simulator's address and port, nothing else there:
+/// another service on the same loopback address stays unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_address_and_port_opens_that_port_only() {
+    let mut config = TestConfig::default();
+    config.worker.outbound_allow = Default::default();
+    let mut env = TestEnv::start_with(TestConfig { run_worker: false, ..config }).await;
+    let simulator: std::net::SocketAddr = env.simulator_url.trim_start_matches("http://").parse().unwrap();
+    env.config.worker.outbound_allow =
+        relayops_shared::net_policy::parse_allow_list(&simulator.to_string()).expect("address:port");
+    env.start_worker().await;
+    // Another HTTP service on the same address, another port.
+    let other = relayops_simulator::Simulator::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let other_port = listener.local_addr().unwrap().port();
+    let router = relayops_simulator::router(other.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    env.create_endpoint("/sim/ok", &["t.allowed"], json!({})).await;
+    for (event_type, url) in [
+        ("t.other_port", format!("http://127.0.0.1:{other_port}/sim/ok")),
+        ("t.by_name", format!("http://localhost:{}/sim/ok", simulator.port())),
+    ] {
+        let answer = env.post("/v1/endpoints", json!({ "url": url, "event_types": [event_type] })).await;
+        assert_eq!(answer.status, 201, "{url}: {:?}", answer.body);
+    }
+    let allowed = env.post_event("t.allowed", json!({})).await.body["id"].as_str().unwrap().to_owned();
+    env.wait_for_status(&allowed, "delivered").await;
+    for event_type in ["t.other_port", "t.by_name"] {
+        let event = env.post_event(event_type, json!({})).await.body["id"].as_str().unwrap().to_owned();
+        let delivery = env.wait_for_status(&event, "failed").await;
+        let error = delivery["last_error"].as_str().unwrap_or_default();
+        assert!(error.contains("loopback"), "{event_type}: {error}");
+    }
+    assert!(other.received().is_empty(), "the other port was never reached");
+    assert_eq!(env.simulator.received().len(), 1);
 }
