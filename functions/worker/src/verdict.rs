@@ -17,8 +17,9 @@ pub enum SendResult {
 pub enum Verdict {
     /// 2xx.
     Delivered,
-    /// 429, 5xx, timeouts and connection errors: worth another attempt, no
-    /// sooner than `not_before` when the receiver said so.
+    /// 408, 425, 429, 5xx, timeouts and connection errors: worth another
+    /// attempt, no sooner than `not_before` when the receiver said so (on 429
+    /// and 503).
     Retryable { not_before: Option<Duration> },
     /// Other 4xx: the receiver refuses this request; retrying will not help.
     /// 410 Gone also disables the endpoint. Also: a redirect (not followed, by
@@ -31,6 +32,8 @@ pub fn classify(result: &SendResult) -> Verdict {
         SendResult::Answered { status: 200..=299, .. } => Verdict::Delivered,
         SendResult::Answered { status: 429 | 503, retry_after } => Verdict::Retryable { not_before: retry_after },
         SendResult::Answered { status: 410, .. } => Verdict::Permanent { disable_endpoint: true },
+        // Request Timeout and Too Early say "not now", not "never".
+        SendResult::Answered { status: 408 | 425, .. } => Verdict::Retryable { not_before: None },
         SendResult::Answered { status: 300..=499, .. } | SendResult::Blocked => {
             Verdict::Permanent { disable_endpoint: false }
         }
@@ -55,6 +58,9 @@ mod tests {
         assert_eq!(classify(&answered(302)), Verdict::Permanent { disable_endpoint: false });
         assert_eq!(classify(&SendResult::Blocked), Verdict::Permanent { disable_endpoint: false });
         assert_eq!(classify(&answered(400)), Verdict::Permanent { disable_endpoint: false });
+        assert_eq!(classify(&answered(408)), Verdict::Retryable { not_before: None }, "a timeout, not a refusal");
+        assert_eq!(classify(&answered(425)), Verdict::Retryable { not_before: None });
+        assert_eq!(classify(&answered(409)), Verdict::Permanent { disable_endpoint: false });
         assert_eq!(classify(&answered(410)), Verdict::Permanent { disable_endpoint: true });
         assert_eq!(classify(&SendResult::NoAnswer { timed_out: true }), Verdict::Retryable { not_before: None });
         let limited = SendResult::Answered { status: 429, retry_after: Some(Duration::from_secs(7)) };

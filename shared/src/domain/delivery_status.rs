@@ -13,7 +13,8 @@ pub enum DeliveryStatus {
     Scheduled,
     /// The receiver answered 2xx.
     Delivered,
-    /// Terminal: the receiver refused it (4xx other than 429) or the endpoint is gone.
+    /// Terminal: the receiver refused it (a 4xx other than 408, 425 and 429, or
+    /// a 3xx) or the endpoint is gone.
     Failed,
     /// Terminal: retries exhausted; also sent to the operations dead-letter queue.
     Dead,

@@ -163,3 +163,14 @@ async fn a_message_arriving_before_its_retry_is_due_waits_instead_of_sending_ear
     assert!(second >= due, "attempt 2 at {second} came before its due time {due}");
     assert_eq!(env.simulator.received().len(), 2, "the duplicate did not cause an extra request");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_408_request_timeout_is_retried_not_failed() {
+    let env = TestEnv::start().await;
+    env.create_endpoint("/sim/status/408", &["*"], json!({ "max_attempts": 2, "retry_schedule_secs": [0] })).await;
+    let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
+    let dead = env.wait_for_status(&event_id, "dead").await;
+    assert_eq!(dead["attempt_count"], 2, "retried once, then dead as any retryable failure");
+    assert_eq!(dead["last_http_status"], 408);
+    assert_eq!(env.simulator.received().len(), 2);
+}
