@@ -9,13 +9,10 @@
 # Environment knobs: RELAYOPS_SKIP_INSTALL=1 to never call apt-get.
 set -euo pipefail
 
-log() { printf '[services] %s\n' "$*" >&2; }
-
-SUDO=""
-if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-as_postgres() {
-  if [ "$(id -u)" = "0" ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi
-}
+LOG_TAG=services
+# shellcheck source=scripts/service-helpers.sh
+. "$(dirname "$0")/service-helpers.sh"
+as_postgres() { as_user postgres "$@"; }
 
 pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; }
 rabbit_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }
@@ -39,16 +36,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-
-wait_for() { # name, check-fn, seconds
-  local name=$1 check=$2 limit=$3 i=0
-  until $check; do
-    i=$((i + 1))
-    if [ "$i" -gt $((limit * 10)) ]; then log "$name did not come up within ${limit}s"; return 1; fi
-    sleep 0.1
-  done
-  log "$name is up"
-}
 
 # PostgreSQL
 if ! pg_up; then

@@ -18,14 +18,9 @@
 # Idempotent: what already answers is left alone. Needs root (or sudo).
 set -euo pipefail
 
-log() { printf '[tls-services] %s\n' "$*" >&2; }
-
-SUDO=""
-if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-as_user() { # user, command...
-  local user=$1; shift
-  if [ "$(id -u)" = "0" ]; then runuser -u "$user" -- "$@"; else sudo -u "$user" "$@"; fi
-}
+LOG_TAG=tls-services
+# shellcheck source=scripts/service-helpers.sh
+. "$(dirname "$0")/service-helpers.sh"
 
 TLS_DIR=/var/tmp/relayops-tls
 PG_TLS_PORT=5433
@@ -35,16 +30,6 @@ RABBIT_TLS_HOME=/var/tmp/relayops-rabbitmq-tls
 REDIS_TLS_PORT=6380
 PGBOUNCER_PORT=6432
 PGBOUNCER_HOME=/var/tmp/relayops-pgbouncer
-
-wait_for() { # name, check-fn, seconds
-  local name=$1 check=$2 limit=$3 i=0
-  until $check; do
-    i=$((i + 1))
-    if [ "$i" -gt $((limit * 10)) ]; then log "$name did not come up within ${limit}s"; return 1; fi
-    sleep 0.1
-  done
-  log "$name is up"
-}
 
 if ! command -v pgbouncer >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
   if [ "${RELAYOPS_SKIP_INSTALL:-0}" = "1" ]; then

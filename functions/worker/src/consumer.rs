@@ -137,8 +137,12 @@ fn throttles(delivery: &Delivery) -> u32 {
 /// Processes a message until it has a disposition other than [`Disposition::Hold`]:
 /// through a database outage the message is kept (see [`crate::hold`]) while
 /// its channel lives; a channel that closed has given it back already.
-async fn process_holding(processor: &Processor, channel: &lapin::Channel, delivery: &Delivery) -> Disposition {
-    let throttles = throttles(delivery);
+async fn process_holding(
+    processor: &Processor,
+    channel: &lapin::Channel,
+    delivery: &Delivery,
+    throttles: u32,
+) -> Disposition {
     let mut backoff = Backoff::default();
     loop {
         match processor.process(&delivery.data, throttles).await {
@@ -156,7 +160,7 @@ async fn process_holding(processor: &Processor, channel: &lapin::Channel, delive
 
 async fn settle(processor: &Processor, delays: &DelayPublisher, channel: &lapin::Channel, delivery: Delivery) {
     let throttles = throttles(&delivery);
-    let disposition = match process_holding(processor, channel, &delivery).await {
+    let disposition = match process_holding(processor, channel, &delivery, throttles).await {
         // Its row was not touched (it may be `pending`): ack only once the
         // message is back in a queue, keep it otherwise.
         Disposition::Postpone { wait } => match delays.publish(&delivery.data, wait, throttles.saturating_add(1)).await
