@@ -181,6 +181,8 @@ pub struct PublisherConfig {
     /// `RELAYOPS_OUTBOX_RETENTION_MS` (default 3600000): published outbox rows
     /// are deleted this long after publication (kept a while for inspection).
     pub outbox_retention: Duration,
+    /// Partitions ahead, retention: run by the publisher's recovery pass.
+    pub history: HistoryConfig,
 }
 
 impl Default for PublisherConfig {
@@ -192,6 +194,7 @@ impl Default for PublisherConfig {
             confirm_timeout: Duration::from_secs(10),
             recovery_grace: Duration::from_secs(60),
             outbox_retention: Duration::from_secs(3600),
+            history: HistoryConfig::default(),
         }
     }
 }
@@ -206,6 +209,53 @@ impl PublisherConfig {
             confirm_timeout: millis("PUBLISHER_CONFIRM_TIMEOUT_MS", 10_000)?,
             recovery_grace: millis("RECOVERY_GRACE_MS", 60_000)?,
             outbox_retention: millis("OUTBOX_RETENTION_MS", 3_600_000)?,
+            history: HistoryConfig::from_env()?,
+        })
+    }
+}
+
+/// History (events, deliveries, attempts): time partitions and retention
+/// (`db::partitions`, `history`).
+#[derive(Debug, Clone)]
+pub struct HistoryConfig {
+    /// `RELAYOPS_PARTITION_SECONDS` (default 86400, a day): the time window of
+    /// one partition. Tests use a minute or less.
+    pub partition: Duration,
+    /// `RELAYOPS_PARTITIONS_AHEAD` (default 3): partitions kept created ahead
+    /// of now, so ingest never waits for one.
+    pub ahead: u32,
+    /// `RELAYOPS_RETENTION_DAYS` (default 30), or `RELAYOPS_RETENTION_SECONDS`
+    /// when set (tests): partitions whose window ended longer ago are dropped
+    /// (never while they hold a delivery that is not terminal).
+    pub retention: Duration,
+    /// `RELAYOPS_HISTORY_MAINTENANCE_MS` (default 60000): how often the
+    /// publisher creates, drops and sweeps.
+    pub maintenance_interval: Duration,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            partition: Duration::from_secs(86_400),
+            ahead: 3,
+            retention: Duration::from_secs(30 * 86_400),
+            maintenance_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+impl HistoryConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let days: u64 = positive("RETENTION_DAYS", 30)?;
+        let retention = match std::env::var(key("RETENTION_SECONDS")) {
+            Ok(_) => Duration::from_secs(positive("RETENTION_SECONDS", 1)?),
+            Err(_) => Duration::from_secs(days * 86_400),
+        };
+        Ok(Self {
+            partition: Duration::from_secs(positive("PARTITION_SECONDS", 86_400)?),
+            ahead: positive("PARTITIONS_AHEAD", 3)?,
+            retention,
+            maintenance_interval: millis("HISTORY_MAINTENANCE_MS", 60_000)?,
         })
     }
 }

@@ -247,6 +247,7 @@ impl TestEnv {
         let direct = db::connect_pool(&DatabaseConfig::new(database_url.clone(), 8)).expect("pool");
         let mut client = direct.get().await.expect("test database connection");
         db::migrate::run(&mut client).await.expect("migrations");
+        db::partitions::ensure(&client, &config.publisher.history).await.expect("history partitions");
         drop(client);
         let pool = match &config.services.pooler_url {
             None => direct,

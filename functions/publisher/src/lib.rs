@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use relayops_shared::config::{BrokerConfig, PublisherConfig};
 use relayops_shared::db::DbError;
 use relayops_shared::db::Pool;
+use relayops_shared::history;
 use relayops_shared::repo::{outbox, recovery};
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
@@ -66,6 +67,8 @@ pub struct Publisher {
     /// `RECOVERY_INTERVAL`, not on every wake-up (which, under load, is every
     /// ingest).
     last_recovery: std::sync::Mutex<Option<Instant>>,
+    /// When history maintenance (partitions, retention) last ran.
+    last_history: std::sync::Mutex<Option<Instant>>,
     /// Whether the last attempt to reach the broker worked (for readiness).
     broker_connected: tokio::sync::watch::Sender<bool>,
 }
@@ -82,6 +85,7 @@ impl Publisher {
             owner,
             session: Mutex::new(None),
             last_recovery: std::sync::Mutex::new(None),
+            last_history: std::sync::Mutex::new(None),
             broker_connected: tokio::sync::watch::channel(false).0,
         }
     }
@@ -168,6 +172,37 @@ impl Publisher {
         Ok(report)
     }
 
+    fn history_due(&self) -> bool {
+        let mut last = self.last_history.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let due = last.is_none_or(|at| at.elapsed() >= self.config.history.maintenance_interval);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    }
+
+    /// History maintenance (`relayops_shared::history`): partitions created
+    /// ahead, expired ones dropped, retention applied. A failure is logged
+    /// and tried again at the next interval; it never stops publishing.
+    async fn maintain_history(&self) {
+        match history::maintain(&self.pool, &self.config.history).await {
+            Ok(report) => {
+                let partitions = &report.partitions;
+                if !partitions.created.is_empty() || !partitions.dropped.is_empty() || !partitions.kept.is_empty() {
+                    tracing::info!(
+                        created = ?partitions.created,
+                        dropped = ?partitions.dropped,
+                        kept_unfinished = ?partitions.kept,
+                        tenant_rows_deleted = report.tenant_rows_deleted,
+                        keys_pruned = report.keys_pruned,
+                        "history maintained"
+                    );
+                }
+            }
+            Err(error) => tracing::warn!(error = %error_chain(&error), "history maintenance failed"),
+        }
+    }
+
     fn recovery_due(&self) -> bool {
         let mut last = self.last_recovery.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let due = last.is_none_or(|at| at.elapsed() >= RECOVERY_INTERVAL);
@@ -194,6 +229,10 @@ impl Publisher {
             );
         }
         let purged = outbox::purge_published(&client, self.config.outbox_retention, PURGE_BATCH).await?;
+        drop(client);
+        if self.history_due() {
+            self.maintain_history().await;
+        }
         let report = PublishReport { reclaimed, requeued, purged, ..Default::default() };
         figures::recovery(&report);
         Ok(report)

@@ -33,9 +33,14 @@ pub struct Roles {
     pub simulator: bool,
 }
 
+/// Applies the migrations, then creates the history partitions ahead (so
+/// ingest can write before the first publisher tick).
 pub async fn migrate(pool: &Pool) -> anyhow::Result<Vec<String>> {
     let mut client = pool.get().await.map_err(db::DbError::from)?;
-    Ok(db::migrate::run(&mut client).await?)
+    let applied = db::migrate::run(&mut client).await?;
+    let history = relayops_shared::config::HistoryConfig::from_env()?;
+    db::partitions::ensure(&client, &history).await?;
+    Ok(applied)
 }
 
 /// Every HTTP function mounted together, as API Gateway routes them.

@@ -2,6 +2,11 @@
 //! into the binary, applied in order, each in its own transaction, under an
 //! advisory lock so concurrent starters (several replicas, parallel tests) apply
 //! each exactly once. An applied migration whose text changed is an error.
+//!
+//! A migration whose first line is `-- relayops: no transaction` runs one
+//! statement at a time, each committing on its own (for `CREATE INDEX
+//! CONCURRENTLY` and `VALIDATE CONSTRAINT` on tables in use); such a file must
+//! be safe to run again after a failure part-way.
 use sha2::{Digest, Sha256};
 use tokio_postgres::Client;
 
@@ -21,7 +26,15 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/0005_fewer_indexes_on_the_write_path.sql"),
     ),
     ("0006_pending_sweep_index", include_str!("../../../migrations/0006_pending_sweep_index.sql")),
+    (
+        "0007_history_partitioning_prepare",
+        include_str!("../../../migrations/0007_history_partitioning_prepare.sql"),
+    ),
+    ("0008_history_partitioning_swap", include_str!("../../../migrations/0008_history_partitioning_swap.sql")),
+    ("0009_tenant_retention", include_str!("../../../migrations/0009_tenant_retention.sql")),
 ];
+
+const NO_TRANSACTION: &str = "-- relayops: no transaction";
 
 /// Arbitrary, fixed: the advisory lock key that serialises migrators.
 const LOCK_KEY: i64 = 0x7265_6c61_796f_7073;
@@ -63,17 +76,48 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<String>, DbError> {
             }
             continue;
         }
-        let tx = client.transaction().await?;
-        tx.batch_execute(sql).await.map_err(|error| DbError::Migration {
+        let failed = |error: tokio_postgres::Error| DbError::Migration {
             version: (*version).to_owned(),
             message: error.as_db_error().map(|db| db.message().to_owned()).unwrap_or_else(|| error.to_string()),
-        })?;
+        };
+        if sql.starts_with(NO_TRANSACTION) {
+            for statement in statements(sql) {
+                client.batch_execute(&statement).await.map_err(failed)?;
+            }
+        }
+        let tx = client.transaction().await?;
+        if !sql.starts_with(NO_TRANSACTION) {
+            tx.batch_execute(sql).await.map_err(failed)?;
+        }
         tx.execute("INSERT INTO relayops.schema_migrations (version, checksum) VALUES ($1, $2)", &[version, &checksum])
             .await?;
         tx.commit().await?;
         applied.push((*version).to_owned());
     }
     Ok(applied)
+}
+
+/// The statements of a script, split at each `;` that ends a line outside a
+/// dollar-quoted body (`$$ … $$`), without comment-only pieces.
+fn statements(sql: &str) -> Vec<String> {
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    let mut in_body = false;
+    for line in sql.lines() {
+        if line.trim_start().starts_with("--") && current.trim().is_empty() {
+            continue;
+        }
+        in_body ^= line.matches("$$").count() % 2 == 1;
+        current.push_str(line);
+        current.push('\n');
+        if !in_body && line.trim_end().ends_with(';') {
+            statements.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.trim().is_empty() {
+        statements.push(current);
+    }
+    statements
 }
 
 /// True when the database has every migration this binary knows.
@@ -88,4 +132,18 @@ pub async fn is_current(client: &Client) -> Result<bool, DbError> {
         .query_one("SELECT count(*) FROM relayops.schema_migrations WHERE version = $1", &[&latest_version()])
         .await?;
     Ok(row.get::<_, i64>(0) == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_splits_at_statement_ends_but_not_inside_bodies() {
+        let script = "-- comment\nCREATE TABLE a (x int);\n\nDO $$\nBEGIN\n  PERFORM 1;\nEND $$;\nSELECT\n  1;\n";
+        let parts = statements(script);
+        assert_eq!(parts.len(), 3, "{parts:?}");
+        assert!(parts[1].contains("PERFORM 1;") && parts[1].trim_end().ends_with("END $$;"));
+        assert_eq!(parts[2].trim(), "SELECT\n  1;");
+    }
 }

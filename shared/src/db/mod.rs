@@ -4,6 +4,7 @@ pub mod batcher;
 mod error;
 pub mod listen;
 pub mod migrate;
+pub mod partitions;
 pub mod target;
 
 use std::time::Duration;

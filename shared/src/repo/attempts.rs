@@ -3,13 +3,15 @@
 use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
 
+use crate::db::partitions::{delivery_event_millis, uuid_floor_ms, CLOCK_SLACK};
 use crate::db::DbError;
 use crate::ids::{AttemptId, DeliveryId, TenantId};
 use crate::repo::sql;
 
 const LIST_ATTEMPTS: &str = "SELECT id, attempt_number, outcome, http_status, error, request_headers, response_body,
             latency_ms, started_at, finished_at
-     FROM relayops.delivery_attempts WHERE tenant_id = $1 AND delivery_id = $2 AND attempt_number > $3
+     FROM relayops.delivery_attempts
+     WHERE tenant_id = $1 AND delivery_id = $2 AND attempt_number > $3 AND id >= $5
      ORDER BY attempt_number LIMIT $4";
 
 #[derive(Debug, Clone)]
@@ -34,8 +36,13 @@ pub async fn list_attempts(
     after: i32,
     limit: i64,
 ) -> Result<Vec<AttemptRecordRow>, DbError> {
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-        [&tenant.as_uuid(), &delivery.as_uuid(), &after, &limit];
+    // Attempts are partitioned by their own time, which comes after their
+    // delivery's (less the clock slack): older partitions are skipped.
+    let since = delivery_event_millis(delivery.as_uuid())
+        .map(|millis| uuid_floor_ms(millis - CLOCK_SLACK.as_millis() as i64))
+        .unwrap_or(uuid::Uuid::nil());
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+        [&tenant.as_uuid(), &delivery.as_uuid(), &after, &limit, &since];
     let rows = sql::query(client, LIST_ATTEMPTS, &params).await?;
     Ok(rows
         .iter()

@@ -45,16 +45,23 @@ const SETTLE_WITH_ATTEMPT: &str = "WITH settled AS (
              last_http_status = $6, last_error = $7,
              delivered_at = CASE WHEN $3 = 'delivered' THEN now() ELSE delivered_at END,
              updated_at = now()
-         WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $8
+         WHERE tenant_id = $1 AND id = $2 AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)
+           AND status = 'in_progress' AND lease_owner = $8
          RETURNING tenant_id, id)
      INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
          http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
      SELECT $9, settled.tenant_id, settled.id, $4, $10, $6, $7, $11, $12, $13, $8, $14 FROM settled";
 
+/// Finds a delivery by id (`$2`) in its partition only: a delivery id made by
+/// `relayops.delivery_id_for` carries its event id's millisecond, the
+/// partition key; an id from before partitioning matches every partition.
+pub(crate) const IN_ITS_PARTITION: &str = "event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)";
+
 /// Settles without an attempt (e.g. the endpoint was disabled after fan-out).
 const SETTLE_WITHOUT_ATTEMPT: &str = "UPDATE relayops.deliveries
      SET status = $3, last_error = $4, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-     WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $5";
+     WHERE tenant_id = $1 AND id = $2 AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)
+       AND status = 'in_progress' AND lease_owner = $5";
 
 pub(crate) const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempt_count, next_attempt_at,
      last_http_status, last_error, delivered_at, created_at, updated_at";
@@ -177,7 +184,8 @@ pub async fn record_attempt(
 /// this worker still holds the row.
 const EXTEND_LEASE: &str = "UPDATE relayops.deliveries
      SET lease_expires_at = now() + $4::bigint * interval '1 millisecond'
-     WHERE tenant_id = $1 AND id = $2 AND status = 'in_progress' AND lease_owner = $3
+     WHERE tenant_id = $1 AND id = $2 AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)
+       AND status = 'in_progress' AND lease_owner = $3
      RETURNING id";
 
 /// Extends this worker's lease on a delivery it is still sending; `false` when
@@ -251,7 +259,7 @@ pub async fn get_delivery(
     tenant: TenantId,
     id: DeliveryId,
 ) -> Result<Option<DeliveryRecord>, DbError> {
-    let sql = format!("SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2");
+    let sql = format!("SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2 AND {IN_ITS_PARTITION}");
     let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(DeliveryRecord::from_row))
 }

@@ -21,16 +21,18 @@ use crate::repo::deliveries::{claimable, claimed_columns, job_from_row, AttemptR
 use crate::repo::sql;
 
 /// A `locked` CTE: the deliveries named by `$source` (a CTE with `tenant_id`
-/// and `id` columns), found by primary key and locked in id order, so two
+/// and `id` columns), found by id in their partition (the id carries its
+/// event id's time: `relayops.event_id_floor`), locked in id order, so two
 /// batches that overlap cannot deadlock.
 macro_rules! locked_in_id_order {
     ($source:literal) => {
         concat!(
             "locked AS (
-         SELECT d.tenant_id, d.id FROM relayops.deliveries d
-         WHERE (d.tenant_id, d.id) IN (SELECT tenant_id, id FROM ",
+         SELECT d.tenant_id, d.id, d.event_id FROM relayops.deliveries d
+         JOIN (SELECT DISTINCT tenant_id, id FROM ",
             $source,
-            ")
+            ") s ON d.tenant_id = s.tenant_id AND d.id = s.id
+             AND d.event_id BETWEEN relayops.event_id_floor(s.id) AND relayops.event_id_ceiling(s.id)
          ORDER BY d.id
          FOR UPDATE OF d)"
         )
@@ -49,7 +51,7 @@ const CLAIM_MANY: &str = concat!(
      SET status = 'in_progress', lease_owner = $3,
          lease_expires_at = now() + $4::bigint * interval '1 millisecond', updated_at = now()
      FROM locked l, relayops.events e, relayops.webhook_endpoints ep
-     WHERE d.tenant_id = l.tenant_id AND d.id = l.id
+     WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id
        AND e.tenant_id = d.tenant_id AND e.id = d.event_id
        AND ep.tenant_id = d.tenant_id AND ep.id = d.endpoint_id
        AND ",
@@ -61,7 +63,8 @@ const CLAIM_MANY: &str = concat!(
 
 const CURRENT_STATES: &str = "SELECT d.tenant_id, d.id, d.status, d.next_attempt_at
      FROM relayops.deliveries d
-     JOIN unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id) ON d.tenant_id = w.tenant_id AND d.id = w.id";
+     JOIN unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id) ON d.tenant_id = w.tenant_id AND d.id = w.id
+      AND d.event_id BETWEEN relayops.event_id_floor(w.id) AND relayops.event_id_ceiling(w.id)";
 
 const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
     "WITH input AS (
@@ -81,7 +84,7 @@ const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
              delivered_at = CASE WHEN i.status = 'delivered' THEN now() ELSE d.delivered_at END,
              updated_at = now()
          FROM locked l, input i
-         WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND i.tenant_id = l.tenant_id AND i.id = l.id
+         WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id AND i.tenant_id = l.tenant_id AND i.id = l.id
            AND d.status = 'in_progress' AND d.lease_owner = $14
          RETURNING d.tenant_id, d.id)
      INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
@@ -104,7 +107,7 @@ const DEFER_MANY: &str = concat!(
      SET status = 'scheduled', next_attempt_at = now() + i.wait_ms * interval '1 millisecond',
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
      FROM locked l, input i
-     WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND i.tenant_id = l.tenant_id AND i.id = l.id
+     WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id AND i.tenant_id = l.tenant_id AND i.id = l.id
        AND d.status = 'in_progress' AND d.lease_owner = $4
      RETURNING d.tenant_id, d.id"
 );

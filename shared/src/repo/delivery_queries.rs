@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
+use crate::db::partitions::{uuid_floor, CLOCK_SLACK};
 use crate::db::DbError;
 use crate::domain::{DeliveryStatus, EventType};
 use crate::ids::{EndpointId, TenantId};
@@ -61,6 +62,25 @@ impl Conditions {
         self.sql.push(format!("({time_column}, {id_column}) < (${at}, ${id})"));
     }
 
+    /// Bounds a partition key (a UUIDv7 column) by the times the other
+    /// conditions allow, widened by the clock slack: rows at or after `since`
+    /// and before `before`. Redundant with those conditions; it is what lets
+    /// Postgres skip the partitions outside them.
+    pub(crate) fn push_partition_window(
+        &mut self,
+        key_column: &str,
+        since: Option<DateTime<Utc>>,
+        before: Option<DateTime<Utc>>,
+    ) {
+        let slack = chrono::Duration::from_std(CLOCK_SLACK).unwrap_or_default();
+        if let Some(since) = since {
+            self.push(&format!("{key_column} >= {{}}"), uuid_floor(since - slack));
+        }
+        if let Some(before) = before {
+            self.push(&format!("{key_column} < {{}}"), uuid_floor(before + slack));
+        }
+    }
+
     /// The next placeholder, for a trailing `LIMIT`.
     pub(crate) fn push_param(&mut self, value: impl ToSql + Sync + Send + 'static) -> String {
         self.params.push(Box::new(value));
@@ -98,6 +118,7 @@ fn filtered(tenant: TenantId, filter: &DeliveryFilter) -> Conditions {
     if let Some(until) = filter.until {
         conditions.push("d.created_at < {}", until);
     }
+    conditions.push_partition_window("d.event_id", filter.since, filter.until);
     conditions
 }
 
@@ -112,6 +133,7 @@ pub async fn list_deliveries(
     let mut conditions = filtered(tenant, filter);
     if let Some(key) = after {
         conditions.push_before("d.created_at", "d.id", key);
+        conditions.push_partition_window("d.event_id", None, Some(key.at));
     }
     let limit = conditions.push_param(limit);
     let sql = format!(

@@ -43,6 +43,11 @@ pub async fn list_events(
     if let Some(key) = after {
         conditions.push_before("received_at", "id", key);
     }
+    let before = match (after.map(|key| key.at), filter.until) {
+        (Some(cursor), Some(until)) => Some(cursor.min(until)),
+        (cursor, until) => cursor.or(until),
+    };
+    conditions.push_partition_window("id", filter.since, before);
     let limit = conditions.push_param(limit);
     let sql = format!(
         "SELECT {EVENT_COLUMNS} FROM relayops.events WHERE {}

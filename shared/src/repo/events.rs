@@ -9,25 +9,38 @@ use tokio_postgres::Row;
 use crate::db::DbError;
 use crate::domain::{EventPayload, EventType, IdempotencyKey};
 use crate::ids::{EventId, TenantId};
+use crate::repo::retention::IDEMPOTENCY_WINDOW;
 use crate::repo::sql;
 
 /// The whole of ingest in ONE statement (atomic by itself, one round trip):
-/// the event; one delivery per enabled endpoint of the tenant whose
-/// subscription matches exactly, by `prefix.*`, or `*` (the rule of
-/// `EventTypePattern::matches`); one outbox row per delivery. A conflicting
-/// idempotency key inserts nothing and returns no row, so the caller can tell.
+/// the idempotency key, if any (a key older than its window, or whose event is
+/// gone, is taken over); the event; one delivery per enabled endpoint of the
+/// tenant whose subscription matches exactly, by `prefix.*`, or `*` (the rule
+/// of `EventTypePattern::matches`), its id carrying the event id's time
+/// (`relayops.delivery_id_for`: the id names the partition); one outbox row per
+/// delivery. A key held by another event inserts nothing and returns no row,
+/// so the caller can tell; a concurrent request with the same key waits for
+/// this one's commit.
 ///
 /// The envelope is built here as `QueueMessage::DeliveryV1` serializes it
 /// (`ids` text form: prefix + 32 hex digits); a unit test in `broker::envelope`
 /// pins that shape, and every delivery test reads these messages back.
-const INGEST: &str = "WITH new_event AS (
+const INGEST: &str = "WITH key AS (
+         INSERT INTO relayops.idempotency_keys AS k (tenant_id, idempotency_key, event_id, request_hash)
+         SELECT $2, $5, $1, $6 WHERE $5::text IS NOT NULL
+         ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
+             SET event_id = EXCLUDED.event_id, request_hash = EXCLUDED.request_hash, created_at = now()
+             WHERE k.created_at < now() - $9::bigint * interval '1 second'
+                OR NOT EXISTS (SELECT 1 FROM relayops.events e WHERE e.id = k.event_id)
+         RETURNING 1),
+     new_event AS (
          INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+         SELECT $1, $2, $3, $4, $5, $6
+         WHERE $5::text IS NULL OR EXISTS (SELECT 1 FROM key)
          RETURNING id, tenant_id, received_at),
      new_deliveries AS (
          INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
-         SELECT gen_random_uuid(), ep.tenant_id, new_event.id, ep.id
+         SELECT relayops.delivery_id_for(new_event.id), ep.tenant_id, new_event.id, ep.id
          FROM new_event JOIN relayops.webhook_endpoints ep ON ep.tenant_id = new_event.tenant_id
          WHERE ep.enabled
            AND EXISTS (
@@ -49,9 +62,12 @@ const INGEST: &str = "WITH new_event AS (
          FROM new_deliveries d)
      SELECT received_at, (SELECT count(*) FROM new_deliveries) AS deliveries FROM new_event";
 
-const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_key, e.request_hash, e.received_at,
+/// The event a key names (found by id, so in its partition only).
+const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_key, k.request_hash, e.received_at,
             (SELECT count(*) FROM relayops.deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_id = e.id) AS deliveries
-     FROM relayops.events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2";
+     FROM relayops.idempotency_keys k
+     JOIN relayops.events e ON e.id = k.event_id AND e.tenant_id = k.tenant_id
+     WHERE k.tenant_id = $1 AND k.idempotency_key = $2";
 
 /// What [`EventRecord::from_row`] reads (the payload as Postgres renders it).
 pub(crate) const EVENT_COLUMNS: &str = "id, event_type, payload::text AS payload, idempotency_key, received_at";
@@ -117,6 +133,7 @@ pub async fn insert_event_with_deliveries(
             &request_hash,
             &tenant.to_string(),
             &id.to_string(),
+            &(IDEMPOTENCY_WINDOW.as_secs() as i64),
         ],
     )
     .await?;

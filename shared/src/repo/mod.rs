@@ -18,6 +18,7 @@ pub mod events;
 pub mod outbox;
 pub mod recovery;
 pub mod replay;
+pub mod retention;
 pub(crate) mod sql;
 pub mod tenants;
 pub mod users;

@@ -42,8 +42,8 @@ const FIND_EXPIRED_OR_OVERDUE: &str = "SELECT id, tenant_id, event_id, endpoint_
 /// unpublished, and none was published within the grace (its message may still
 /// be on its way through a long ready queue).
 const FIND_LOST_PENDING: &str = "SELECT d.id, d.tenant_id, d.event_id, d.endpoint_id FROM relayops.deliveries d
-     WHERE d.id IN (
-         SELECT id FROM relayops.deliveries
+     WHERE (d.id, d.event_id) IN (
+         SELECT id, event_id FROM relayops.deliveries
          WHERE status = 'pending'
            AND updated_at < now() - $1::bigint * interval '1 millisecond'
            AND updated_at < coalesce((SELECT created_at FROM relayops.outbox_messages
@@ -65,7 +65,7 @@ const REVIVE: &str = "UPDATE relayops.deliveries
      SET status = CASE WHEN status = 'in_progress' THEN 'pending' ELSE status END,
          next_attempt_at = CASE WHEN status = 'scheduled' THEN now() ELSE next_attempt_at END,
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-     WHERE id = ANY($1)";
+     WHERE (id, event_id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))";
 
 /// What one recovery pass re-enqueued.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +94,8 @@ pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i
     }
     let tasks: Vec<DeliveryTask> = expired.iter().chain(&lost).map(task).collect();
     let ids: Vec<Uuid> = tasks.iter().map(|task| task.delivery_id.as_uuid()).collect();
-    sql::execute(tx, REVIVE, &[&ids]).await?;
+    let events: Vec<Uuid> = tasks.iter().map(|task| task.event_id.as_uuid()).collect();
+    sql::execute(tx, REVIVE, &[&ids, &events]).await?;
     outbox::insert_delivery_messages(tx, &tasks).await?;
     Ok(requeued)
 }

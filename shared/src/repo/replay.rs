@@ -7,8 +7,10 @@
 use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
+use uuid::Uuid;
 
 use crate::broker::envelope::DeliveryTask;
+use crate::db::partitions::{uuid_floor, CLOCK_SLACK};
 use crate::db::DbError;
 use crate::domain::DeliveryStatus;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
@@ -20,21 +22,29 @@ use crate::repo::sql;
 /// a retry can be brought forward). The previous status is returned.
 const REVIVE_ONE: &str = "UPDATE relayops.deliveries d
      SET status = 'pending', next_attempt_at = NULL, updated_at = now()
-     FROM (SELECT id, status FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE) previous
-     WHERE d.tenant_id = $1 AND d.id = previous.id
+     FROM (SELECT id, event_id, status FROM relayops.deliveries
+           WHERE tenant_id = $1 AND id = $2
+             AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)
+           FOR UPDATE) previous
+     WHERE d.tenant_id = $1 AND d.id = previous.id AND d.event_id = previous.event_id
        AND previous.status IN ('dead', 'failed', 'pending', 'scheduled')
      RETURNING d.id, d.event_id, d.endpoint_id, previous.status AS previous_status";
 
-const CURRENT_STATUS: &str = "SELECT status FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2";
+const CURRENT_STATUS: &str = "SELECT status FROM relayops.deliveries
+     WHERE tenant_id = $1 AND id = $2
+       AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)";
 
-/// The filter shared by the bulk count and the bulk replay ($1..$6).
+/// The filter shared by the bulk count and the bulk replay ($1..$8). A time
+/// window also bounds the partition key ($7, $8: the window widened by the
+/// clock slack, as UUIDv7 bounds), so only its partitions are read.
 const MATCHING: &str = "FROM relayops.deliveries d
      JOIN relayops.events e ON e.tenant_id = d.tenant_id AND e.id = d.event_id
      WHERE d.tenant_id = $1 AND d.status = ANY($2)
        AND ($3::uuid IS NULL OR d.endpoint_id = $3)
        AND ($4::text IS NULL OR e.event_type = $4)
        AND ($5::timestamptz IS NULL OR d.created_at >= $5)
-       AND ($6::timestamptz IS NULL OR d.created_at < $6)";
+       AND ($6::timestamptz IS NULL OR d.created_at < $6)
+       AND d.event_id >= $7 AND d.event_id < $8";
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReplayOutcome {
@@ -85,6 +95,14 @@ impl ReplayFilter {
     fn statuses(&self) -> Vec<&'static str> {
         self.statuses.iter().map(DeliveryStatus::as_str).collect()
     }
+
+    /// The partition key range the time window can reach.
+    fn event_id_range(&self) -> (Uuid, Uuid) {
+        let slack = chrono::Duration::from_std(CLOCK_SLACK).unwrap_or_default();
+        let floor = self.since.map(|since| uuid_floor(since - slack)).unwrap_or(Uuid::nil());
+        let ceiling = self.until.map(|until| uuid_floor(until + slack)).unwrap_or(Uuid::max());
+        (floor, ceiling)
+    }
 }
 
 /// How many deliveries match (for a dry run, and to report what remains).
@@ -95,10 +113,20 @@ pub async fn count_matching(
 ) -> Result<i64, DbError> {
     let sql = format!("SELECT count(*) {MATCHING}");
     let endpoint = filter.endpoint.map(|id| id.as_uuid());
+    let (floor, ceiling) = filter.event_id_range();
     let row = sql::query_one(
         client,
         &sql,
-        &[&tenant.as_uuid(), &filter.statuses(), &endpoint, &filter.event_type, &filter.since, &filter.until],
+        &[
+            &tenant.as_uuid(),
+            &filter.statuses(),
+            &endpoint,
+            &filter.event_type,
+            &filter.since,
+            &filter.until,
+            &floor,
+            &ceiling,
+        ],
     )
     .await?;
     Ok(row.get(0))
@@ -113,16 +141,28 @@ pub async fn replay_matching(
     cap: i64,
 ) -> Result<Vec<DeliveryId>, DbError> {
     let sql = format!(
-        "WITH picked AS (SELECT d.id {MATCHING} ORDER BY d.created_at, d.id LIMIT $7 FOR UPDATE OF d SKIP LOCKED)
+        "WITH picked AS (SELECT d.id, d.event_id {MATCHING}
+                         ORDER BY d.created_at, d.id LIMIT $9 FOR UPDATE OF d SKIP LOCKED)
          UPDATE relayops.deliveries d SET status = 'pending', next_attempt_at = NULL, updated_at = now()
-         FROM picked WHERE d.id = picked.id
+         FROM picked WHERE d.id = picked.id AND d.event_id = picked.event_id
          RETURNING d.id, d.event_id, d.endpoint_id"
     );
     let endpoint = filter.endpoint.map(|id| id.as_uuid());
+    let (floor, ceiling) = filter.event_id_range();
     let rows = sql::query(
         tx,
         &sql,
-        &[&tenant.as_uuid(), &filter.statuses(), &endpoint, &filter.event_type, &filter.since, &filter.until, &cap],
+        &[
+            &tenant.as_uuid(),
+            &filter.statuses(),
+            &endpoint,
+            &filter.event_type,
+            &filter.since,
+            &filter.until,
+            &floor,
+            &ceiling,
+            &cap,
+        ],
     )
     .await?;
     let tasks: Vec<DeliveryTask> = rows.iter().map(|row| task(tenant, row)).collect();
