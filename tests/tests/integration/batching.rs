@@ -104,7 +104,7 @@ async fn a_batch_record_settles_only_the_deliveries_the_worker_still_leases() {
         .query(
             "SELECT d.id, d.status, d.attempt_count, d.lease_owner, count(a.id)
              FROM relayops.deliveries d LEFT JOIN relayops.delivery_attempts a ON a.delivery_id = d.id
-             GROUP BY d.id",
+             GROUP BY d.id, d.status, d.attempt_count, d.lease_owner",
             &[],
         )
         .await
