@@ -15,6 +15,7 @@ pub mod managed;
 pub mod moto;
 mod process;
 pub mod prometheus;
+pub mod scratch;
 
 use std::time::Duration;
 

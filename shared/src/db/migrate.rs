@@ -26,10 +26,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/0005_fewer_indexes_on_the_write_path.sql"),
     ),
     ("0006_pending_sweep_index", include_str!("../../../migrations/0006_pending_sweep_index.sql")),
-    (
-        "0007_history_partitioning_prepare",
-        include_str!("../../../migrations/0007_history_partitioning_prepare.sql"),
-    ),
+    ("0007_history_partitioning_prepare", include_str!("../../../migrations/0007_history_partitioning_prepare.sql")),
     ("0008_history_partitioning_swap", include_str!("../../../migrations/0008_history_partitioning_swap.sql")),
     ("0009_tenant_retention", include_str!("../../../migrations/0009_tenant_retention.sql")),
 ];
@@ -52,17 +49,24 @@ pub fn latest_version() -> &'static str {
 
 /// Applies every pending migration; returns the versions it applied.
 pub async fn run(client: &mut Client) -> Result<Vec<String>, DbError> {
+    run_through(client, latest_version()).await
+}
+
+/// Applies the pending migrations up to and including `last` (upgrade tests
+/// build a database as an older release left it).
+pub async fn run_through(client: &mut Client, last: &str) -> Result<Vec<String>, DbError> {
     client.execute("SELECT pg_advisory_lock($1)", &[&LOCK_KEY]).await?;
-    let result = apply_pending(client).await;
+    let result = apply_pending(client, last).await;
     // Release even on failure; a dropped connection releases it too.
     client.execute("SELECT pg_advisory_unlock($1)", &[&LOCK_KEY]).await?;
     result
 }
 
-async fn apply_pending(client: &mut Client) -> Result<Vec<String>, DbError> {
+async fn apply_pending(client: &mut Client, last: &str) -> Result<Vec<String>, DbError> {
     client.batch_execute(CREATE_LEDGER).await?;
     let mut applied = Vec::new();
-    for (version, sql) in MIGRATIONS {
+    let through = MIGRATIONS.iter().position(|(version, _)| *version == last).map_or(MIGRATIONS.len(), |at| at + 1);
+    for (version, sql) in &MIGRATIONS[..through] {
         let checksum = Sha256::digest(sql.as_bytes()).to_vec();
         let existing =
             client.query_opt("SELECT checksum FROM relayops.schema_migrations WHERE version = $1", &[version]).await?;

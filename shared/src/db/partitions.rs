@@ -14,7 +14,8 @@
 //!   between); its `events` partition goes with it, never before;
 //! - attempts (partitioned by their own time, which is after their
 //!   delivery's) are dropped only once every delivery partition that began
-//!   before their window's end (less a minute of clock skew) is gone.
+//!   before their window's end (plus the clock slack: a minute, or one window
+//!   if shorter) is gone.
 //!
 //! One process at a time (a session advisory lock; others skip the pass).
 //! Each statement commits on its own: a pass interrupted part-way is finished
@@ -200,7 +201,9 @@ async fn holds_unfinished(client: &Client, name: &str) -> Result<bool, DbError> 
 
 async fn detach(client: &Client, table: &str, partition: &Partition) -> Result<(), DbError> {
     let mode = if partition.detach_pending { "FINALIZE" } else { "CONCURRENTLY" };
-    client.batch_execute(&format!("ALTER TABLE relayops.{table} DETACH PARTITION relayops.{} {mode}", partition.name)).await?;
+    client
+        .batch_execute(&format!("ALTER TABLE relayops.{table} DETACH PARTITION relayops.{} {mode}", partition.name))
+        .await?;
     Ok(())
 }
 
@@ -260,7 +263,8 @@ async fn drop_expired_unlocked(
     }
     // Attempts go once no remaining delivery can be older than their window.
     let oldest_delivery = deliveries.first().map(|partition| partition.from_ms);
-    let slack = CLOCK_SLACK.as_millis() as i64;
+    // The clock slack, but never more than a window (tests use seconds).
+    let slack = CLOCK_SLACK.min(config.partition).as_millis() as i64;
     for attempts in list(client, ATTEMPTS).await? {
         let delivery_floor = match oldest_delivery {
             Some(Some(from)) => from - slack,

@@ -55,7 +55,8 @@ const SETTLE_WITH_ATTEMPT: &str = "WITH settled AS (
 /// Finds a delivery by id (`$2`) in its partition only: a delivery id made by
 /// `relayops.delivery_id_for` carries its event id's millisecond, the
 /// partition key; an id from before partitioning matches every partition.
-pub(crate) const IN_ITS_PARTITION: &str = "event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)";
+pub(crate) const IN_ITS_PARTITION: &str =
+    "event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)";
 
 /// Settles without an attempt (e.g. the endpoint was disabled after fan-out).
 const SETTLE_WITHOUT_ATTEMPT: &str = "UPDATE relayops.deliveries
@@ -259,7 +260,9 @@ pub async fn get_delivery(
     tenant: TenantId,
     id: DeliveryId,
 ) -> Result<Option<DeliveryRecord>, DbError> {
-    let sql = format!("SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2 AND {IN_ITS_PARTITION}");
+    let sql = format!(
+        "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2 AND {IN_ITS_PARTITION}"
+    );
     let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(DeliveryRecord::from_row))
 }

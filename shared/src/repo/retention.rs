@@ -84,8 +84,11 @@ pub async fn set_tenant_retention(
     tenant: crate::ids::TenantId,
     days: Option<i32>,
 ) -> Result<bool, DbError> {
-    let updated =
-        sql::execute(client, "UPDATE relayops.tenants SET retention_days = $2 WHERE id = $1", &[&tenant.as_uuid(), &days])
-            .await?;
+    let updated = sql::execute(
+        client,
+        "UPDATE relayops.tenants SET retention_days = $2 WHERE id = $1",
+        &[&tenant.as_uuid(), &days],
+    )
+    .await?;
     Ok(updated == 1)
 }

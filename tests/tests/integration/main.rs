@@ -10,6 +10,7 @@ mod exclusive;
 mod failover;
 mod faults;
 mod flow;
+mod history;
 mod https;
 mod identity;
 mod ingest;
