@@ -130,6 +130,31 @@ pub async fn list_deliveries(
     after: Option<TimeKey>,
     limit: i64,
 ) -> Result<Vec<DeliveryRecord>, DbError> {
+    let (sql, conditions) = list_statement(tenant, filter, after, limit);
+    let rows = sql::query(client, &sql, &conditions.params()).await?;
+    Ok(rows.iter().map(DeliveryRecord::from_row).collect())
+}
+
+/// The plan of [`list_deliveries`] (`EXPLAIN`, one line per row): how a
+/// check sees which partitions a page reads.
+pub async fn explain_list_deliveries(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    filter: &DeliveryFilter,
+    after: Option<TimeKey>,
+    limit: i64,
+) -> Result<Vec<String>, DbError> {
+    let (sql, conditions) = list_statement(tenant, filter, after, limit);
+    let rows = sql::query(client, &format!("EXPLAIN {sql}"), &conditions.params()).await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+fn list_statement(
+    tenant: TenantId,
+    filter: &DeliveryFilter,
+    after: Option<TimeKey>,
+    limit: i64,
+) -> (String, Conditions) {
     let mut conditions = filtered(tenant, filter);
     if let Some(key) = after {
         conditions.push_before("d.created_at", "d.id", key);
@@ -141,8 +166,7 @@ pub async fn list_deliveries(
          ORDER BY d.created_at DESC, d.id DESC LIMIT {limit}",
         conditions.where_clause()
     );
-    let rows = sql::query(client, &sql, &conditions.params()).await?;
-    Ok(rows.iter().map(DeliveryRecord::from_row).collect())
+    (sql, conditions)
 }
 
 /// How many of an endpoint's deliveries are in each status (statuses with

@@ -29,6 +29,31 @@ pub async fn list_events(
     after: Option<TimeKey>,
     limit: i64,
 ) -> Result<Vec<EventRecord>, DbError> {
+    let (sql, conditions) = list_statement(tenant, filter, after, limit);
+    let rows = sql::query(client, &sql, &conditions.params()).await?;
+    Ok(rows.iter().map(EventRecord::from_row).collect())
+}
+
+/// The plan of [`list_events`] (`EXPLAIN`, one line per row): how a check
+/// sees which partitions a page reads.
+pub async fn explain_list_events(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    filter: &EventFilter,
+    after: Option<TimeKey>,
+    limit: i64,
+) -> Result<Vec<String>, DbError> {
+    let (sql, conditions) = list_statement(tenant, filter, after, limit);
+    let rows = sql::query(client, &format!("EXPLAIN {sql}"), &conditions.params()).await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+fn list_statement(
+    tenant: TenantId,
+    filter: &EventFilter,
+    after: Option<TimeKey>,
+    limit: i64,
+) -> (String, Conditions) {
     let mut conditions = Conditions::new();
     conditions.push("tenant_id = {}", tenant.as_uuid());
     if let Some(event_type) = &filter.event_type {
@@ -54,6 +79,5 @@ pub async fn list_events(
          ORDER BY received_at DESC, id DESC LIMIT {limit}",
         conditions.where_clause()
     );
-    let rows = sql::query(client, &sql, &conditions.params()).await?;
-    Ok(rows.iter().map(EventRecord::from_row).collect())
+    (sql, conditions)
 }
