@@ -48,12 +48,7 @@ pub async fn explain_list_events(
     Ok(rows.iter().map(|row| row.get(0)).collect())
 }
 
-fn list_statement(
-    tenant: TenantId,
-    filter: &EventFilter,
-    after: Option<TimeKey>,
-    limit: i64,
-) -> (String, Conditions) {
+fn list_statement(tenant: TenantId, filter: &EventFilter, after: Option<TimeKey>, limit: i64) -> (String, Conditions) {
     let mut conditions = Conditions::new();
     conditions.push("tenant_id = {}", tenant.as_uuid());
     if let Some(event_type) = &filter.event_type {

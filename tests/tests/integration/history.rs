@@ -289,3 +289,75 @@ async fn list_pages_read_only_the_partitions_their_cursor_and_filters_reach() {
     assert!(!before.is_empty() && !read.is_empty(), "{all:?}");
     assert!(before.iter().all(|name| !read.contains(name)), "`since` prunes {before:?}: reads {read:?}\n{plan:#?}");
 }
+
+/// A soak with partitions of 4 s and a retention of 8 s, the publisher's own
+/// maintenance every second: while events flow, windows are created and
+/// dropped, storage stays flat, and every ingest succeeds, including those
+/// that overlap a drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_soak_keeps_storage_flat_while_partitions_come_and_go_under_ingest() {
+    let mut config = short_history(Duration::from_secs(4), Duration::from_secs(8));
+    config.publisher.history.maintenance_interval = Duration::from_secs(1);
+    let env = relayops_tests::TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+
+    let running = std::sync::atomic::AtomicBool::new(true);
+    let sampler = async {
+        let client = env.pool.get().await.unwrap();
+        let (mut samples, mut seen, mut counts) = (Vec::new(), std::collections::BTreeSet::new(), Vec::new());
+        while running.load(std::sync::atomic::Ordering::Relaxed) {
+            let names: Vec<String> =
+                partitions::list(&client, partitions::DELIVERIES).await.unwrap().into_iter().map(|p| p.name).collect();
+            counts.push(names.len());
+            seen.extend(names);
+            samples.push((Instant::now(), partitions::storage_bytes(&client).await.unwrap()));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let left: std::collections::BTreeSet<String> =
+            partitions::list(&client, partitions::DELIVERIES).await.unwrap().into_iter().map(|p| p.name).collect();
+        (samples, seen.difference(&left).count(), counts)
+    };
+    let ingest = async {
+        let started = Instant::now();
+        let mut latencies = Vec::new();
+        while started.elapsed() < Duration::from_secs(50) {
+            let sent = Instant::now();
+            let answer = env.post_event("soak.tick", json!({"at": started.elapsed().as_millis() as u64})).await;
+            assert_eq!(answer.status, 201, "ingest keeps working: {answer:?}");
+            latencies.push(sent.elapsed());
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        running.store(false, std::sync::atomic::Ordering::Relaxed);
+        latencies
+    };
+    let ((samples, dropped, counts), mut latencies) = tokio::join!(sampler, ingest);
+
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    let start = samples[0].0;
+    let window = |from: u64, to: u64| {
+        samples
+            .iter()
+            .filter(|(t, _)| (from..to).contains(&t.duration_since(start).as_secs()))
+            .map(|(_, bytes)| *bytes)
+            .max()
+            .unwrap_or(0)
+    };
+    // Steady state: after the retention plus a window or two.
+    let (middle, end) = (window(18, 34), window(34, 60));
+    println!(
+        "soak: {} events, ingest p50 {:?} p99 {:?} max {:?}; {dropped} delivery windows dropped; \
+         partitions per table {:?}..{:?}; storage max {} KiB (18-34 s) vs {} KiB (34 s-end)",
+        latencies.len(),
+        at(0.5),
+        at(0.99),
+        latencies.last().unwrap(),
+        counts.iter().min().unwrap(),
+        counts.iter().max().unwrap(),
+        middle / 1024,
+        end / 1024
+    );
+    assert!(dropped >= 5, "windows were dropped while events flowed: {dropped}");
+    assert!(*counts.iter().max().unwrap() <= 8, "partitions stay few: {counts:?}");
+    assert!(end <= middle + middle / 2, "storage stays flat: {middle} then {end} bytes");
+}
