@@ -361,3 +361,107 @@ async fn history_soak_keeps_storage_flat_while_partitions_come_and_go_under_inge
     assert!(*counts.iter().max().unwrap() <= 8, "partitions stay few: {counts:?}");
     assert!(end <= middle + middle / 2, "storage stays flat: {middle} then {end} bytes");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_is_honoured_for_its_window_and_then_free_again() {
+    // No publisher: its own maintenance would prune the keys this test ages.
+    let config = relayops_tests::TestConfig { run_publisher: false, ..relayops_tests::TestConfig::default() };
+    let env = relayops_tests::TestEnv::start_with(config).await;
+    let url = format!("{}/v1/events", env.api_url);
+    let send = |body: serde_json::Value| {
+        env.http.post(&url).bearer_auth(&env.api_key).header("idempotency-key", "window-key").json(&body).send()
+    };
+    let first = send(json!({"event_type": "a.b", "payload": {"n": 1}})).await.unwrap();
+    assert_eq!(first.status(), 201);
+    let first: serde_json::Value = first.json().await.unwrap();
+    let repeat: serde_json::Value =
+        send(json!({"event_type": "a.b", "payload": {"n": 1}})).await.unwrap().json().await.unwrap();
+    assert_eq!(repeat["id"], first["id"], "within the window, the same answer");
+
+    // Seven days and a minute later, the key names nothing any more.
+    let client = env.pool.get().await.unwrap();
+    client
+        .execute("UPDATE relayops.idempotency_keys SET created_at = now() - interval '7 days 1 minute'", &[])
+        .await
+        .unwrap();
+    let later = send(json!({"event_type": "a.b", "payload": {"n": 2}})).await.unwrap();
+    assert_eq!(later.status(), 201, "a key past its window is free for a new event");
+    let later: serde_json::Value = later.json().await.unwrap();
+    assert_ne!(later["id"], first["id"]);
+    assert_eq!(env.count("events").await, 2);
+
+    // Keys past the window are pruned; the fresh one stays.
+    client.execute("UPDATE relayops.idempotency_keys SET created_at = now() - interval '8 days'", &[]).await.unwrap();
+    let pruned = relayops_shared::repo::retention::prune_idempotency_keys(&client, 100).await.unwrap();
+    assert_eq!(pruned, 1);
+    assert_eq!(env.count("idempotency_keys").await, 0);
+}
+
+/// Two tenants, rows two days old and fresh ones; deliveries of the first
+/// tenant's old rows: two delivered, one dead, one still pending.
+const SEED_TENANTS: &str = "
+INSERT INTO relayops.tenants (id, name, retention_days) VALUES ($1, 'short', 1), ($2, 'platform', NULL);
+INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, secret) VALUES
+    ($3, $1, 'http://127.0.0.1:9/a', 'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdA=='),
+    ($4, $2, 'http://127.0.0.1:9/b', 'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdA==');
+CREATE TEMP TABLE seed AS
+SELECT tenant, endpoint, status, at,
+       (left(relayops.uuid_floor(at)::text, 13) || '-7' || substr(gen_random_uuid()::text, 16))::uuid AS event_id
+FROM (VALUES ($1, $3, 'delivered', now() - interval '2 days'), ($1, $3, 'delivered', now() - interval '2 days'),
+             ($1, $3, 'dead', now() - interval '2 days'), ($1, $3, 'pending', now() - interval '2 days'),
+             ($1, $3, 'delivered', now()), ($2, $4, 'delivered', now() - interval '2 days'))
+     AS v(tenant, endpoint, status, at);
+INSERT INTO relayops.events (id, tenant_id, event_type, payload, request_hash, received_at)
+SELECT event_id, tenant, 'a.b', '{}'::jsonb, sha256('x'::bytea), at FROM seed;
+CREATE TEMP TABLE seeded AS
+SELECT relayops.delivery_id_for(event_id) AS id, * FROM seed;
+INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id, status, created_at)
+SELECT id, tenant, event_id, endpoint, status, at FROM seeded;
+INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome, latency_ms, worker_id, started_at)
+SELECT (left(relayops.uuid_floor(at + interval '1 second')::text, 13) || '-7' || substr(gen_random_uuid()::text, 16))::uuid,
+       tenant, id, 1, CASE WHEN status = 'dead' THEN 'dead' ELSE 'delivered' END, 5, 'w', at
+FROM seeded WHERE status <> 'pending';";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_with_a_shorter_retention_loses_its_old_finished_rows_in_batches() {
+    use relayops_shared::repo::retention::sweep_tenants;
+    let db = ScratchDatabase::create().await;
+    let mut client = db.pool.get().await.unwrap();
+    migrate::run(&mut client).await.unwrap();
+    // Week-long windows: the one before now holds rows two days old.
+    let history = HistoryConfig { partition: Duration::from_secs(7 * 86_400), ..HistoryConfig::default() };
+    partitions::ensure(&client, &history).await.unwrap();
+    let ids: Vec<uuid::Uuid> = (0..4).map(|_| uuid::Uuid::now_v7()).collect();
+    let mut script = SEED_TENANTS.to_owned();
+    for (n, id) in ids.iter().enumerate() {
+        script = script.replace(&format!("${}", n + 1), &format!("'{id}'::uuid"));
+    }
+    client.batch_execute(&script).await.unwrap();
+    let count = |sql: &'static str| {
+        let client = &client;
+        async move { client.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+
+    // Bounded: a batch of 2 takes at most 2 deliveries (and their attempts).
+    let first = sweep_tenants(&client, history.retention, 2).await.unwrap();
+    assert!(first > 0);
+    assert_eq!(count("SELECT count(*) FROM relayops.deliveries").await, 4, "two of three old finished ones went");
+    while sweep_tenants(&client, history.retention, 2).await.unwrap() > 0 {}
+
+    let left: Vec<(uuid::Uuid, String)> = client
+        .query("SELECT tenant_id, status FROM relayops.deliveries ORDER BY tenant_id, status", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let mut expected = vec![
+        (ids[0], "delivered".to_owned()), // fresh
+        (ids[0], "pending".to_owned()),   // old but unfinished
+        (ids[1], "delivered".to_owned()), // the platform's retention
+    ];
+    expected.sort();
+    assert_eq!(left, expected);
+    assert_eq!(count("SELECT count(*) FROM relayops.events").await, 3, "events go with their deliveries");
+    assert_eq!(count("SELECT count(*) FROM relayops.delivery_attempts").await, 2, "and attempts");
+}
