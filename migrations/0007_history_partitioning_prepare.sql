@@ -10,8 +10,10 @@
 -- this step runs still fall below it. Ids are UUIDv7: their first 48 bits are
 -- milliseconds since the epoch, so a time bound is a uuid bound.
 CREATE TABLE IF NOT EXISTS relayops.history_upgrade (
-    singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-    legacy_upto uuid NOT NULL
+    singleton      boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    legacy_upto    uuid NOT NULL,
+    -- When the copy of idempotency keys below began: step 2 copies the rest.
+    keys_copied_at timestamptz NOT NULL DEFAULT now()
 );
 
 INSERT INTO relayops.history_upgrade (legacy_upto)
@@ -27,10 +29,30 @@ CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS deliveries_id_event_id_key ON rel
 CREATE INDEX CONCURRENTLY IF NOT EXISTS delivery_attempts_lookup_idx
     ON relayops.delivery_attempts (tenant_id, delivery_id, attempt_number);
 
--- Step 2 copies the idempotency keys of the last days into their own table;
--- this index (dropped there) keeps that copy from scanning every event.
+-- Idempotency keys move to their own table (unique keys of a partitioned
+-- table must hold the partition key), honoured for a window
+-- (shared::repo::retention::IDEMPOTENCY_WINDOW, 7 days) and then pruned. The
+-- keys of the window so far are copied here; step 2 copies those that came
+-- after, found through this index (dropped there).
 CREATE INDEX CONCURRENTLY IF NOT EXISTS events_keyed_received_idx
     ON relayops.events (received_at) WHERE idempotency_key IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS relayops.idempotency_keys (
+    tenant_id       uuid NOT NULL REFERENCES relayops.tenants (id) ON DELETE CASCADE,
+    idempotency_key text NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 255),
+    event_id        uuid NOT NULL,
+    request_hash    bytea NOT NULL CHECK (length(request_hash) = 32),
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, idempotency_key)
+);
+
+CREATE INDEX IF NOT EXISTS idempotency_keys_created_idx ON relayops.idempotency_keys (created_at);
+
+INSERT INTO relayops.idempotency_keys (tenant_id, idempotency_key, event_id, request_hash, created_at)
+SELECT tenant_id, idempotency_key, id, request_hash, received_at
+FROM relayops.events
+WHERE idempotency_key IS NOT NULL AND received_at > now() - interval '7 days'
+ON CONFLICT (tenant_id, idempotency_key) DO NOTHING;
 
 -- CHECK constraints that prove every row is below the legacy bound, so
 -- ATTACH PARTITION in step 2 need not scan. NOT VALID is instant; VALIDATE

@@ -1,7 +1,7 @@
 -- Upgrade to time-partitioned history (issue 14), step 2 of 2: the swap, in
--- one transaction. Nothing here scans a table (0007 built the indexes and
--- proved the bounds), so the pause is the time to take the locks, rename,
--- attach and copy the last window of idempotency keys.
+-- one transaction. Nothing here scans a table (0007 built the indexes,
+-- proved the bounds and copied the idempotency keys), so the pause is the time
+-- to take the locks, rename, attach and copy the keys of the last minutes.
 --
 -- Partition keys (ids are UUIDv7, time-ordered; a time is a uuid bound):
 --   events            by id
@@ -29,22 +29,14 @@ ALTER TABLE relayops.deliveries DROP CONSTRAINT deliveries_tenant_id_event_id_fk
 ALTER TABLE relayops.deliveries DROP CONSTRAINT deliveries_tenant_id_id_key;
 ALTER TABLE relayops.events DROP CONSTRAINT events_tenant_id_id_key;
 
--- Idempotency keys, honoured for a window (shared::repo::idempotency) and
--- then pruned. The keys of the window so far come along.
-CREATE TABLE relayops.idempotency_keys (
-    tenant_id       uuid NOT NULL REFERENCES relayops.tenants (id) ON DELETE CASCADE,
-    idempotency_key text NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 255),
-    event_id        uuid NOT NULL,
-    request_hash    bytea NOT NULL CHECK (length(request_hash) = 32),
-    created_at      timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant_id, idempotency_key)
-);
-CREATE INDEX idempotency_keys_created_idx ON relayops.idempotency_keys (created_at);
-
+-- The idempotency keys that came after 0007 copied the window (a margin for
+-- ingest transactions that were running then).
 INSERT INTO relayops.idempotency_keys (tenant_id, idempotency_key, event_id, request_hash, created_at)
 SELECT tenant_id, idempotency_key, id, request_hash, received_at
 FROM relayops.events
-WHERE idempotency_key IS NOT NULL AND received_at > now() - interval '7 days';
+WHERE idempotency_key IS NOT NULL
+  AND received_at >= (SELECT keys_copied_at - interval '10 minutes' FROM relayops.history_upgrade)
+ON CONFLICT (tenant_id, idempotency_key) DO NOTHING;
 
 DROP INDEX relayops.events_keyed_received_idx;
 ALTER TABLE relayops.events DROP CONSTRAINT events_tenant_id_idempotency_key_key;
