@@ -28,7 +28,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0006_pending_sweep_index", include_str!("../../../migrations/0006_pending_sweep_index.sql")),
     ("0007_history_partitioning_prepare", include_str!("../../../migrations/0007_history_partitioning_prepare.sql")),
     ("0008_history_partitioning_swap", include_str!("../../../migrations/0008_history_partitioning_swap.sql")),
-    ("0009_tenant_retention", include_str!("../../../migrations/0009_tenant_retention.sql")),
+    (
+        "0009_retention_and_maintenance_lease",
+        include_str!("../../../migrations/0009_retention_and_maintenance_lease.sql"),
+    ),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -17,7 +17,8 @@
 //!   before their window's end (plus the clock slack: a minute, or one window
 //!   if shorter) is gone.
 //!
-//! One process at a time (a session advisory lock; others skip the pass).
+//! One process at a time (a lease row in `maintenance_leases`, which works
+//! through transaction-mode poolers; others skip the pass).
 //! Each statement commits on its own: a pass interrupted part-way is finished
 //! by the next (`DETACH … FINALIZE` for a detach left pending).
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,8 +40,32 @@ pub const TABLES: [&str; 3] = [EVENTS, DELIVERIES, ATTEMPTS];
 /// that writes them): bounds derived from a time are widened by this much.
 pub const CLOCK_SLACK: Duration = Duration::from_secs(60);
 
-/// Arbitrary, fixed: the advisory lock key of the partition manager.
-const LOCK_KEY: i64 = 0x7265_6c61_7970_6172;
+/// How long a pass may hold the manager's lease before another may start.
+const LEASE: Duration = Duration::from_secs(300);
+
+const TAKE_LEASE: &str = "INSERT INTO relayops.maintenance_leases AS l (name, holder, expires_at)
+     VALUES ('partitions', $1, now() + $2::bigint * interval '1 millisecond')
+     ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+     WHERE l.expires_at < now()
+     RETURNING 1";
+
+const RETURN_LEASE: &str =
+    "UPDATE relayops.maintenance_leases SET expires_at = now() WHERE name = 'partitions' AND holder = $1";
+
+/// Runs `pass` holding the manager's lease; `None` when another holds it.
+async fn with_lease<T>(
+    client: &Client,
+    pass: impl std::future::Future<Output = Result<T, DbError>>,
+) -> Result<Option<T>, DbError> {
+    let holder = Uuid::new_v4().to_string();
+    let lease_ms = LEASE.as_millis() as i64;
+    if client.query_opt(TAKE_LEASE, &[&holder, &lease_ms]).await?.is_none() {
+        return Ok(None);
+    }
+    let result = pass.await;
+    client.execute(RETURN_LEASE, &[&holder]).await?;
+    result.map(Some)
+}
 
 /// The smallest UUIDv7 of a millisecond (negative times clamp to zero).
 pub fn uuid_floor_ms(millis: i64) -> Uuid {
@@ -138,30 +163,26 @@ pub struct PartitionReport {
     pub skipped: bool,
 }
 
-/// Creates partitions ahead and drops expired ones, under the manager's lock.
+/// Creates partitions ahead and drops expired ones, under the manager's lease.
 pub async fn maintain(client: &Client, config: &HistoryConfig) -> Result<PartitionReport, DbError> {
-    let locked: bool = client.query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY]).await?.get(0);
-    if !locked {
-        return Ok(PartitionReport { skipped: true, ..PartitionReport::default() });
-    }
-    let result = async {
+    let pass = async {
         let mut report = PartitionReport::default();
         ensure_unlocked(client, config, &mut report).await?;
         drop_expired_unlocked(client, config, &mut report).await?;
         Ok(report)
-    }
-    .await;
-    client.execute("SELECT pg_advisory_unlock($1)", &[&LOCK_KEY]).await?;
-    result
+    };
+    Ok(with_lease(client, pass).await?.unwrap_or(PartitionReport { skipped: true, ..PartitionReport::default() }))
 }
 
-/// Creates the partitions ahead only (start-up, right after migrating).
+/// Creates the partitions ahead only (start-up, right after migrating);
+/// nothing when another process is maintaining them at that moment.
 pub async fn ensure(client: &Client, config: &HistoryConfig) -> Result<Vec<String>, DbError> {
-    client.execute("SELECT pg_advisory_lock($1)", &[&LOCK_KEY]).await?;
-    let mut report = PartitionReport::default();
-    let result = ensure_unlocked(client, config, &mut report).await;
-    client.execute("SELECT pg_advisory_unlock($1)", &[&LOCK_KEY]).await?;
-    result.map(|()| report.created)
+    let pass = async {
+        let mut report = PartitionReport::default();
+        ensure_unlocked(client, config, &mut report).await?;
+        Ok(report.created)
+    };
+    Ok(with_lease(client, pass).await?.unwrap_or_default())
 }
 
 async fn ensure_unlocked(client: &Client, config: &HistoryConfig, report: &mut PartitionReport) -> Result<(), DbError> {
