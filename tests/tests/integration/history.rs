@@ -465,3 +465,31 @@ async fn a_tenant_with_a_shorter_retention_loses_its_old_finished_rows_in_batche
     assert_eq!(count("SELECT count(*) FROM relayops.events").await, 3, "events go with their deliveries");
     assert_eq!(count("SELECT count(*) FROM relayops.delivery_attempts").await, 2, "and attempts");
 }
+
+/// The Lambda path: the scheduled publisher invocation runs the maintenance
+/// too (here it finds windows missing ahead and creates them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduled_publisher_lambda_keeps_partitions_ahead() {
+    use relayops_shared::config::PublisherBudgetConfig;
+    use relayops_tests::lambda::{event_fixture, invoke_publisher};
+    let mut config = short_history(Duration::from_secs(60), Duration::from_secs(3600));
+    config.run_publisher = false;
+    let mut env = relayops_tests::TestEnv::start_with(config).await;
+    let client = env.pool.get().await.unwrap();
+    let before = partitions::list(&client, partitions::EVENTS).await.unwrap();
+    // The Lambda's configuration asks for more windows ahead than exist.
+    env.config.publisher.history.ahead = 6;
+    let publisher = env.lambda_publisher();
+    let tick = invoke_publisher(
+        &publisher,
+        &PublisherBudgetConfig::default(),
+        event_fixture("schedule.json"),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(tick.trigger, relayops_publisher::lambda::Trigger::Schedule);
+    let after = partitions::list(&client, partitions::EVENTS).await.unwrap();
+    assert!(after.len() >= before.len() + 4, "windows ahead were added: {before:?} then {after:?}");
+    let ahead = after.last().unwrap().to_ms - partitions::uuid_millis(uuid::Uuid::now_v7());
+    assert!(ahead > 6 * 60_000, "six windows ahead: {ahead} ms");
+}
