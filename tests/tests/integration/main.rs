@@ -29,3 +29,4 @@ mod sam_local;
 mod sqs_wakeup;
 mod ssrf;
 mod stranding;
+mod upgrade;
