@@ -289,10 +289,7 @@ impl WorkerConfig {
             pool_per_host: positive("HTTP_POOL_PER_HOST", 32)?,
             lease,
             worker_id: parsed("WORKER_ID", default_worker_id())?,
-            outbound_allow: crate::net_policy::parse_allow_list(
-                &std::env::var(key("OUTBOUND_ALLOW_CIDRS")).unwrap_or_default(),
-            )
-            .map_err(|message| ConfigError { key: key("OUTBOUND_ALLOW_CIDRS"), message })?,
+            outbound_allow: outbound_allow_from_env()?,
             outbound_ca_files: [key("OUTBOUND_CA_FILE"), "SSL_CERT_FILE".to_owned()]
                 .iter()
                 .filter_map(|name| std::env::var(name).ok().filter(|path| !path.trim().is_empty()))
@@ -302,6 +299,15 @@ impl WorkerConfig {
             batch_lanes: positive("WORKER_BATCH_LANES", 2)?,
         })
     }
+}
+
+/// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` (default empty): the special destinations
+/// webhooks may nevertheless be sent to. The worker checks each connection
+/// against it; the API checks endpoint URLs naming an address when they are
+/// set, so both must be given the same value.
+pub fn outbound_allow_from_env() -> Result<crate::net_policy::AllowList, ConfigError> {
+    crate::net_policy::parse_allow_list(&std::env::var(key("OUTBOUND_ALLOW_CIDRS")).unwrap_or_default())
+        .map_err(|message| ConfigError { key: key("OUTBOUND_ALLOW_CIDRS"), message })
 }
 
 /// User sessions and first-tenant bootstrap (see `auth`).

@@ -105,6 +105,7 @@ impl TestEnv {
             .expect("auth config")
             .with_ingest_limiter(limiter)
             .with_wakeup(std::sync::Arc::new(PgNotifier::new(self.pool.clone())))
+            .with_outbound_allow(self.config.worker.outbound_allow.clone())
     }
 
     /// A publisher as its Lambda builds one (once per container).

@@ -300,7 +300,9 @@ impl TestEnv {
             .with_auth(&config.auth)
             .expect("auth config")
             .with_wakeup(Arc::new(Wakeups(vec![wakeup.clone(), Arc::new(PgNotifier::new(pool.clone()))])))
-            .with_ingest_limiter(limiter);
+            .with_ingest_limiter(limiter)
+            // The API refuses endpoint URLs the worker would refuse to send to.
+            .with_outbound_allow(config.worker.outbound_allow.clone());
         let mut tasks = vec![simulator_task];
         if let Some(backpressure_config) = &config.backpressure {
             let backpressure = Backpressure::new(backpressure_config.clone());

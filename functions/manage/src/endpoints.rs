@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{EndpointUrl, EventTypePattern, SigningSecret, ValidationError};
+use relayops_shared::domain::{EventTypePattern, SigningSecret, ValidationError};
 use relayops_shared::ids::{EndpointId, SubscriptionId};
 use relayops_shared::repo::endpoints::{self, EndpointRecord, NewEndpoint, SubscriptionRecord};
 use serde::{Deserialize, Serialize};
@@ -19,7 +19,11 @@ const MAX_PATTERNS: usize = 100;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpointRequest {
-    /// `https://…` (or `http://` where allowed); private and special addresses are refused.
+    /// `https://…` or `http://…`. A URL naming a special address — loopback,
+    /// private, carrier-grade NAT, link-local (cloud metadata), multicast,
+    /// broadcast, reserved, documentation, or one of those inside IPv6 — is
+    /// refused with 422 naming its range. A host name is checked on the
+    /// addresses it resolves to, when delivering.
     #[schema(pattern = "^https?://", max_length = 2048)]
     url: String,
     #[serde(default)]
@@ -156,7 +160,10 @@ pub struct SecretView {
 #[utoipa::path(
     post, path = "/v1/endpoints", tag = "endpoints", request_body = CreateEndpointRequest,
     security(("bearer" = [])),
-    responses((status = 201, description = "Created", body = CreatedEndpointView))
+    responses(
+        (status = 201, description = "Created", body = CreatedEndpointView),
+        (status = 422, description = "Invalid: the detail names the field (a special address: its range)")
+    )
 )]
 pub async fn create(
     State(state): State<ApiState>,
@@ -164,7 +171,7 @@ pub async fn create(
     ApiJson(request): ApiJson<CreateEndpointRequest>,
 ) -> Result<(StatusCode, Json<CreatedEndpointView>), ApiError> {
     caller.require(Scope::Admin)?;
-    let url = EndpointUrl::parse(&request.url)?;
+    let url = crate::destination::endpoint_url(&state, &request.url)?;
     if request.description.chars().count() > 1000 {
         return Err(ValidationError::new("description", "must be at most 1000 characters").into());
     }

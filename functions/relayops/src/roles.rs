@@ -103,6 +103,15 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let app = relayops_simulator::router(relayops_simulator::Simulator::new());
         tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
     }
+    // One allow-list for the worker's connections and the API's endpoint URLs.
+    let mut outbound_allow = relayops_shared::config::outbound_allow_from_env()?;
+    if roles.simulator && std::env::var("RELAYOPS_OUTBOUND_ALLOW_CIDRS").is_err() {
+        // Development: the built-in simulator is the one receiver on a
+        // special address that may be reached: its address and port, no
+        // other port there (a database, a broker on loopback).
+        outbound_allow = simulator_allowance(listen.simulator);
+        tracing::info!(allowed = %outbound_allow, "outbound allow-list set to the simulator");
+    }
     if roles.api || roles.publisher || roles.worker {
         let database = DatabaseConfig::from_env()?;
         let pool = db::connect_pool(&database)?;
@@ -151,21 +160,15 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 .with_auth(&AuthConfig::from_env()?)?
                 .with_wakeup(Arc::new(Wakeups(vec![wakeup, Arc::new(PgNotifier::new(pool.clone()))])))
                 .with_backpressure(backpressure)
-                .with_ingest_limiter(limiter);
+                .with_ingest_limiter(limiter)
+                .with_outbound_allow(outbound_allow.clone());
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");
             let app = api_router(state);
             tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
         }
         if roles.worker {
-            let mut config = WorkerConfig::from_env()?;
-            if roles.simulator && std::env::var("RELAYOPS_OUTBOUND_ALLOW_CIDRS").is_err() {
-                // Development: the built-in simulator is the one receiver on a
-                // special address that may be reached: its address and port,
-                // no other port there (a database, a broker on loopback).
-                config.outbound_allow = simulator_allowance(listen.simulator);
-                tracing::info!(allowed = %config.outbound_allow, "outbound allow-list set to the simulator");
-            }
+            let config = WorkerConfig { outbound_allow: outbound_allow.clone(), ..WorkerConfig::from_env()? };
             let flow = FlowConfig::from_env()?;
             let gate = Gate::from_config(&flow, &config)?;
             // Readiness shares the gate's circuit, so it reports what the gate does.

@@ -18,6 +18,7 @@ use crate::backpressure::Backpressure;
 use crate::config::AuthConfig;
 use crate::db::Pool;
 use crate::flow::{FlowControl, Limit, TokenDecision};
+use crate::net_policy::{AddressPolicy, AllowList};
 
 pub use auth::{Authenticated, Principal};
 pub use json::ApiJson;
@@ -64,6 +65,10 @@ pub struct ApiState {
     pub bootstrap_token_hash: Option<[u8; 32]>,
     /// Recently verified API keys (see [`key_cache`]).
     pub api_keys: Arc<KeyCache>,
+    /// Which endpoint URLs may be stored: the worker's outbound policy, so a
+    /// URL naming a special address is refused when it is set (strict unless
+    /// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` opens something).
+    pub outbound: Arc<AddressPolicy>,
 }
 
 /// The tenant ingest limit: the shared token bucket and the default rate.
@@ -83,7 +88,15 @@ impl ApiState {
             jwt: None,
             bootstrap_token_hash: None,
             api_keys: Arc::new(KeyCache::new(key_cache::DEFAULT_TTL)),
+            outbound: Arc::new(AddressPolicy::default()),
         }
+    }
+
+    /// Endpoint URLs naming these special destinations may be stored (the
+    /// worker's `RELAYOPS_OUTBOUND_ALLOW_CIDRS`).
+    pub fn with_outbound_allow(mut self, allow: AllowList) -> Self {
+        self.outbound = Arc::new(AddressPolicy::new(allow));
+        self
     }
 
     /// Login tokens and the bootstrap token, as configured.
@@ -178,5 +191,9 @@ pub fn state_from_env() -> Result<ApiState, Box<dyn std::error::Error + Send + S
         default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
     };
     let notifier: Arc<dyn PublisherWakeup> = Arc::new(crate::db::listen::PgNotifier::new(pool.clone()));
-    Ok(ApiState::new(pool).with_auth(&AuthConfig::from_env()?)?.with_ingest_limiter(limiter).with_wakeup(notifier))
+    Ok(ApiState::new(pool)
+        .with_auth(&AuthConfig::from_env()?)?
+        .with_ingest_limiter(limiter)
+        .with_wakeup(notifier)
+        .with_outbound_allow(crate::config::outbound_allow_from_env()?))
 }

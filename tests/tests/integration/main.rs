@@ -5,6 +5,7 @@ mod auth;
 mod backpressure;
 mod batching;
 mod crashes;
+mod destinations;
 mod endpoints;
 mod exclusive;
 mod failover;
