@@ -4,7 +4,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
+use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated, NoQuery};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
 use relayops_shared::domain::{EventTypePattern, SigningSecret, ValidationError};
@@ -215,9 +215,16 @@ pub async fn create(
 #[utoipa::path(
     get, path = "/v1/endpoints", tag = "endpoints",
     security(("bearer" = [])),
-    responses((status = 200, description = "Every endpoint", body = EndpointList))
+    responses(
+        (status = 200, description = "Every endpoint", body = EndpointList),
+        (status = 400, description = "A query parameter was given: this list takes none")
+    )
 )]
-pub async fn list(State(state): State<ApiState>, caller: Authenticated) -> Result<Json<EndpointList>, ApiError> {
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    _: NoQuery,
+) -> Result<Json<EndpointList>, ApiError> {
     caller.require(Scope::Admin)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let rows = endpoints::list_endpoints(&client, caller.tenant_id, 500).await?;
@@ -326,12 +333,17 @@ pub async fn add_subscription(
 #[utoipa::path(
     get, path = "/v1/endpoints/{endpoint_id}/subscriptions", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
     security(("bearer" = [])),
-    responses((status = 200, description = "The endpoint's subscriptions", body = SubscriptionList), (status = 404, description = "No such endpoint"))
+    responses(
+        (status = 200, description = "The endpoint's subscriptions", body = SubscriptionList),
+        (status = 400, description = "A query parameter was given: this list takes none"),
+        (status = 404, description = "No such endpoint")
+    )
 )]
 pub async fn list_subscriptions(
     State(state): State<ApiState>,
     caller: Authenticated,
     Path(endpoint_id): Path<String>,
+    _: NoQuery,
 ) -> Result<Json<SubscriptionList>, ApiError> {
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;

@@ -24,7 +24,7 @@ pub use auth::{Authenticated, Principal};
 pub use json::ApiJson;
 pub use key_cache::KeyCache;
 pub use problem::{not_found_fallback, ApiError, ProblemType};
-pub use query::ApiQuery;
+pub use query::{ApiQuery, NoQuery};
 
 /// Asks the outbox publisher to run soon. In-process it is a `Notify`; in AWS it
 /// is a debounced SQS message. Best effort: the outbox is the source of truth and
