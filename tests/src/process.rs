@@ -97,6 +97,9 @@ impl TestEnv {
             .env("RELAYOPS_TENANT_RATE_PER_SEC", self.config.flow.tenant_rate_per_sec.to_string())
             .env("RELAYOPS_TENANT_BURST", self.config.flow.tenant_burst.to_string())
             .env("RELAYOPS_ENDPOINT_MAX_IN_FLIGHT", self.config.flow.endpoint_max_in_flight.to_string())
+            .env("RELAYOPS_LOGIN_FAILURES_PER_ACCOUNT", self.config.login.per_account.to_string())
+            .env("RELAYOPS_LOGIN_FAILURES_PER_ADDRESS", self.config.login.per_address.to_string())
+            .env("RELAYOPS_LOGIN_WINDOW_SECS", self.config.login.window.as_secs().to_string())
             .env("RELAYOPS_LOG", std::env::var("RELAYOPS_LOG").unwrap_or_else(|_| "warn".into()))
             // Several workers per test: each picks a free operations port.
             .env("RELAYOPS_WORKER_HEALTH_LISTEN", "127.0.0.1:0")

@@ -6,11 +6,11 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use relayops_publisher::Publisher;
-use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter, Wakeups};
+use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter, LoginThrottle, Wakeups};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::config::{
-    AlertConfig, AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig, OpsConfig,
-    PublisherConfig, WorkerConfig,
+    AlertConfig, AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig,
+    LoginThrottleConfig, OpsConfig, PublisherConfig, WorkerConfig,
 };
 use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
@@ -152,8 +152,10 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 Ok(())
             });
             let flow = FlowConfig::from_env()?;
+            let flow_control = FlowControl::new(&flow)?;
+            let throttle = LoginThrottle::new(flow_control.clone(), LoginThrottleConfig::from_env()?);
             let limiter = IngestLimiter {
-                flow: FlowControl::new(&flow)?,
+                flow: flow_control,
                 default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
             };
             let state = ApiState::new(pool.clone())
@@ -161,10 +163,13 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 .with_wakeup(Arc::new(Wakeups(vec![wakeup, Arc::new(PgNotifier::new(pool.clone()))])))
                 .with_backpressure(backpressure)
                 .with_ingest_limiter(limiter)
-                .with_outbound_allow(outbound_allow.clone());
+                .with_outbound_allow(outbound_allow.clone())
+                .with_login_throttle(throttle);
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");
-            let app = api_router(state);
+            // The peer address is the client (login throttling), unless a
+            // trusted proxy forwards for it.
+            let app = api_router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
             tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
         }
         if roles.worker {

@@ -15,6 +15,7 @@ mod https;
 mod identity;
 mod ingest;
 mod lambda;
+mod login_throttle;
 mod managed;
 mod openapi;
 mod operations;
