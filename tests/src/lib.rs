@@ -13,6 +13,7 @@ mod inspect;
 pub mod lambda;
 pub mod managed;
 pub mod moto;
+pub mod netns;
 mod process;
 pub mod prometheus;
 

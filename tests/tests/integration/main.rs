@@ -17,6 +17,7 @@ mod ingest;
 mod lambda;
 mod login_throttle;
 mod managed;
+mod netns;
 mod openapi;
 mod operations;
 mod outages;
