@@ -41,9 +41,10 @@ bench: services
 
 ## The backlog-drain scenario: `relayops api` (no worker) + the bench, which
 ## queues BACKLOG events (default 100k) and then starts a worker to drain them.
+## The API refuses endpoint URLs on loopback unless the allow-list opens it.
 bench-backlog: services
 	cargo build --release -q -p relayops -p relayops-bench
-	RELAYOPS_LOG=warn $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
+	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios backlog --backlog-events $${BACKLOG:-100000} \
 	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs (when missing) and starts (when not running) PostgreSQL, RabbitMQ and
 # Redis from Debian packages, then waits until each answers; also installs
-# stress-ng, the CPU hog the exclusive tests run under. Idempotent: a
+# stress-ng, the CPU hog the exclusive tests run under, and iproute2 for the
+# network-namespace test. Idempotent: a
 # service that already answers is left alone. Also creates the `relayops`
 # Postgres role the README, tests and demo use. Then scripts/tls-services.sh
 # starts the TLS-only Postgres/RabbitMQ/Redis and pgbouncer beside them.
@@ -24,6 +25,10 @@ command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 # Not a service: the CPU hog `make test` runs the exclusive tests under.
 command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
+# Not services: `ip` and `unshare` for the exclusive test that proves the
+# outbound guard in a network namespace with a private /etc/hosts.
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "${RELAYOPS_SKIP_INSTALL:-0}" = "1" ]; then

@@ -339,10 +339,7 @@ impl WorkerConfig {
             pool_per_host: positive("HTTP_POOL_PER_HOST", 32)?,
             lease,
             worker_id: parsed("WORKER_ID", default_worker_id())?,
-            outbound_allow: crate::net_policy::parse_allow_list(
-                &std::env::var(key("OUTBOUND_ALLOW_CIDRS")).unwrap_or_default(),
-            )
-            .map_err(|message| ConfigError { key: key("OUTBOUND_ALLOW_CIDRS"), message })?,
+            outbound_allow: outbound_allow_from_env()?,
             outbound_ca_files: [key("OUTBOUND_CA_FILE"), "SSL_CERT_FILE".to_owned()]
                 .iter()
                 .filter_map(|name| std::env::var(name).ok().filter(|path| !path.trim().is_empty()))
@@ -352,6 +349,15 @@ impl WorkerConfig {
             batch_lanes: positive("WORKER_BATCH_LANES", 2)?,
         })
     }
+}
+
+/// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` (default empty): the special destinations
+/// webhooks may nevertheless be sent to. The worker checks each connection
+/// against it; the API checks endpoint URLs naming an address when they are
+/// set, so both must be given the same value.
+pub fn outbound_allow_from_env() -> Result<crate::net_policy::AllowList, ConfigError> {
+    crate::net_policy::parse_allow_list(&std::env::var(key("OUTBOUND_ALLOW_CIDRS")).unwrap_or_default())
+        .map_err(|message| ConfigError { key: key("OUTBOUND_ALLOW_CIDRS"), message })
 }
 
 /// User sessions and first-tenant bootstrap (see `auth`).
@@ -391,6 +397,57 @@ impl AuthConfig {
             jwt_ttl: Duration::from_secs(positive("JWT_TTL_SECS", 900)?),
             bootstrap_token: std::env::var(key("BOOTSTRAP_TOKEN")).ok().filter(|s| !s.is_empty()),
             api_key_cache_ttl: Some(Duration::from_millis(parsed("API_KEY_CACHE_MS", 2_000u64)?)),
+        })
+    }
+}
+
+/// Login throttling (see `api::login_throttle`): failed logins are counted per
+/// account and per client address in Redis-shared buckets; each allowance
+/// refills over `window`.
+#[derive(Debug, Clone)]
+pub struct LoginThrottleConfig {
+    /// `RELAYOPS_LOGIN_FAILURES_PER_ACCOUNT` (default 5): failed logins to one
+    /// email before its logins are refused (429) until the window refills one.
+    pub per_account: u32,
+    /// `RELAYOPS_LOGIN_FAILURES_PER_ADDRESS` (default 20): failed logins from one
+    /// client address (IPv6: its /64), whatever the accounts.
+    pub per_address: u32,
+    /// `RELAYOPS_LOGIN_WINDOW_SECS` (default 900): how long a full allowance
+    /// takes to refill (5 per 15 min: one more try every 3 min when spent).
+    pub window: Duration,
+    /// `RELAYOPS_TRUSTED_PROXIES` (default empty): CIDRs of reverse proxies
+    /// whose `X-Forwarded-For` names the client. Without it the client is the
+    /// connection's peer, and the header is ignored.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+impl Default for LoginThrottleConfig {
+    fn default() -> Self {
+        Self { per_account: 5, per_address: 20, window: Duration::from_secs(900), trusted_proxies: Vec::new() }
+    }
+}
+
+impl LoginThrottleConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let proxies = std::env::var(key("TRUSTED_PROXIES")).unwrap_or_default();
+        let trusted_proxies = proxies
+            .split(',')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .map(|part| {
+                part.parse::<ipnet::IpNet>()
+                    .or_else(|_| part.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| ConfigError {
+                        key: key("TRUSTED_PROXIES"),
+                        message: format!("`{part}` is not a CIDR"),
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            per_account: positive("LOGIN_FAILURES_PER_ACCOUNT", 5)?,
+            per_address: positive("LOGIN_FAILURES_PER_ADDRESS", 20)?,
+            window: Duration::from_secs(positive("LOGIN_WINDOW_SECS", 900)?),
+            trusted_proxies,
         })
     }
 }

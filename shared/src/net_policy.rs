@@ -12,17 +12,25 @@
 //!
 //! The check is applied to the address actually connected to (see the worker's
 //! resolver), so DNS names that resolve inward, rebinding, and odd IP spellings
-//! (decimal, octal, hex — normalised by the URL parser) all end up here.
+//! (decimal, octal, hex — normalised by the URL parser) all end up here. The
+//! API applies the same judgement to URLs naming an address when an endpoint
+//! is created or changed ([`destination`]).
+mod destination;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::IpNet;
 
+pub use destination::DestinationRefused;
+
 /// Why an address is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{address} is a {range} address, which webhooks may not be sent to")]
+#[error("{address} is a {range} address{}, which webhooks may not be sent to", inside.map(|form| format!(" inside {form}")).unwrap_or_default())]
 pub struct BlockedAddress {
     pub address: IpAddr,
     pub range: &'static str,
+    /// The IPv6 form carrying the IPv4 address `range` is about, if any.
+    pub inside: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -129,6 +137,26 @@ pub fn special_range(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
+/// The IPv6 form an IPv4 address hides in, named for messages.
+fn embedding(ip: Ipv6Addr) -> &'static str {
+    match ip.segments() {
+        [0, 0, 0, 0, 0, 0xffff, _, _] => "an IPv4-mapped address (::ffff:0:0/96)",
+        [0x0064, 0xff9b, ..] => "NAT64 (64:ff9b::/96)",
+        [0x2002, ..] => "6to4 (2002::/16)",
+        _ => "an IPv4-compatible address (::/96)",
+    }
+}
+
+/// Why `address` is refused, if it is special.
+fn blocked(address: IpAddr) -> Option<BlockedAddress> {
+    let range = special_range(address)?;
+    let inside = match address {
+        IpAddr::V6(v6) if v6_range(v6).is_none() => Some(embedding(v6)),
+        _ => None,
+    };
+    Some(BlockedAddress { address, range, inside })
+}
+
 impl AddressPolicy {
     /// `allow`: what may be reached even though special (development).
     pub fn new(allow: AllowList) -> Self {
@@ -143,8 +171,8 @@ impl AddressPolicy {
         if candidates.iter().flatten().any(|ip| self.allow.nets.iter().any(|net| net.contains(ip))) {
             return Ok(());
         }
-        match special_range(address) {
-            Some(range) => Err(BlockedAddress { address, range }),
+        match blocked(address) {
+            Some(refusal) => Err(refusal),
             None => Ok(()),
         }
     }
@@ -271,6 +299,20 @@ mod tests {
             assert!(!blocked.range.is_empty(), "{url}");
         }
         assert!(refused.len() >= 30);
+    }
+
+    #[test]
+    fn an_ipv4_address_hidden_in_ipv6_is_named_with_its_form() {
+        let policy = AddressPolicy::default();
+        for (url, expected) in [
+            ("http://[64:ff9b::7f00:1]/", "loopback (127.0.0.0/8) address inside NAT64 (64:ff9b::/96)"),
+            ("http://[2002:7f00:1::]/", "loopback (127.0.0.0/8) address inside 6to4 (2002::/16)"),
+            ("http://[::ffff:a9fe:a9fe]/", "(169.254.0.0/16) address inside an IPv4-mapped address"),
+            ("http://[fd00:ec2::254]/", "unique local (fc00::/7) address, which"),
+        ] {
+            let message = policy.check(url_host(url)).unwrap_err().to_string();
+            assert!(message.contains(expected), "{url}: {message}");
+        }
     }
 
     #[test]

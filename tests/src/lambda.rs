@@ -96,8 +96,10 @@ impl TestEnv {
     /// The state an HTTP Lambda builds from its environment, for this test's
     /// database, auth and Redis prefix (wake-ups go through Postgres NOTIFY).
     pub fn lambda_state(&self) -> ApiState {
+        let flow = FlowControl::new(&self.config.flow).expect("redis url");
+        let throttle = relayops_shared::api::LoginThrottle::new(flow.clone(), self.config.login.clone());
         let limiter = IngestLimiter {
-            flow: FlowControl::new(&self.config.flow).expect("redis url"),
+            flow,
             default: Limit { per_second: self.config.flow.tenant_rate_per_sec, burst: self.config.flow.tenant_burst },
         };
         ApiState::new(self.pool.clone())
@@ -105,6 +107,8 @@ impl TestEnv {
             .expect("auth config")
             .with_ingest_limiter(limiter)
             .with_wakeup(std::sync::Arc::new(PgNotifier::new(self.pool.clone())))
+            .with_outbound_allow(self.config.worker.outbound_allow.clone())
+            .with_login_throttle(throttle)
     }
 
     /// A publisher as its Lambda builds one (once per container).

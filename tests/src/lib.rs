@@ -13,6 +13,7 @@ mod inspect;
 pub mod lambda;
 pub mod managed;
 pub mod moto;
+pub mod netns;
 mod process;
 pub mod prometheus;
 pub mod scratch;
@@ -22,11 +23,12 @@ use std::time::Duration;
 use relayops_publisher::Publisher;
 use std::sync::Arc;
 
-use relayops_shared::api::{ApiState, IngestLimiter, Wakeups};
+use relayops_shared::api::{ApiState, IngestLimiter, LoginThrottle, Wakeups};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_shared::config::{
-    AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, PublisherConfig, WorkerConfig,
+    AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, LoginThrottleConfig, PublisherConfig,
+    WorkerConfig,
 };
 use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
@@ -68,6 +70,8 @@ pub struct TestConfig {
     pub flow: FlowConfig,
     /// Login tokens and the bootstrap token (random per test).
     pub auth: AuthConfig,
+    /// Login throttling (the production defaults unless a test changes them).
+    pub login: LoginThrottleConfig,
     /// The Postgres and RabbitMQ servers (Redis: `flow.redis_url`).
     pub services: Services,
 }
@@ -134,6 +138,7 @@ impl Default for TestConfig {
                 bootstrap_token: Some(format!("bootstrap-{}", uuid::Uuid::new_v4().simple())),
                 api_key_cache_ttl: None,
             },
+            login: LoginThrottleConfig::default(),
             services: Services::default(),
         }
     }
@@ -213,8 +218,10 @@ fn unique_suffix() -> String {
 async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let address = listener.local_addr().expect("local address");
+    // As `relayops api` serves it: the peer address is the client's.
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
+        let _ = axum::serve(listener, service).await;
     });
     (format!("http://{address}"), task)
 }
@@ -294,15 +301,20 @@ impl TestEnv {
         let simulator = Simulator::new();
         let (simulator_url, simulator_task) = spawn_http(relayops_simulator::router(simulator.clone())).await;
         let wakeup = std::sync::Arc::new(Notify::new());
+        let flow = FlowControl::new(&config.flow).expect("redis url");
+        let throttle = LoginThrottle::new(flow.clone(), config.login.clone());
         let limiter = IngestLimiter {
-            flow: FlowControl::new(&config.flow).expect("redis url"),
+            flow,
             default: Limit { per_second: config.flow.tenant_rate_per_sec, burst: config.flow.tenant_burst },
         };
         let mut state = ApiState::new(pool.clone())
             .with_auth(&config.auth)
             .expect("auth config")
             .with_wakeup(Arc::new(Wakeups(vec![wakeup.clone(), Arc::new(PgNotifier::new(pool.clone()))])))
-            .with_ingest_limiter(limiter);
+            .with_ingest_limiter(limiter)
+            // The API refuses endpoint URLs the worker would refuse to send to.
+            .with_outbound_allow(config.worker.outbound_allow.clone())
+            .with_login_throttle(throttle);
         let mut tasks = vec![simulator_task];
         if let Some(backpressure_config) = &config.backpressure {
             let backpressure = Backpressure::new(backpressure_config.clone());
@@ -511,7 +523,8 @@ impl TestEnv {
 }
 
 impl Answer {
-    async fn from(response: reqwest::Response) -> Self {
+    /// Reads a response (status, content type, JSON body, headers).
+    pub async fn from(response: reqwest::Response) -> Self {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let content_type = headers

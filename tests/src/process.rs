@@ -64,13 +64,36 @@ impl TestEnv {
 
     /// As [`spawn_role`](Self::spawn_role), with the process' logs appended to a file.
     pub fn spawn_role_logging(&self, role: &str, extra: &[(&str, &str)], log: Option<&std::path::Path>) -> RoleProcess {
+        let mut command = Command::new(binary());
+        command.arg(role);
+        self.spawn_command(command, extra, log)
+    }
+
+    /// As [`spawn_role`](Self::spawn_role), in a private mount namespace whose
+    /// `/etc/hosts` is `hosts` (root only): the process resolves names as the
+    /// test says while the machine's file stays untouched.
+    pub fn spawn_role_with_hosts(&self, role: &str, extra: &[(&str, &str)], hosts: &std::path::Path) -> RoleProcess {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(r#"mount --bind "$0" /etc/hosts && exec "$@""#)
+            .arg(hosts)
+            .arg(binary())
+            .arg(role);
+        self.spawn_command(command, extra, None)
+    }
+
+    fn spawn_command(
+        &self,
+        mut command: Command,
+        extra: &[(&str, &str)],
+        log: Option<&std::path::Path>,
+    ) -> RoleProcess {
         let worker = &self.config.worker;
         let delays: Vec<String> = self.broker.retry_delays_ms.iter().map(u64::to_string).collect();
         let delays = delays.join(",");
         let allow = worker.outbound_allow.to_string();
-        let mut command = Command::new(binary());
         command
-            .arg(role)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("RELAYOPS_DATABASE_URL", &self.database_url)
@@ -97,6 +120,9 @@ impl TestEnv {
             .env("RELAYOPS_TENANT_RATE_PER_SEC", self.config.flow.tenant_rate_per_sec.to_string())
             .env("RELAYOPS_TENANT_BURST", self.config.flow.tenant_burst.to_string())
             .env("RELAYOPS_ENDPOINT_MAX_IN_FLIGHT", self.config.flow.endpoint_max_in_flight.to_string())
+            .env("RELAYOPS_LOGIN_FAILURES_PER_ACCOUNT", self.config.login.per_account.to_string())
+            .env("RELAYOPS_LOGIN_FAILURES_PER_ADDRESS", self.config.login.per_address.to_string())
+            .env("RELAYOPS_LOGIN_WINDOW_SECS", self.config.login.window.as_secs().to_string())
             .env("RELAYOPS_LOG", std::env::var("RELAYOPS_LOG").unwrap_or_else(|_| "warn".into()))
             // Several workers per test: each picks a free operations port.
             .env("RELAYOPS_WORKER_HEALTH_LISTEN", "127.0.0.1:0")

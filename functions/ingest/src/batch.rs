@@ -10,7 +10,7 @@ use futures_util::stream::{self, StreamExt};
 use relayops_shared::api::{ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, ValidationError};
+use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, PayloadError, ValidationError};
 use relayops_shared::repo::events::{self, IngestOutcome, NewEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -33,7 +33,7 @@ pub struct BatchRequest {
 pub struct ItemResult {
     index: usize,
     /// 201 created, 200 a repeat of an earlier event, 409 key reused for a
-    /// different event, 422 invalid.
+    /// different event, 413 payload over 256 KiB, 422 invalid.
     status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     event: Option<EventReceiptResponse>,
@@ -55,9 +55,21 @@ struct Parsed {
     key: Option<IdempotencyKey>,
 }
 
+/// An item refused before the database: its status (413 or 422) and why.
+struct Refused {
+    status: u16,
+    error: String,
+}
+
+impl Refused {
+    fn invalid(error: impl ToString) -> Self {
+        Self { status: 422, error: error.to_string() }
+    }
+}
+
 /// What became of one item in the database (or why it never got there).
 enum Written {
-    Invalid(String),
+    Invalid(Refused),
     Outcome(IngestOutcome),
 }
 
@@ -65,17 +77,19 @@ enum Written {
 const PIPELINE_DEPTH: usize = 32;
 
 /// Whether no idempotency key appears twice among the valid items.
-fn keys_are_distinct(parsed: &[Result<Parsed, String>]) -> bool {
+fn keys_are_distinct(parsed: &[Result<Parsed, Refused>]) -> bool {
     let mut seen = HashSet::new();
     parsed.iter().filter_map(|item| item.as_ref().ok()?.key.as_ref()).all(|key| seen.insert(key.as_str()))
 }
 
-fn parse_item(value: Value) -> Result<Parsed, String> {
-    let item: PostEventRequest = serde_json::from_value(value).map_err(|error| error.to_string())?;
-    let event_type = EventType::parse(&item.event_type).map_err(|error| error.to_string())?;
-    let payload = EventPayload::parse(item.payload).map_err(|error| error.to_string())?;
-    let key =
-        item.idempotency_key.as_deref().map(IdempotencyKey::parse).transpose().map_err(|error| error.to_string())?;
+fn parse_item(value: Value) -> Result<Parsed, Refused> {
+    let item: PostEventRequest = serde_json::from_value(value).map_err(Refused::invalid)?;
+    let event_type = EventType::parse(&item.event_type).map_err(Refused::invalid)?;
+    let payload = EventPayload::parse(item.payload).map_err(|error| match error {
+        PayloadError::TooLarge { .. } => Refused { status: 413, error: error.to_string() },
+        PayloadError::Invalid(invalid) => Refused::invalid(invalid),
+    })?;
+    let key = item.idempotency_key.as_deref().map(IdempotencyKey::parse).transpose().map_err(Refused::invalid)?;
     Ok(Parsed { event_type, payload, key })
 }
 
@@ -84,8 +98,8 @@ fn parse_item(value: Value) -> Result<Parsed, String> {
     post, path = "/v1/events/batch", tag = "ingest", request_body = BatchRequest,
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Every item's result", body = BatchResponse),
-        (status = 413, description = "The body is too large"),
+        (status = 200, description = "Every item's result (an item whose payload is over 256 KiB: 413)", body = BatchResponse),
+        (status = 413, description = "The body is over 8 MiB"),
         (status = 429, description = "The tenant is over its ingest rate (see `Retry-After`)"),
         (status = 503, description = "The pipeline is backed up (see `Retry-After`)")
     )
@@ -102,7 +116,7 @@ pub async fn post_batch(
     state.check_backpressure()?;
     state.check_ingest_rate_for(&caller, request.events.len() as u32).await?;
 
-    let parsed: Vec<Result<Parsed, String>> = request.events.into_iter().map(parse_item).collect();
+    let parsed: Vec<Result<Parsed, Refused>> = request.events.into_iter().map(parse_item).collect();
     // Items whose idempotency keys all differ do not interact, so their
     // statements are pipelined on the connection (sent without waiting for
     // the previous answer; still one transaction). A key named twice keeps the
@@ -134,7 +148,9 @@ pub async fn post_batch(
     let mut fanned_out = false;
     for (index, outcome) in outcomes.into_iter().enumerate() {
         let result = match outcome? {
-            Written::Invalid(error) => ItemResult { index, status: 422, event: None, error: Some(error) },
+            Written::Invalid(Refused { status, error }) => {
+                ItemResult { index, status, event: None, error: Some(error) }
+            }
             Written::Outcome(IngestOutcome::Created(receipt)) => {
                 fanned_out |= receipt.deliveries > 0;
                 ItemResult { index, status: 201, event: Some(receipt.into()), error: None }

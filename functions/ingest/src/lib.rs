@@ -62,7 +62,8 @@ struct PostEventRequest {
     #[schema(example = "order.created")]
     #[schema(pattern = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$", min_length = 1, max_length = 128)]
     event_type: String,
-    /// A JSON object, at most 256 KiB.
+    /// A JSON object, at most 256 KiB (262,144 bytes) as compact JSON; larger
+    /// is 413.
     #[schema(value_type = Object)]
     payload: serde_json::Value,
     /// Repeating a key returns the original event instead of a new one (also
@@ -124,7 +125,7 @@ fn idempotency_key(headers: &HeaderMap, body: Option<&str>) -> Result<Option<Ide
         (status = 201, description = "Stored; deliveries are on their way", body = EventReceiptResponse),
         (status = 200, description = "A repeat of an earlier event (same idempotency key)", body = EventReceiptResponse),
         (status = 409, description = "The idempotency key was used for a different event"),
-        (status = 413, description = "The body is too large"),
+        (status = 413, description = "The payload is over 256 KiB, or the body too large"),
         (status = 429, description = "The tenant is over its ingest rate (see `Retry-After`)"),
         (status = 503, description = "The pipeline is backed up (see `Retry-After`)")
     )

@@ -4,7 +4,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated, Principal};
+use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated, NoQuery, Principal};
 use relayops_shared::auth::{ApiKeySecret, Scope};
 use relayops_shared::db::DbError;
 use relayops_shared::domain::ValidationError;
@@ -114,9 +114,12 @@ pub async fn create(
 #[utoipa::path(
     get, path = "/v1/api-keys", tag = "identity",
     security(("bearer" = [])),
-    responses((status = 200, description = "Every key", body = KeyList))
+    responses(
+        (status = 200, description = "Every key", body = KeyList),
+        (status = 400, description = "A query parameter was given: this list takes none")
+    )
 )]
-pub async fn list(State(state): State<ApiState>, caller: Authenticated) -> Result<Json<KeyList>, ApiError> {
+pub async fn list(State(state): State<ApiState>, caller: Authenticated, _: NoQuery) -> Result<Json<KeyList>, ApiError> {
     caller.require(Scope::Admin)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let keys = api_keys::list_api_keys(&client, caller.tenant_id).await?;

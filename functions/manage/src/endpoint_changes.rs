@@ -7,7 +7,7 @@ use axum::Json;
 use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{EndpointUrl, SigningSecret, ValidationError};
+use relayops_shared::domain::{SigningSecret, ValidationError};
 use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::endpoints::{self, EndpointChanges};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -29,7 +29,10 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> R
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpointRequest {
+    /// As at creation: a URL naming a special address is refused with 422
+    /// naming its range.
     #[serde(default)]
+    #[schema(pattern = "^https?://", max_length = 2048)]
     url: Option<String>,
     #[serde(default)]
     description: Option<String>,
@@ -71,7 +74,11 @@ fn checked(
     patch, path = "/v1/endpoints/{endpoint_id}", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
     request_body = UpdateEndpointRequest,
     security(("bearer" = [])),
-    responses((status = 200, description = "The endpoint as changed", body = EndpointView), (status = 404, description = "No such endpoint"))
+    responses(
+        (status = 200, description = "The endpoint as changed", body = EndpointView),
+        (status = 404, description = "No such endpoint"),
+        (status = 422, description = "Invalid: the detail names the field (a special address: its range)")
+    )
 )]
 pub async fn update(
     State(state): State<ApiState>,
@@ -81,7 +88,7 @@ pub async fn update(
 ) -> Result<Json<EndpointView>, ApiError> {
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;
-    let url = request.url.as_deref().map(EndpointUrl::parse).transpose()?;
+    let url = request.url.as_deref().map(|text| crate::destination::endpoint_url(&state, text)).transpose()?;
     if request.description.as_ref().is_some_and(|d| d.chars().count() > 1000) {
         return Err(ValidationError::new("description", "must be at most 1000 characters").into());
     }

@@ -4,10 +4,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
+use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated, NoQuery};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{EndpointUrl, EventTypePattern, SigningSecret, ValidationError};
+use relayops_shared::domain::{EventTypePattern, SigningSecret, ValidationError};
 use relayops_shared::ids::{EndpointId, SubscriptionId};
 use relayops_shared::repo::endpoints::{self, EndpointRecord, NewEndpoint, SubscriptionRecord};
 use serde::{Deserialize, Serialize};
@@ -19,7 +19,11 @@ const MAX_PATTERNS: usize = 100;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpointRequest {
-    /// `https://…` (or `http://` where allowed); private and special addresses are refused.
+    /// `https://…` or `http://…`. A URL naming a special address — loopback,
+    /// private, carrier-grade NAT, link-local (cloud metadata), multicast,
+    /// broadcast, reserved, documentation, or one of those inside IPv6 — is
+    /// refused with 422 naming its range. A host name is checked on the
+    /// addresses it resolves to, when delivering.
     #[schema(pattern = "^https?://", max_length = 2048)]
     url: String,
     #[serde(default)]
@@ -156,7 +160,10 @@ pub struct SecretView {
 #[utoipa::path(
     post, path = "/v1/endpoints", tag = "endpoints", request_body = CreateEndpointRequest,
     security(("bearer" = [])),
-    responses((status = 201, description = "Created", body = CreatedEndpointView))
+    responses(
+        (status = 201, description = "Created", body = CreatedEndpointView),
+        (status = 422, description = "Invalid: the detail names the field (a special address: its range)")
+    )
 )]
 pub async fn create(
     State(state): State<ApiState>,
@@ -164,7 +171,7 @@ pub async fn create(
     ApiJson(request): ApiJson<CreateEndpointRequest>,
 ) -> Result<(StatusCode, Json<CreatedEndpointView>), ApiError> {
     caller.require(Scope::Admin)?;
-    let url = EndpointUrl::parse(&request.url)?;
+    let url = crate::destination::endpoint_url(&state, &request.url)?;
     if request.description.chars().count() > 1000 {
         return Err(ValidationError::new("description", "must be at most 1000 characters").into());
     }
@@ -208,9 +215,16 @@ pub async fn create(
 #[utoipa::path(
     get, path = "/v1/endpoints", tag = "endpoints",
     security(("bearer" = [])),
-    responses((status = 200, description = "Every endpoint", body = EndpointList))
+    responses(
+        (status = 200, description = "Every endpoint", body = EndpointList),
+        (status = 400, description = "A query parameter was given: this list takes none")
+    )
 )]
-pub async fn list(State(state): State<ApiState>, caller: Authenticated) -> Result<Json<EndpointList>, ApiError> {
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Authenticated,
+    _: NoQuery,
+) -> Result<Json<EndpointList>, ApiError> {
     caller.require(Scope::Admin)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let rows = endpoints::list_endpoints(&client, caller.tenant_id, 500).await?;
@@ -319,12 +333,17 @@ pub async fn add_subscription(
 #[utoipa::path(
     get, path = "/v1/endpoints/{endpoint_id}/subscriptions", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
     security(("bearer" = [])),
-    responses((status = 200, description = "The endpoint's subscriptions", body = SubscriptionList), (status = 404, description = "No such endpoint"))
+    responses(
+        (status = 200, description = "The endpoint's subscriptions", body = SubscriptionList),
+        (status = 400, description = "A query parameter was given: this list takes none"),
+        (status = 404, description = "No such endpoint")
+    )
 )]
 pub async fn list_subscriptions(
     State(state): State<ApiState>,
     caller: Authenticated,
     Path(endpoint_id): Path<String>,
+    _: NoQuery,
 ) -> Result<Json<SubscriptionList>, ApiError> {
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;

@@ -5,6 +5,7 @@
 //!
 //! Invariant: manage never touches events, deliveries or the outbox.
 mod api_keys;
+mod destination;
 mod endpoint_changes;
 mod endpoints;
 mod sessions;

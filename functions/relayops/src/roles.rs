@@ -6,11 +6,11 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use relayops_publisher::Publisher;
-use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter, Wakeups};
+use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter, LoginThrottle, Wakeups};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::config::{
-    AlertConfig, AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig, OpsConfig,
-    PublisherConfig, WorkerConfig,
+    AlertConfig, AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig,
+    LoginThrottleConfig, OpsConfig, PublisherConfig, WorkerConfig,
 };
 use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
@@ -108,6 +108,15 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let app = relayops_simulator::router(relayops_simulator::Simulator::new());
         tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
     }
+    // One allow-list for the worker's connections and the API's endpoint URLs.
+    let mut outbound_allow = relayops_shared::config::outbound_allow_from_env()?;
+    if roles.simulator && std::env::var("RELAYOPS_OUTBOUND_ALLOW_CIDRS").is_err() {
+        // Development: the built-in simulator is the one receiver on a
+        // special address that may be reached: its address and port, no
+        // other port there (a database, a broker on loopback).
+        outbound_allow = simulator_allowance(listen.simulator);
+        tracing::info!(allowed = %outbound_allow, "outbound allow-list set to the simulator");
+    }
     if roles.api || roles.publisher || roles.worker {
         let database = DatabaseConfig::from_env()?;
         let pool = db::connect_pool(&database)?;
@@ -148,29 +157,28 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 Ok(())
             });
             let flow = FlowConfig::from_env()?;
+            let flow_control = FlowControl::new(&flow)?;
+            let throttle = LoginThrottle::new(flow_control.clone(), LoginThrottleConfig::from_env()?);
             let limiter = IngestLimiter {
-                flow: FlowControl::new(&flow)?,
+                flow: flow_control,
                 default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
             };
             let state = ApiState::new(pool.clone())
                 .with_auth(&AuthConfig::from_env()?)?
                 .with_wakeup(Arc::new(Wakeups(vec![wakeup, Arc::new(PgNotifier::new(pool.clone()))])))
                 .with_backpressure(backpressure)
-                .with_ingest_limiter(limiter);
+                .with_ingest_limiter(limiter)
+                .with_outbound_allow(outbound_allow.clone())
+                .with_login_throttle(throttle);
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");
-            let app = api_router(state);
+            // The peer address is the client (login throttling), unless a
+            // trusted proxy forwards for it.
+            let app = api_router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
             tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
         }
         if roles.worker {
-            let mut config = WorkerConfig::from_env()?;
-            if roles.simulator && std::env::var("RELAYOPS_OUTBOUND_ALLOW_CIDRS").is_err() {
-                // Development: the built-in simulator is the one receiver on a
-                // special address that may be reached: its address and port,
-                // no other port there (a database, a broker on loopback).
-                config.outbound_allow = simulator_allowance(listen.simulator);
-                tracing::info!(allowed = %config.outbound_allow, "outbound allow-list set to the simulator");
-            }
+            let config = WorkerConfig { outbound_allow: outbound_allow.clone(), ..WorkerConfig::from_env()? };
             let flow = FlowConfig::from_env()?;
             let gate = Gate::from_config(&flow, &config)?;
             // Readiness shares the gate's circuit, so it reports what the gate does.

@@ -2,7 +2,6 @@
 //! host, and a cap on how much of a response body is read. Requests carry the
 //! Standard Webhooks headers and `X-RelayOps-Delivery-Id`, all stable across
 //! retries of one delivery except the timestamp and signature.
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -175,19 +174,14 @@ impl Sender {
 
 impl Sender {
     /// URLs naming an IP address never reach the resolver; check them here,
-    /// with their port (an allowed `address:port` opens that port only). (The
-    /// URL parser has already turned decimal/octal/hex spellings into the
-    /// address they mean.) A host opened by name is checked for its port.
+    /// with their port (an allowed `address:port` opens that port only), by
+    /// the same judgement the API applies when the URL is set
+    /// (`AddressPolicy::check_destination`). (The URL parser has already
+    /// turned decimal/octal/hex spellings into the address they mean.) A host
+    /// opened by name is checked for its port.
     fn check_ip_literal(&self, url: &str) -> Result<(), String> {
         let parsed = url::Url::parse(url).map_err(|error| format!("invalid URL: {error}"))?;
-        let port = parsed.port_or_known_default().unwrap_or(0);
-        let address = match parsed.host() {
-            Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
-            Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
-            Some(url::Host::Domain(host)) => return self.policy.check_host_port(host, port),
-            None => return Ok(()),
-        };
-        self.policy.check_literal(std::net::SocketAddr::new(address, port)).map_err(|blocked| blocked.to_string())
+        self.policy.check_destination(&parsed).map_err(|refused| refused.to_string())
     }
 }
 

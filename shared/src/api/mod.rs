@@ -2,9 +2,11 @@
 //! extractor, the JSON body extractor and RFC 7807 problem responses. Routers
 //! themselves live in the function crates.
 mod auth;
+mod client_address;
 mod json;
 pub mod key_cache;
 pub mod lambda;
+pub mod login_throttle;
 pub mod openapi;
 mod problem;
 mod query;
@@ -18,12 +20,15 @@ use crate::backpressure::Backpressure;
 use crate::config::AuthConfig;
 use crate::db::Pool;
 use crate::flow::{FlowControl, Limit, TokenDecision};
+use crate::net_policy::{AddressPolicy, AllowList};
 
 pub use auth::{Authenticated, Principal};
+pub use client_address::{client_address, ClientAddress};
 pub use json::ApiJson;
 pub use key_cache::KeyCache;
+pub use login_throttle::LoginThrottle;
 pub use problem::{not_found_fallback, ApiError, ProblemType};
-pub use query::ApiQuery;
+pub use query::{ApiQuery, NoQuery};
 
 /// Asks the outbox publisher to run soon. In-process it is a `Notify`; in AWS it
 /// is a debounced SQS message. Best effort: the outbox is the source of truth and
@@ -64,6 +69,12 @@ pub struct ApiState {
     pub bootstrap_token_hash: Option<[u8; 32]>,
     /// Recently verified API keys (see [`key_cache`]).
     pub api_keys: Arc<KeyCache>,
+    /// Which endpoint URLs may be stored: the worker's outbound policy, so a
+    /// URL naming a special address is refused when it is set (strict unless
+    /// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` opens something).
+    pub outbound: Arc<AddressPolicy>,
+    /// When set, failed logins are counted per account and client address.
+    pub login_throttle: Option<LoginThrottle>,
 }
 
 /// The tenant ingest limit: the shared token bucket and the default rate.
@@ -83,7 +94,21 @@ impl ApiState {
             jwt: None,
             bootstrap_token_hash: None,
             api_keys: Arc::new(KeyCache::new(key_cache::DEFAULT_TTL)),
+            outbound: Arc::new(AddressPolicy::default()),
+            login_throttle: None,
         }
+    }
+
+    pub fn with_login_throttle(mut self, throttle: LoginThrottle) -> Self {
+        self.login_throttle = Some(throttle);
+        self
+    }
+
+    /// Endpoint URLs naming these special destinations may be stored (the
+    /// worker's `RELAYOPS_OUTBOUND_ALLOW_CIDRS`).
+    pub fn with_outbound_allow(mut self, allow: AllowList) -> Self {
+        self.outbound = Arc::new(AddressPolicy::new(allow));
+        self
     }
 
     /// Login tokens and the bootstrap token, as configured.
@@ -170,13 +195,20 @@ where
 /// login tokens, and the tenant ingest limiter (all from the environment).
 /// Backpressure sampling is left to long-lived processes.
 pub fn state_from_env() -> Result<ApiState, Box<dyn std::error::Error + Send + Sync>> {
-    use crate::config::{DatabaseConfig, FlowConfig};
+    use crate::config::{DatabaseConfig, FlowConfig, LoginThrottleConfig};
     let pool = crate::db::connect_pool(&DatabaseConfig::lambda_from_env()?)?;
     let flow = FlowConfig::from_env()?;
+    let flow_control = FlowControl::new(&flow)?;
+    let throttle = LoginThrottle::new(flow_control.clone(), LoginThrottleConfig::from_env()?);
     let limiter = IngestLimiter {
-        flow: FlowControl::new(&flow)?,
+        flow: flow_control,
         default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
     };
     let notifier: Arc<dyn PublisherWakeup> = Arc::new(crate::db::listen::PgNotifier::new(pool.clone()));
-    Ok(ApiState::new(pool).with_auth(&AuthConfig::from_env()?)?.with_ingest_limiter(limiter).with_wakeup(notifier))
+    Ok(ApiState::new(pool)
+        .with_auth(&AuthConfig::from_env()?)?
+        .with_ingest_limiter(limiter)
+        .with_wakeup(notifier)
+        .with_outbound_allow(crate::config::outbound_allow_from_env()?)
+        .with_login_throttle(throttle))
 }

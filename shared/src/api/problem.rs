@@ -68,6 +68,16 @@ impl ApiError {
     }
 }
 
+/// A payload over the limit is "too large" (413), whatever the body's size.
+impl From<crate::domain::PayloadError> for ApiError {
+    fn from(error: crate::domain::PayloadError) -> Self {
+        match error {
+            crate::domain::PayloadError::Invalid(invalid) => Self::Validation(invalid),
+            too_large @ crate::domain::PayloadError::TooLarge { .. } => Self::PayloadTooLarge(too_large.to_string()),
+        }
+    }
+}
+
 /// Constraint names become client messages here and nowhere else.
 impl From<DbError> for ApiError {
     fn from(error: DbError) -> Self {

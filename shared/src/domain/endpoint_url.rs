@@ -1,6 +1,9 @@
 //! A webhook endpoint URL: http(s), a host, no credentials, bounded length.
-//! Whether the host's addresses may be connected to is decided at send time on
-//! the resolved address, not here.
+//! The text must be a URL as written, not one the lenient WHATWG parser
+//! repairs: `http:///nohost`, `http:nohost` or `http:\\host` would be stored
+//! as `http://nohost/`, so an authority right after `scheme://` is required
+//! and spaces or control characters are refused. Whether the address may be
+//! connected to is judged elsewhere (`net_policy`), with the allow-list.
 use url::Url;
 
 use super::ValidationError;
@@ -15,6 +18,16 @@ impl EndpointUrl {
         let field = "url";
         if text.len() > MAX_LEN {
             return Err(ValidationError::new(field, format!("must be at most {MAX_LEN} characters")));
+        }
+        if text.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(ValidationError::new(field, "must not contain spaces or control characters"));
+        }
+        match written_authority(text) {
+            None => return Err(ValidationError::new(field, "must be `http://host/…` or `https://host/…`")),
+            Some(authority) if authority.contains('@') => {
+                return Err(ValidationError::new(field, "must not contain credentials"))
+            }
+            Some(_) => {}
         }
         let url =
             Url::parse(text).map_err(|error| ValidationError::new(field, format!("is not a valid URL ({error})")))?;
@@ -42,6 +55,15 @@ impl EndpointUrl {
     }
 }
 
+/// The authority as written between `scheme://` and the path, query or
+/// fragment; `None` when the text has no `//` there or nothing after it.
+fn written_authority(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once(':')?;
+    let rest = rest.strip_prefix("//")?;
+    let authority = &rest[..rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len())];
+    (!authority.is_empty()).then_some(authority)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,6 +72,8 @@ mod tests {
     fn only_plain_http_urls_with_a_host_are_accepted() {
         assert!(EndpointUrl::parse("https://example.com/hook").is_ok());
         assert!(EndpointUrl::parse("http://127.0.0.1:8080/sim/ok").is_ok());
+        assert!(EndpointUrl::parse("HTTPS://Example.com:8443?q=1").is_ok());
+        assert!(EndpointUrl::parse("http://[::1]:80/").is_ok());
         for bad in [
             "ftp://example.com/",
             "https://user:pw@example.com/",
@@ -57,6 +81,16 @@ mod tests {
             "https://",
             "https://example.com/#frag",
             "file:///etc/passwd",
+            "http:///nohost",
+            "http:nohost",
+            "http:/nohost",
+            "http:\\\\nohost",
+            "http://\\nohost/",
+            "http://?x",
+            "http://@example.com/",
+            "http://example.com/a b",
+            " http://example.com/",
+            "http://exa\tmple.com/",
         ] {
             assert!(EndpointUrl::parse(bad).is_err(), "{bad} should be refused");
         }

@@ -11,7 +11,7 @@ pub use delivery_status::{AttemptOutcome, DeliveryStatus};
 pub use endpoint_url::EndpointUrl;
 pub use event_type::{EventType, EventTypePattern};
 pub use idempotency_key::IdempotencyKey;
-pub use payload::{EventPayload, MAX_PAYLOAD_BYTES};
+pub use payload::{EventPayload, PayloadError, MAX_PAYLOAD_BYTES};
 pub use signing_secret::SigningSecret;
 
 /// A value from a client did not parse; the message says what is wrong and is

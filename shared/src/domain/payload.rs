@@ -9,16 +9,24 @@ pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventPayload(Map<String, Value>);
 
+/// Why a payload was refused: not an object (422), or too large (413).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error("payload: is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")]
+    TooLarge { size: usize },
+}
+
 impl EventPayload {
-    pub fn parse(value: Value) -> Result<Self, ValidationError> {
-        let field = "payload";
+    pub fn parse(value: Value) -> Result<Self, PayloadError> {
         let Value::Object(object) = value else {
-            return Err(ValidationError::new(field, "must be a JSON object"));
+            return Err(ValidationError::new("payload", "must be a JSON object").into());
         };
         // Serializing a parsed Value cannot fail; measure what will be stored.
         let size = serde_json::to_vec(&object).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
         if size > MAX_PAYLOAD_BYTES {
-            return Err(ValidationError::new(field, format!("is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")));
+            return Err(PayloadError::TooLarge { size });
         }
         Ok(Self(object))
     }
@@ -42,7 +50,13 @@ mod tests {
         assert!(EventPayload::parse(json!({"a": 1})).is_ok());
         assert!(EventPayload::parse(json!([1])).is_err());
         assert!(EventPayload::parse(json!("x")).is_err());
-        let big = "x".repeat(MAX_PAYLOAD_BYTES);
-        assert!(EventPayload::parse(json!({ "big": big })).is_err());
+        // `{"big":"…"}` is 10 bytes around the string.
+        let exactly = "x".repeat(MAX_PAYLOAD_BYTES - 10);
+        assert!(EventPayload::parse(json!({ "big": exactly })).is_ok());
+        let over = "x".repeat(MAX_PAYLOAD_BYTES - 9);
+        assert_eq!(
+            EventPayload::parse(json!({ "big": over })),
+            Err(PayloadError::TooLarge { size: MAX_PAYLOAD_BYTES + 1 })
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Shared token buckets in Redis: `rate` tokens per second up to `burst`. The
 //! script answers whether a token was taken and, if not, how long until one
-//! will be there.
+//! will be there. A token can be given back (a reservation that turned out not
+//! to count, e.g. a login that succeeded) and a bucket forgotten (full again).
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -40,6 +41,21 @@ static TAKE_TOKEN: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+/// KEYS[1]: bucket. ARGV: burst. Adds one token (at most the burst) to a
+/// bucket that exists; a missing bucket is full already.
+static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens'))
+        if tokens == nil then
+          return 0
+        end
+        redis.call('HSET', KEYS[1], 'tokens', tostring(math.min(tonumber(ARGV[1]), tokens + 1)))
+        return 1
+        ",
+    )
+});
+
 /// A rate: `per_second` tokens a second, at most `burst` saved up.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limit {
@@ -74,5 +90,19 @@ impl FlowControl {
         } else {
             TokenDecision::Wait(Duration::from_micros(wait_micros.max(1) as u64))
         })
+    }
+
+    /// Puts one token back into the shared bucket `key`.
+    pub(super) async fn shared_give_back(&self, key: String, limit: Limit) -> Result<(), FlowError> {
+        let mut connection = self.connection.clone();
+        let _: i64 = self.bounded(GIVE_BACK.key(key).arg(limit.burst.max(1)).invoke_async(&mut connection)).await?;
+        Ok(())
+    }
+
+    /// Drops the shared bucket `key`: it starts full next time.
+    pub(super) async fn shared_forget(&self, key: String) -> Result<(), FlowError> {
+        let mut connection = self.connection.clone();
+        let _: i64 = self.bounded(redis::cmd("DEL").arg(key).query_async(&mut connection)).await?;
+        Ok(())
     }
 }

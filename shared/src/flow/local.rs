@@ -90,6 +90,19 @@ impl LocalLimits {
         }
     }
 
+    /// Puts one token back into this process' bucket `key` (at most its burst).
+    pub(super) fn give_back(&self, key: &str, limit: Limit) {
+        let burst = f64::from(self.share_of(limit).burst.max(1));
+        if let Some(bucket) = lock(&self.buckets).get_mut(key) {
+            bucket.tokens = (bucket.tokens + 1.0).min(burst);
+        }
+    }
+
+    /// Drops this process' bucket `key`: it starts full next time.
+    pub(super) fn forget(&self, key: &str) {
+        lock(&self.buckets).remove(key);
+    }
+
     /// One of this process' share of `max_in_flight` slots for `key`, if free.
     pub(super) fn acquire(self: &Arc<Self>, key: &str, max_in_flight: u32) -> Option<LocalSlot> {
         let mut in_flight = lock(&self.in_flight);
@@ -133,6 +146,19 @@ mod tests {
         let TokenDecision::Wait(wait) = limits.take_tokens("t", limit, 1) else { panic!("the burst is spent") };
         assert!(wait <= Duration::from_millis(100), "{wait:?}");
         assert_eq!(limits.take_tokens("other", limit, 1), TokenDecision::Taken, "each key its own bucket");
+    }
+
+    #[test]
+    fn a_token_given_back_or_a_forgotten_bucket_can_be_taken_again() {
+        let limits = LocalLimits::new(1);
+        let limit = Limit { per_second: 0.001, burst: 2 };
+        assert_eq!(limits.take_tokens("t", limit, 2), TokenDecision::Taken);
+        assert!(matches!(limits.take_tokens("t", limit, 1), TokenDecision::Wait(_)));
+        limits.give_back("t", limit);
+        assert_eq!(limits.take_tokens("t", limit, 1), TokenDecision::Taken, "the token given back");
+        assert!(matches!(limits.take_tokens("t", limit, 1), TokenDecision::Wait(_)));
+        limits.forget("t");
+        assert_eq!(limits.take_tokens("t", limit, 2), TokenDecision::Taken, "full again");
     }
 
     #[test]

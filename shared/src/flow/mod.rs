@@ -7,7 +7,11 @@
 //! - [`FlowControl::acquire_slot`] / [`FlowControl::release_slot`]: at most
 //!   `max_in_flight` requests to one endpoint across all workers (a Redis
 //!   lease, which expires by itself if its worker dies) and, always, at most
-//!   this process' share of them ([`local`]).
+//!   this process' share of them ([`local`]);
+//! - [`FlowControl::give_back_token`] / [`FlowControl::refill`]: buckets used
+//!   as counters of failures (login throttling, `api::login_throttle`): a
+//!   token is taken up front, given back or the bucket refilled when the
+//!   attempt turns out not to count.
 //!
 //! Availability comes first (SPEC §3.2): Redis being down, paused or slow
 //! never stops ingest or delivery. Every Redis call is bounded by
@@ -160,6 +164,26 @@ impl FlowControl {
                 metrics::counter!(names::FLOW_LOCAL_DECISIONS, "limit" => kind).increment(1);
                 self.local.take_tokens(&key, limit, cost)
             }
+        }
+    }
+
+    /// Puts one token back into the bucket `kind:id` (a reservation that did
+    /// not count): the shared bucket, or this process' own while Redis cannot
+    /// be asked.
+    pub async fn give_back_token(&self, kind: &'static str, id: &str, limit: Limit) {
+        let key = self.key(kind, id);
+        if let Err(error) = self.ask(self.shared_give_back(key.clone(), limit)).await {
+            tracing::debug!(kind, error = %crate::telemetry::error_chain(&error), "token given back locally");
+            self.local.give_back(&key, limit);
+        }
+    }
+
+    /// Refills the bucket `kind:id` (forgets it), shared and in this process.
+    pub async fn refill(&self, kind: &'static str, id: &str) {
+        let key = self.key(kind, id);
+        self.local.forget(&key);
+        if let Err(error) = self.ask(self.shared_forget(key)).await {
+            tracing::debug!(kind, error = %crate::telemetry::error_chain(&error), "bucket refilled locally only");
         }
     }
 

@@ -224,3 +224,36 @@ async fn a_pipelined_batch_answers_every_item_in_its_own_place() {
     let created = results.iter().filter(|result| result["status"] == 201).count() as i64;
     assert_eq!(env.count("events").await, 60 + created);
 }
+
+/// A payload whose compact JSON is exactly 256 KiB (`{"blob":"…"}`: 11 bytes
+/// around the string).
+fn payload_of(bytes: usize) -> serde_json::Value {
+    let payload = json!({ "blob": "x".repeat(bytes - 11) });
+    assert_eq!(serde_json::to_vec(&payload).unwrap().len(), bytes);
+    payload
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_of_exactly_256_kib_is_stored_and_one_byte_more_is_413() {
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    const LIMIT: usize = 256 * 1024;
+    let at_limit = env.post_event("a.b", payload_of(LIMIT)).await;
+    assert_eq!(at_limit.status, 201, "{:?}", at_limit.body);
+    let over = env.post_event_once("a.b", payload_of(LIMIT + 1)).await;
+    let detail = over.expect_problem(413);
+    assert!(detail.contains("262145 bytes") && detail.contains("262144"), "{detail}");
+    assert_eq!(over.body["type"], "https://relayops.dev/problems/payload-too-large");
+
+    let batch = json!({ "events": [
+        { "event_type": "a.b", "payload": payload_of(LIMIT) },
+        { "event_type": "a.b", "payload": payload_of(LIMIT + 1) },
+    ]});
+    let answer = env.post("/v1/events/batch", batch).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body["results"]);
+    let results = &answer.body["results"];
+    assert_eq!(results[0]["status"], 201, "{:?}", results[0]);
+    assert_eq!(results[1]["status"], 413, "{:?}", results[1]["error"]);
+    assert!(results[1]["error"].as_str().is_some_and(|e| e.contains("262145 bytes")), "{:?}", results[1]);
+    assert_eq!((answer.body["accepted"].as_u64(), answer.body["rejected"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(env.count("events").await, 2, "the two payloads at the limit, nothing over it");
+}

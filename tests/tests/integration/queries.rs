@@ -280,3 +280,26 @@ async fn payloads_come_back_whatever_numbers_they_hold_and_nul_characters_are_re
     let text = env.post_event("a.b", json!({ "k": "\\u0000" })).await;
     assert_eq!(text.status, 201, "{:?}", text.body);
 }
+
+/// The lists that take no parameters refuse any, as the others refuse unknown
+/// ones: a 400 problem naming the parameter, never a silently unfiltered list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_without_parameters_answer_400_naming_any_parameter_given() {
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    let endpoint = env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let subscriptions = format!("/v1/endpoints/{}/subscriptions", endpoint["id"].as_str().unwrap());
+    for list in ["/v1/endpoints", "/v1/api-keys", subscriptions.as_str()] {
+        for (query, name) in
+            [("limit=5", "limit"), ("limit=-1", "limit"), ("cursor=x", "cursor"), ("enabled", "enabled")]
+        {
+            let path = format!("{list}?{query}");
+            let detail = env.get(&path).await.expect_problem(400);
+            assert!(detail.contains(&format!("`{name}`")), "{path}: the detail names `{name}`: {detail}");
+        }
+        for plain in [list.to_owned(), format!("{list}?")] {
+            let answer = env.get(&plain).await;
+            assert_eq!(answer.status, 200, "{plain}: {:?}", answer.body);
+            assert!(!answer.body["data"].as_array().unwrap().is_empty(), "{plain}");
+        }
+    }
+}

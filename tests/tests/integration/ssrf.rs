@@ -4,11 +4,17 @@
 use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
 
+/// The endpoints are stored while an allow-list opens their addresses (the API
+/// refuses special literals otherwise, see `destinations`), as if an operator
+/// narrowed the list afterwards; the worker, with the production list, refuses
+/// each one when sending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_to_refused_addresses_fail_with_the_reason_and_send_nothing() {
-    let mut config = TestConfig::default();
-    config.worker.outbound_allow = Default::default(); // production: nothing special allowed
-    let env = TestEnv::start_with(config).await;
+    let mut config = TestConfig { run_worker: false, ..TestConfig::default() };
+    config.worker.outbound_allow =
+        relayops_shared::net_policy::parse_allow_list("127.0.0.0/8, ::1, 169.254.0.0/16, 10.0.0.0/8, fd00::/8")
+            .unwrap();
+    let mut env = TestEnv::start_with(config).await;
     let port = env.simulator_url.rsplit(':').next().unwrap().to_owned();
     let urls = [
         format!("http://127.0.0.1:{port}/sim/ok"),
@@ -25,6 +31,8 @@ async fn deliveries_to_refused_addresses_fail_with_the_reason_and_send_nothing()
         let answer = env.post("/v1/endpoints", json!({ "url": url, "event_types": [format!("t.e{n}")] })).await;
         assert_eq!(answer.status, 201, "{url}: {:?}", answer.body);
     }
+    env.config.worker.outbound_allow = Default::default(); // production: nothing special allowed
+    env.start_worker().await;
     let mut events = Vec::new();
     for n in 0..urls.len() {
         events.push(env.post_event(&format!("t.e{n}"), json!({})).await.body["id"].as_str().unwrap().to_owned());
@@ -56,9 +64,9 @@ async fn redirects_are_not_followed() {
 /// another service on the same loopback address stays unreachable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowed_address_and_port_opens_that_port_only() {
-    let mut config = TestConfig::default();
-    config.worker.outbound_allow = Default::default();
-    let mut env = TestEnv::start_with(TestConfig { run_worker: false, ..config }).await;
+    // The API keeps the default (loopback) list, so the endpoints are stored;
+    // the worker gets the narrow one.
+    let mut env = TestEnv::start_with(TestConfig { run_worker: false, ..TestConfig::default() }).await;
     let simulator: std::net::SocketAddr = env.simulator_url.trim_start_matches("http://").parse().unwrap();
     env.config.worker.outbound_allow =
         relayops_shared::net_policy::parse_allow_list(&simulator.to_string()).expect("address:port");
