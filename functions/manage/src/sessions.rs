@@ -19,14 +19,14 @@ use utoipa::ToSchema;
 
 const BAD_LOGIN: &str = "invalid email or password";
 
-fn checked_email(email: &str) -> Result<&str, ValidationError> {
+pub fn checked_email(email: &str) -> Result<&str, ValidationError> {
     let valid = (3..=320).contains(&email.len())
         && email.split_once('@').is_some_and(|(user, domain)| !user.is_empty() && domain.contains('.'))
         && !email.chars().any(char::is_whitespace);
     valid.then_some(email).ok_or_else(|| ValidationError::new("email", "must be an email address"))
 }
 
-fn checked_password(password: &str) -> Result<&str, ValidationError> {
+pub fn checked_password(password: &str) -> Result<&str, ValidationError> {
     match password.chars().count() {
         10..=1024 => Ok(password),
         _ => Err(ValidationError::new("password", "must be 10 to 1024 characters")),

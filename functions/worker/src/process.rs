@@ -23,14 +23,16 @@ use relayops_shared::broker::{DeadLetter, QueueMessage};
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use relayops_shared::db::{DbError, Pool};
+use relayops_shared::domain::operational::{DeadDelivery, DisabledBy, OperationalEvent, Subject};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
 use relayops_shared::ids::{DeliveryId, EndpointId, TenantId};
 use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, DeliveryJob, Settled};
 use relayops_shared::repo::delivery_batches::{self, Deferral, DeliveryKey, Settlement};
-use relayops_shared::repo::{endpoints, outbox};
+use relayops_shared::repo::{endpoints, operational, outbox};
 use relayops_shared::telemetry::error_chain;
 
 use crate::gate::{miss_wait, Admission, Gate};
+use crate::health;
 use crate::hold::Backoff;
 use crate::policy::RetryPolicy;
 use crate::report::{self, AttemptReport};
@@ -344,10 +346,35 @@ impl Processor {
                     };
                     let message = QueueMessage::DeadLetterV1(letter);
                     outbox::insert_message(&tx, job.tenant_id, Some(job.delivery_id), &message).await?;
+                    let dead = DeadDelivery {
+                        delivery_id: job.delivery_id,
+                        event_id: job.event_id,
+                        event_type: &job.event_type,
+                        attempts: job.attempt_number,
+                        last_http_status: record.http_status,
+                        last_error: record.error.as_deref(),
+                    };
+                    operational::emit(
+                        &tx,
+                        job.tenant_id,
+                        &OperationalEvent::delivery_dead(job.tenant_id, &subject(job), &dead),
+                    )
+                    .await?;
                 }
                 if disables_endpoint {
                     let reason = "receiver answered 410 Gone";
-                    endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, reason).await?;
+                    if let Some(disabled) =
+                        endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, reason).await?
+                    {
+                        let event = OperationalEvent::endpoint_disabled(
+                            job.tenant_id,
+                            &disabled.subject,
+                            DisabledBy::ReceiverGone,
+                            reason,
+                            disabled.failing_since,
+                        );
+                        operational::emit(&tx, job.tenant_id, &event).await?;
+                    }
                 }
                 tx.commit().await.map_err(DbError::from)?;
             }
@@ -372,6 +399,8 @@ impl Processor {
             // message — acking here would strand it.
             return Ok(Disposition::Requeue);
         }
+        let delivered = outcome == AttemptOutcome::Delivered;
+        health::after_attempt(&self.pool, job, delivered, self.config.endpoint_disable_after).await;
         Ok(match wait {
             Some(wait) => Disposition::Delay { wait, throttled: false },
             None => Disposition::Ack,
@@ -389,6 +418,11 @@ fn decide(verdict: &Verdict, policy: &RetryPolicy, attempt_number: u32) -> (Atte
             None => (AttemptOutcome::Dead, None),
         },
     }
+}
+
+/// The endpoint a job's operational events are about.
+fn subject(job: &DeliveryJob) -> Subject {
+    Subject { id: job.endpoint_id, kind: job.endpoint_kind, url: job.url.clone() }
 }
 
 fn http_status(result: &SendResult) -> Option<i32> {

@@ -64,6 +64,8 @@ pub struct ApiState {
     pub bootstrap_token_hash: Option<[u8; 32]>,
     /// Recently verified API keys (see [`key_cache`]).
     pub api_keys: Arc<KeyCache>,
+    /// SHA-256 of the platform operators' admin token, when one is configured.
+    pub admin_token_sha256: Option<[u8; 32]>,
 }
 
 /// The tenant ingest limit: the shared token bucket and the default rate.
@@ -83,16 +85,18 @@ impl ApiState {
             jwt: None,
             bootstrap_token_hash: None,
             api_keys: Arc::new(KeyCache::new(key_cache::DEFAULT_TTL)),
+            admin_token_sha256: None,
         }
     }
 
-    /// Login tokens and the bootstrap token, as configured.
+    /// Login tokens, the bootstrap token and the admin token, as configured.
     pub fn with_auth(mut self, config: &AuthConfig) -> Result<Self, crate::auth::jwt::JwtError> {
         if let Some(secret) = &config.jwt_secret {
             self.jwt = Some(Arc::new(JwtKeys::new(secret.as_bytes(), config.jwt_ttl)?));
         }
         self.bootstrap_token_hash =
             config.bootstrap_token.as_ref().map(|token| Sha256::digest(token.as_bytes()).into());
+        self.admin_token_sha256 = config.admin_token_sha256;
         if let Some(ttl) = config.api_key_cache_ttl {
             self.api_keys = Arc::new(KeyCache::new(ttl));
         }
@@ -117,7 +121,11 @@ impl ApiState {
     }
 
     /// As [`check_ingest_rate`](Self::check_ingest_rate), for `events` at once.
+    /// A suspended tenant is refused first (403), before any token is taken.
     pub async fn check_ingest_rate_for(&self, caller: &Authenticated, events: u32) -> Result<(), ApiError> {
+        if caller.tenant_suspended {
+            return Err(ApiError::Suspended);
+        }
         let Some(limiter) = &self.ingest_limiter else { return Ok(()) };
         let limit = match caller.ingest_limit {
             (Some(rate), burst) => Limit { per_second: f64::from(rate), burst: burst.unwrap_or(rate).max(1) as u32 },

@@ -21,6 +21,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/0005_fewer_indexes_on_the_write_path.sql"),
     ),
     ("0006_pending_sweep_index", include_str!("../../../migrations/0006_pending_sweep_index.sql")),
+    (
+        "0010_endpoint_health_and_tenant_admin",
+        include_str!("../../../migrations/0010_endpoint_health_and_tenant_admin.sql"),
+    ),
 ];
 
 /// Arbitrary, fixed: the advisory lock key that serialises migrators.

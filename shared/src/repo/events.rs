@@ -7,12 +7,14 @@ use sha2::{Digest, Sha256};
 use tokio_postgres::Row;
 
 use crate::db::DbError;
-use crate::domain::{EventPayload, EventType, IdempotencyKey};
+use crate::domain::{EndpointKind, EventPayload, EventType, IdempotencyKey};
 use crate::ids::{EventId, TenantId};
 use crate::repo::sql;
 
 /// The whole of ingest in ONE statement (atomic by itself, one round trip):
-/// the event; one delivery per enabled endpoint of the tenant whose
+/// the event; one delivery per enabled endpoint of the tenant, of the kind
+/// given (`$9`: the tenant's events go to its `webhook` endpoints only, the
+/// platform's operational events to its `operational` endpoints only), whose
 /// subscription matches exactly, by `prefix.*`, or `*` (the rule of
 /// `EventTypePattern::matches`); one outbox row per delivery. A conflicting
 /// idempotency key inserts nothing and returns no row, so the caller can tell.
@@ -29,7 +31,7 @@ const INGEST: &str = "WITH new_event AS (
          INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
          SELECT gen_random_uuid(), ep.tenant_id, new_event.id, ep.id
          FROM new_event JOIN relayops.webhook_endpoints ep ON ep.tenant_id = new_event.tenant_id
-         WHERE ep.enabled
+         WHERE ep.enabled AND ep.kind = $9
            AND EXISTS (
              SELECT 1 FROM relayops.endpoint_subscriptions s
              WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
@@ -95,11 +97,31 @@ pub enum IngestOutcome {
 }
 
 /// One statement: atomic without a transaction; inside the caller's (a batch)
-/// it commits with the rest.
+/// it commits with the rest. Fans out to the tenant's `webhook` endpoints.
 pub async fn insert_event_with_deliveries(
     client: &impl GenericClient,
     tenant: TenantId,
     event: &NewEvent<'_>,
+) -> Result<IngestOutcome, DbError> {
+    insert_for_kind(client, tenant, event, EndpointKind::Webhook).await
+}
+
+/// The same statement for an operational event (see
+/// [`domain::operational`](crate::domain::operational)): it fans out to the
+/// tenant's `operational` endpoints only. Use [`operational::emit`](super::operational::emit).
+pub(crate) async fn insert_operational_event(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    event: &NewEvent<'_>,
+) -> Result<IngestOutcome, DbError> {
+    insert_for_kind(client, tenant, event, EndpointKind::Operational).await
+}
+
+async fn insert_for_kind(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    event: &NewEvent<'_>,
+    kind: EndpointKind,
 ) -> Result<IngestOutcome, DbError> {
     let id = EventId::new();
     let request_hash = event.request_hash();
@@ -117,6 +139,7 @@ pub async fn insert_event_with_deliveries(
             &request_hash,
             &tenant.to_string(),
             &id.to_string(),
+            &kind.as_str(),
         ],
     )
     .await?;
