@@ -171,3 +171,23 @@ async fn operators_set_a_tenants_ingest_limit() {
     let cleared = env.request(Method::PUT, &path, admin(&env), Some(json!({}))).await;
     assert!(cleared.body["ingest_rate_per_sec"].is_null(), "back to the platform default");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_function_answers_api_gateway_events_through_lambda_http() {
+    use relayops_shared::api::lambda::LambdaHttp;
+    use relayops_tests::lambda::{http_api_event, invoke_http};
+
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    let function = LambdaHttp::new(env.lambda_state(), None).app(relayops_admin::router);
+    let path = format!("/admin/v1/tenants/{}/suspend", env.tenant_id);
+    let body = json!({ "reason": "through Lambda" });
+    let refused = invoke_http(&function, http_api_event("POST", &path, Some(&env.api_key), Some(&body))).await;
+    assert_eq!(refused.status, 401, "a tenant key: {:?}", refused.body);
+    let suspended = invoke_http(&function, http_api_event("POST", &path, admin(&env), Some(&body))).await;
+    assert_eq!(suspended.status, 200, "{:?}", suspended.body);
+    assert_eq!(suspended.body["suspended"], true);
+    let ingest = LambdaHttp::new(env.lambda_state(), None).app(relayops_ingest::router);
+    let event = json!({ "event_type": "a.b", "payload": {} });
+    let answer = invoke_http(&ingest, http_api_event("POST", "/v1/events", Some(&env.api_key), Some(&event))).await;
+    assert_eq!(answer.status, 403, "a fresh container sees the suspension at once: {:?}", answer.body);
+}
