@@ -18,6 +18,8 @@ use relayops_shared::repo::endpoint_health::{self, HealthWrite};
 use relayops_shared::repo::operational;
 use relayops_shared::telemetry::error_chain;
 
+use crate::report;
+
 /// Records what this attempt says about the endpoint's health.
 pub async fn after_attempt(pool: &Pool, job: &DeliveryJob, delivered: bool, window: Duration) {
     let chrono_window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
@@ -36,8 +38,14 @@ async fn apply(pool: &Pool, job: &DeliveryJob, write: HealthWrite, window: Durat
     let (tenant, endpoint) = (job.tenant_id, job.endpoint_id);
     match write {
         HealthWrite::Nothing => Ok(()),
-        HealthWrite::Success => endpoint_health::record_success(&client, tenant, endpoint).await,
-        HealthWrite::Failure => endpoint_health::record_failure(&client, tenant, endpoint).await,
+        HealthWrite::Success => {
+            report::health_write("success");
+            endpoint_health::record_success(&client, tenant, endpoint).await
+        }
+        HealthWrite::Failure => {
+            report::health_write("failure");
+            endpoint_health::record_failure(&client, tenant, endpoint).await
+        }
         HealthWrite::FailureAndDisable => {
             let tx = client.transaction().await?;
             endpoint_health::record_failure(&tx, tenant, endpoint).await?;
@@ -55,6 +63,7 @@ async fn apply(pool: &Pool, job: &DeliveryJob, write: HealthWrite, window: Durat
             );
             operational::emit(&tx, tenant, &event).await?;
             tx.commit().await?;
+            report::health_write("disabled");
             tracing::warn!(tenant_id = %tenant, endpoint_id = %endpoint, failing_since = ?disabled.failing_since,
                 %reason, "endpoint disabled automatically");
             Ok(())

@@ -209,3 +209,31 @@ async fn operational_endpoints_take_only_operational_types_and_never_tenant_even
     assert_eq!(posted.body["deliveries"], 0, "{:?}", posted.body);
     assert_eq!(env.count("deliveries").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_receiver_and_an_operator_disabling_are_reported_with_who_did_it() {
+    let env = TestEnv::start().await;
+    let (ops, ops_url) = start_receiver().await;
+    let (_, ops_secret) = operational_endpoint(&env, &ops, &format!("{ops_url}/sim/ok"), &["endpoint.disabled"]).await;
+    let gone = env.create_endpoint("/sim/status/410", &["order.*"], json!({})).await;
+    let event = env.post_event("order.created", json!({})).await.body["id"].as_str().unwrap().to_owned();
+    env.wait_for_status(&event, "failed").await;
+    let told = wait_for_type(&ops, "/sim/ok", "endpoint.disabled").await;
+    assert_signed_with(&told, &ops_secret);
+    assert_eq!(told.body["data"]["endpoint_id"], gone["id"]);
+    assert_eq!(told.body["data"]["disabled_by"], "receiver_gone");
+    assert_eq!(told.body["data"]["reason"], "receiver answered 410 Gone");
+
+    let other = env.create_endpoint("/sim/ok", &["order.*"], json!({})).await;
+    let path = format!("/v1/endpoints/{}", other["id"].as_str().unwrap());
+    let off = json!({ "enabled": false });
+    assert_eq!(env.request(reqwest::Method::PATCH, &path, Some(&env.api_key), Some(off.clone())).await.status, 200);
+    // Disabling a disabled endpoint again switches nothing and reports nothing.
+    assert_eq!(env.request(reqwest::Method::PATCH, &path, Some(&env.api_key), Some(off)).await.status, 200);
+    let reports = ops.wait_until(WAIT, |all| all.len() >= 2).await;
+    assert_eq!(reports[1].body["data"]["endpoint_id"], other["id"]);
+    assert_eq!(reports[1].body["data"]["disabled_by"], "operator");
+    let listed = env.get("/v1/events?event_type=endpoint.disabled").await;
+    assert_eq!(listed.body["data"].as_array().unwrap().len(), 2, "{:?}", listed.body);
+    assert_eq!(ops.received().len(), 2, "the second PATCH reported nothing");
+}
