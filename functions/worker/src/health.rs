@@ -8,26 +8,66 @@
 //!
 //! Health is advice, not a promise: a failed health write is logged and the
 //! attempt stays recorded; the next attempt writes again.
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::Utc;
 use relayops_shared::db::{DbError, Pool};
 use relayops_shared::domain::operational::{DisabledBy, OperationalEvent};
+use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::deliveries::DeliveryJob;
 use relayops_shared::repo::endpoint_health::{self, HealthWrite};
+use relayops_shared::repo::endpoints::EndpointHealth;
 use relayops_shared::repo::operational;
 use relayops_shared::telemetry::error_chain;
 
 use crate::report;
 
+/// Past this many remembered endpoints, the memory starts afresh.
+const MEMO_LIMIT: usize = 4_096;
+
+/// Which write this process last made for each endpoint, and from which health
+/// snapshot. Claims made before a write commits all read the same (stale)
+/// snapshot: without this, each of them would repeat the write (a burst of
+/// no-op statements as large as the messages in flight — measured: 306 health
+/// statements for 4,000 deliveries to 11 fresh endpoints). The same write for
+/// the same snapshot is made once; a snapshot another process changed is a
+/// different key, so nothing another worker wrote is ever ignored.
+#[derive(Default)]
+pub struct HealthMemo {
+    written: Mutex<HashMap<EndpointId, (EndpointHealth, HealthWrite)>>,
+}
+
+impl HealthMemo {
+    /// True when this write is new for this snapshot (and remembers it).
+    fn first(&self, endpoint: EndpointId, snapshot: EndpointHealth, write: HealthWrite) -> bool {
+        let mut written = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if written.get(&endpoint) == Some(&(snapshot, write)) {
+            return false;
+        }
+        if written.len() >= MEMO_LIMIT {
+            written.clear();
+        }
+        written.insert(endpoint, (snapshot, write));
+        true
+    }
+
+    /// Forgets a write that failed, so the next attempt makes it again.
+    fn forget(&self, endpoint: EndpointId) {
+        self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&endpoint);
+    }
+}
+
 /// Records what this attempt says about the endpoint's health.
-pub async fn after_attempt(pool: &Pool, job: &DeliveryJob, delivered: bool, window: Duration) {
+pub async fn after_attempt(memo: &HealthMemo, pool: &Pool, job: &DeliveryJob, delivered: bool, window: Duration) {
     let chrono_window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
     let write = endpoint_health::decide(&job.endpoint_health, delivered, Utc::now(), chrono_window);
-    if write == HealthWrite::Nothing {
+    if write == HealthWrite::Nothing || !memo.first(job.endpoint_id, job.endpoint_health, write) {
         return;
     }
     if let Err(error) = apply(pool, job, write, window).await {
+        memo.forget(job.endpoint_id);
         tracing::warn!(tenant_id = %job.tenant_id, endpoint_id = %job.endpoint_id, error = %error_chain(&error),
             "endpoint health not recorded");
     }
@@ -85,6 +125,21 @@ fn describe(window: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_same_write_for_the_same_snapshot_is_made_once() {
+        let memo = HealthMemo::default();
+        let endpoint = EndpointId::new();
+        let fresh = EndpointHealth::default();
+        assert!(memo.first(endpoint, fresh, HealthWrite::Success));
+        assert!(!memo.first(endpoint, fresh, HealthWrite::Success), "claims from before the write");
+        assert!(memo.first(endpoint, fresh, HealthWrite::Failure), "another write");
+        let changed = EndpointHealth { failing_since: Some(Utc::now()), ..fresh };
+        assert!(memo.first(endpoint, changed, HealthWrite::Success), "another snapshot (someone else wrote)");
+        memo.forget(endpoint);
+        assert!(memo.first(endpoint, changed, HealthWrite::Success), "a failed write is made again");
+        assert!(memo.first(EndpointId::new(), fresh, HealthWrite::Success), "per endpoint");
+    }
 
     #[test]
     fn windows_read_as_people_write_them() {

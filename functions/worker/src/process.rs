@@ -112,6 +112,7 @@ pub struct Processor {
     records: Batcher<Settlement, Settled>,
     deferrals: Batcher<Deferral, Settled>,
     saturation: Arc<Saturation>,
+    health: Arc<health::HealthMemo>,
 }
 
 impl Processor {
@@ -142,7 +143,8 @@ impl Processor {
                 &client, &deferrals, worker
             )),
         );
-        Self { pool, sender, gate, config, claims, records, deferrals, saturation: Arc::default() }
+        let (saturation, health) = (Arc::default(), Arc::default());
+        Self { pool, sender, gate, config, claims, records, deferrals, saturation, health }
     }
 
     /// `throttles`: how many times in a row flow control deferred this message.
@@ -400,7 +402,7 @@ impl Processor {
             return Ok(Disposition::Requeue);
         }
         let delivered = outcome == AttemptOutcome::Delivered;
-        health::after_attempt(&self.pool, job, delivered, self.config.endpoint_disable_after).await;
+        health::after_attempt(&self.health, &self.pool, job, delivered, self.config.endpoint_disable_after).await;
         Ok(match wait {
             Some(wait) => Disposition::Delay { wait, throttled: false },
             None => Disposition::Ack,
