@@ -41,13 +41,14 @@ pub struct EndpointRecord {
     pub health: EndpointHealth,
 }
 
-/// An endpoint's health as recorded (see [`record_success`]/[`record_failure`]).
+/// An endpoint's health as recorded (see [`endpoint_health`](super::endpoint_health)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EndpointHealth {
     /// Since when every attempt has failed; `None` while the last one succeeded
     /// (or none was made).
     pub failing_since: Option<DateTime<Utc>>,
-    /// The last success and failure, each to within [`HEALTH_TIME_RESOLUTION_SECS`].
+    /// The last success and failure, each to within
+    /// [`HEALTH_TIME_RESOLUTION_SECS`](super::endpoint_health::HEALTH_TIME_RESOLUTION_SECS).
     pub last_success_at: Option<DateTime<Utc>>,
     pub last_failure_at: Option<DateTime<Utc>>,
 }
