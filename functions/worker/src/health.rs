@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::Utc;
+use relayops_shared::api::PublisherWakeup;
 use relayops_shared::db::{DbError, Pool};
 use relayops_shared::domain::operational::{DisabledBy, OperationalEvent};
 use relayops_shared::ids::EndpointId;
@@ -60,20 +61,33 @@ impl HealthMemo {
 }
 
 /// Records what this attempt says about the endpoint's health.
-pub async fn after_attempt(memo: &HealthMemo, pool: &Pool, job: &DeliveryJob, delivered: bool, window: Duration) {
+pub async fn after_attempt(
+    memo: &HealthMemo,
+    pool: &Pool,
+    wakeup: &dyn PublisherWakeup,
+    job: &DeliveryJob,
+    delivered: bool,
+    window: Duration,
+) {
     let chrono_window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
     let write = endpoint_health::decide(&job.endpoint_health, delivered, Utc::now(), chrono_window);
     if write == HealthWrite::Nothing || !memo.first(job.endpoint_id, job.endpoint_health, write) {
         return;
     }
-    if let Err(error) = apply(pool, job, write, window).await {
+    if let Err(error) = apply(pool, wakeup, job, write, window).await {
         memo.forget(job.endpoint_id);
         tracing::warn!(tenant_id = %job.tenant_id, endpoint_id = %job.endpoint_id, error = %error_chain(&error),
             "endpoint health not recorded");
     }
 }
 
-async fn apply(pool: &Pool, job: &DeliveryJob, write: HealthWrite, window: Duration) -> Result<(), DbError> {
+async fn apply(
+    pool: &Pool,
+    wakeup: &dyn PublisherWakeup,
+    job: &DeliveryJob,
+    write: HealthWrite,
+    window: Duration,
+) -> Result<(), DbError> {
     let mut client = pool.get().await?;
     let (tenant, endpoint) = (job.tenant_id, job.endpoint_id);
     match write {
@@ -101,8 +115,11 @@ async fn apply(pool: &Pool, job: &DeliveryJob, write: HealthWrite, window: Durat
                 &reason,
                 disabled.failing_since,
             );
-            operational::emit(&tx, tenant, &event).await?;
+            let emitted = operational::emit(&tx, tenant, &event).await?;
             tx.commit().await?;
+            if emitted {
+                wakeup.wake();
+            }
             report::health_write("disabled");
             tracing::warn!(tenant_id = %tenant, endpoint_id = %endpoint, failing_since = ?disabled.failing_since,
                 %reason, "endpoint disabled automatically");

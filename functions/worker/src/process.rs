@@ -19,9 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use relayops_shared::api::PublisherWakeup;
 use relayops_shared::broker::{DeadLetter, QueueMessage};
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
+use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{DbError, Pool};
 use relayops_shared::domain::operational::{DeadDelivery, DisabledBy, OperationalEvent, Subject};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
@@ -113,6 +115,9 @@ pub struct Processor {
     deferrals: Batcher<Deferral, Settled>,
     saturation: Arc<Saturation>,
     health: Arc<health::HealthMemo>,
+    /// `NOTIFY relayops_outbox` after committing an operational event, so a
+    /// listening publisher sends it at once (in AWS the schedule picks it up).
+    wakeup: Arc<PgNotifier>,
 }
 
 impl Processor {
@@ -144,7 +149,8 @@ impl Processor {
             )),
         );
         let (saturation, health) = (Arc::default(), Arc::default());
-        Self { pool, sender, gate, config, claims, records, deferrals, saturation, health }
+        let wakeup = Arc::new(PgNotifier::new(pool.clone()));
+        Self { pool, sender, gate, config, claims, records, deferrals, saturation, health, wakeup }
     }
 
     /// `throttles`: how many times in a row flow control deferred this message.
@@ -335,6 +341,7 @@ impl Processor {
             let mut client = self.pool.get().await.map_err(DbError::from)?;
             let tx = client.transaction().await.map_err(DbError::from)?;
             let settled = deliveries::record_attempt(&tx, job, &self.config.worker_id, &record).await?;
+            let mut emitted = false;
             if settled == Settled::Recorded {
                 if outcome == AttemptOutcome::Dead {
                     let letter = DeadLetter {
@@ -356,12 +363,8 @@ impl Processor {
                         last_http_status: record.http_status,
                         last_error: record.error.as_deref(),
                     };
-                    operational::emit(
-                        &tx,
-                        job.tenant_id,
-                        &OperationalEvent::delivery_dead(job.tenant_id, &subject(job), &dead),
-                    )
-                    .await?;
+                    let event = OperationalEvent::delivery_dead(job.tenant_id, &subject(job), &dead);
+                    emitted |= operational::emit(&tx, job.tenant_id, &event).await?;
                 }
                 if disables_endpoint {
                     let reason = "receiver answered 410 Gone";
@@ -375,10 +378,13 @@ impl Processor {
                             reason,
                             disabled.failing_since,
                         );
-                        operational::emit(&tx, job.tenant_id, &event).await?;
+                        emitted |= operational::emit(&tx, job.tenant_id, &event).await?;
                     }
                 }
                 tx.commit().await.map_err(DbError::from)?;
+                if emitted {
+                    self.wakeup.wake();
+                }
             }
             settled
         } else {
@@ -402,7 +408,8 @@ impl Processor {
             return Ok(Disposition::Requeue);
         }
         let delivered = outcome == AttemptOutcome::Delivered;
-        health::after_attempt(&self.health, &self.pool, job, delivered, self.config.endpoint_disable_after).await;
+        let window = self.config.endpoint_disable_after;
+        health::after_attempt(&self.health, &self.pool, &*self.wakeup, job, delivered, window).await;
         Ok(match wait {
             Some(wait) => Disposition::Delay { wait, throttled: false },
             None => Disposition::Ack,
