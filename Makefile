@@ -83,18 +83,19 @@ lambda-smoke: services
 	bash scripts/lambda-smoke.sh
 
 ## Every function under `cargo lambda watch` on :9000 (HTTP functions at
-## http://127.0.0.1:9000/lambda-url/<ingest|query|replay|manage>/v1/...), with
+## http://127.0.0.1:9000/lambda-url/<ingest|query|replay|manage>/v1/...,
+## admin at /lambda-url/admin/admin/v1/...), with
 ## the environment above; invoke the publisher from another shell with
 ## `cargo lambda invoke -A 127.0.0.1 publisher --data-file events/schedule.json`.
 watch: services
 	PATH="$$(bash scripts/aws-tools.sh):$$PATH" cargo lambda watch --invoke-address 127.0.0.1
 
-## The five bootstraps for arm64 Lambda, with the size-tuned `lambda-release` profile,
+## The six bootstraps for arm64 Lambda, with the size-tuned `lambda-release` profile,
 ## into $(CARGO_TARGET_DIR)/lambda/<function>/bootstrap (LAMBDA_ARCH=--x86-64 for x86_64).
 LAMBDA_ARCH ?= --arm64
 lambda-build:
 	PATH="$$(bash scripts/aws-tools.sh):$$PATH" cargo lambda build --profile lambda-release $(LAMBDA_ARCH) \
-	  --bin ingest --bin query --bin replay --bin manage --bin publisher
+	  --bin ingest --bin query --bin replay --bin manage --bin admin --bin publisher
 
 ## `sam build` of template.yaml (cargo-lambda, no Docker). SAM runs a release
 ## build; the `lambda-release` profile's LTO, codegen-units and strip are applied to it

@@ -295,6 +295,11 @@ pub struct WorkerConfig {
     /// `RELAYOPS_WORKER_BATCH_LANES` (default 2): statements of each kind running
     /// at once; batches grow while all lanes are busy.
     pub batch_lanes: usize,
+    /// `RELAYOPS_ENDPOINT_DISABLE_AFTER_SECS` (default 432000, 5 days): an
+    /// endpoint whose every attempt has failed for this long is disabled
+    /// automatically (and `endpoint.disabled` goes to the tenant's
+    /// operational endpoints).
+    pub endpoint_disable_after: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -311,9 +316,13 @@ impl Default for WorkerConfig {
             outbound_ca_files: Vec::new(),
             batch_size: 128,
             batch_lanes: 2,
+            endpoint_disable_after: DEFAULT_ENDPOINT_DISABLE_AFTER,
         }
     }
 }
+
+/// Svix's choice too: five days of nothing but failures.
+const DEFAULT_ENDPOINT_DISABLE_AFTER: Duration = Duration::from_secs(5 * 24 * 3600);
 
 fn default_worker_id() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".to_owned());
@@ -347,6 +356,10 @@ impl WorkerConfig {
                 .collect(),
             batch_size: positive("WORKER_BATCH_SIZE", 128)?,
             batch_lanes: positive("WORKER_BATCH_LANES", 2)?,
+            endpoint_disable_after: Duration::from_secs(positive(
+                "ENDPOINT_DISABLE_AFTER_SECS",
+                DEFAULT_ENDPOINT_DISABLE_AFTER.as_secs(),
+            )?),
         })
     }
 }
@@ -374,6 +387,12 @@ pub struct AuthConfig {
     /// verified API key is trusted without asking the database, i.e. how long
     /// a revocation made by another process may take to apply here.
     pub api_key_cache_ttl: Option<Duration>,
+    /// SHA-256 of the platform operators' token for the admin API
+    /// (`/admin/v1/…`): `RELAYOPS_ADMIN_TOKEN_SHA256` (64 hex digits, so the
+    /// environment never holds the token itself), or `RELAYOPS_ADMIN_TOKEN`
+    /// (at least 32 characters; hashed at start, not kept). Neither: the admin
+    /// API answers 403 to everyone.
+    pub admin_token_sha256: Option<[u8; 32]>,
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -382,6 +401,7 @@ impl std::fmt::Debug for AuthConfig {
             .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
             .field("jwt_ttl", &self.jwt_ttl)
             .field("bootstrap_token", &self.bootstrap_token.as_ref().map(|_| "<set>"))
+            .field("admin_token_sha256", &self.admin_token_sha256.as_ref().map(|_| "<set>"))
             .finish()
     }
 }
@@ -397,6 +417,7 @@ impl AuthConfig {
             jwt_ttl: Duration::from_secs(positive("JWT_TTL_SECS", 900)?),
             bootstrap_token: std::env::var(key("BOOTSTRAP_TOKEN")).ok().filter(|s| !s.is_empty()),
             api_key_cache_ttl: Some(Duration::from_millis(parsed("API_KEY_CACHE_MS", 2_000u64)?)),
+            admin_token_sha256: admin_token_sha256()?,
         })
     }
 }
@@ -450,6 +471,36 @@ impl LoginThrottleConfig {
             trusted_proxies,
         })
     }
+}
+
+/// The admin token's hash, from either variable (never both).
+fn admin_token_sha256() -> Result<Option<[u8; 32]>, ConfigError> {
+    let read = |name: &str| std::env::var(key(name)).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    match (read("ADMIN_TOKEN_SHA256"), read("ADMIN_TOKEN")) {
+        (Some(_), Some(_)) => Err(ConfigError {
+            key: key("ADMIN_TOKEN"),
+            message: "set RELAYOPS_ADMIN_TOKEN_SHA256 or RELAYOPS_ADMIN_TOKEN, not both".into(),
+        }),
+        (Some(hex), None) => parse_sha256_hex(&hex)
+            .map(Some)
+            .ok_or_else(|| ConfigError { key: key("ADMIN_TOKEN_SHA256"), message: "must be 64 hex digits".into() }),
+        (None, Some(token)) if token.chars().count() < 32 => {
+            Err(ConfigError { key: key("ADMIN_TOKEN"), message: "must be at least 32 characters".into() })
+        }
+        (None, Some(token)) => Ok(Some(crate::auth::admin::token_sha256(&token))),
+        (None, None) => Ok(None),
+    }
+}
+
+fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    let mut hash = [0u8; 32];
+    for (byte, pair) in hash.iter_mut().zip(text.as_bytes().chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(hash)
 }
 
 /// Flow control in Redis (see `flow`).

@@ -74,6 +74,8 @@ pub struct TestConfig {
     pub login: LoginThrottleConfig,
     /// The Postgres and RabbitMQ servers (Redis: `flow.redis_url`).
     pub services: Services,
+    /// The platform admin token (random per test; `auth` holds its hash).
+    pub admin_token: String,
 }
 
 /// Which servers a test uses.
@@ -102,6 +104,7 @@ impl Default for Services {
 
 impl Default for TestConfig {
     fn default() -> Self {
+        let admin_token = format!("admin-token-{}", uuid::Uuid::new_v4().simple());
         Self {
             run_publisher: true,
             run_worker: true,
@@ -137,9 +140,11 @@ impl Default for TestConfig {
                 jwt_ttl: Duration::from_secs(900),
                 bootstrap_token: Some(format!("bootstrap-{}", uuid::Uuid::new_v4().simple())),
                 api_key_cache_ttl: None,
+                admin_token_sha256: Some(relayops_shared::auth::admin::token_sha256(&admin_token)),
             },
             login: LoginThrottleConfig::default(),
             services: Services::default(),
+            admin_token,
         }
     }
 }
@@ -224,6 +229,14 @@ async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {
         let _ = axum::serve(listener, service).await;
     });
     (format!("http://{address}"), task)
+}
+
+/// Another real receiver on loopback (a simulator of its own, so it verifies
+/// signatures only against the secrets registered with it); its base URL.
+pub async fn start_receiver() -> (Simulator, String) {
+    let simulator = Simulator::new();
+    let (url, _task) = spawn_http(relayops_simulator::router(simulator.clone())).await;
+    (simulator, url)
 }
 
 impl TestEnv {

@@ -7,9 +7,11 @@ use axum::Json;
 use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
+use relayops_shared::domain::operational::{DisabledBy, OperationalEvent, Subject};
 use relayops_shared::domain::{SigningSecret, ValidationError};
 use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::endpoints::{self, EndpointChanges};
+use relayops_shared::repo::operational;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
@@ -69,7 +71,9 @@ fn checked(
     }
 }
 
-/// Changes an endpoint (enable/disable, URL, limits, retry policy).
+/// Changes an endpoint (enable/disable, URL, limits, retry policy). Enabling a
+/// disabled endpoint clears its failing state; switching it either way sends
+/// `endpoint.enabled`/`endpoint.disabled` to the tenant's operational endpoints.
 #[utoipa::path(
     patch, path = "/v1/endpoints/{endpoint_id}", tag = "endpoints", params(("endpoint_id" = EndpointId, Path, description = "The endpoint (`ep_…`)")),
     request_body = UpdateEndpointRequest,
@@ -107,11 +111,26 @@ pub async fn update(
         retry_schedule_secs: schedule,
         timeout_ms: checked("timeout_ms", request.timeout_ms, 100..=60_000)?,
     };
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let endpoint = endpoints::update_endpoint(&client, caller.tenant_id, id, &changes)
-        .await?
-        .ok_or(ApiError::NotFound("endpoint"))?;
-    let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
+    let mut client = state.pool.get().await.map_err(DbError::from)?;
+    let tx = client.transaction().await.map_err(DbError::from)?;
+    let updated =
+        endpoints::update_endpoint(&tx, caller.tenant_id, id, &changes).await?.ok_or(ApiError::NotFound("endpoint"))?;
+    let endpoint = updated.endpoint;
+    if let Some(enabled) = updated.switched {
+        let subject = Subject { id, kind: endpoint.kind, url: endpoint.url.clone() };
+        let event = if enabled {
+            OperationalEvent::endpoint_enabled(caller.tenant_id, &subject)
+        } else {
+            let reason = endpoint.disabled_reason.as_deref().unwrap_or("disabled by an operator");
+            OperationalEvent::endpoint_disabled(caller.tenant_id, &subject, DisabledBy::Operator, reason, None)
+        };
+        operational::emit(&tx, caller.tenant_id, &event).await?;
+    }
+    let subscriptions = endpoints::list_subscriptions(&tx, caller.tenant_id, id).await?;
+    tx.commit().await.map_err(DbError::from)?;
+    if updated.switched.is_some() {
+        state.wake_publisher();
+    }
     Ok(Json(EndpointView::new(endpoint, &subscriptions)))
 }
 

@@ -7,11 +7,14 @@ use chrono::{DateTime, Utc};
 use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated, NoQuery};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{EventTypePattern, SigningSecret, ValidationError};
+use relayops_shared::domain::operational::check_operational_pattern;
+use relayops_shared::domain::{EndpointKind, EventTypePattern, SigningSecret, ValidationError};
 use relayops_shared::ids::{EndpointId, SubscriptionId};
 use relayops_shared::repo::endpoints::{self, EndpointRecord, NewEndpoint, SubscriptionRecord};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+
+use crate::health_view::{HealthView, KindView};
 
 const MAX_PATTERNS: usize = 100;
 
@@ -37,6 +40,11 @@ pub struct CreateEndpointRequest {
     secret: Option<String>,
     #[serde(default = "enabled_by_default")]
     enabled: bool,
+    /// `operational` endpoints receive `endpoint.disabled`, `endpoint.enabled`
+    /// and `delivery.dead` about the tenant's other endpoints (subscribe with
+    /// those names, `endpoint.*`, `delivery.*` or `*`), never the tenant's events.
+    #[serde(default)]
+    kind: KindView,
     #[serde(default)]
     #[schema(minimum = 1, maximum = 10000)]
     rate_limit_per_sec: Option<i32>,
@@ -95,10 +103,19 @@ fn parse_patterns(texts: &[String]) -> Result<Vec<EventTypePattern>, ValidationE
     texts.iter().map(|text| EventTypePattern::parse(text)).collect()
 }
 
+/// An operational endpoint subscribes to operational event types only.
+fn check_patterns_for(kind: EndpointKind, patterns: &[EventTypePattern]) -> Result<(), ValidationError> {
+    if kind == EndpointKind::Operational {
+        patterns.iter().try_for_each(check_operational_pattern)?;
+    }
+    Ok(())
+}
+
 /// A webhook endpoint (never its secret).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EndpointView {
     id: EndpointId,
+    kind: KindView,
     url: String,
     description: String,
     enabled: bool,
@@ -110,6 +127,7 @@ pub struct EndpointView {
     timeout_ms: Option<i32>,
     retry_schedule_secs: Option<Vec<i32>>,
     event_types: Vec<String>,
+    health: HealthView,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -118,6 +136,8 @@ impl EndpointView {
     pub(crate) fn new(endpoint: EndpointRecord, subscriptions: &[SubscriptionRecord]) -> Self {
         Self {
             id: endpoint.id,
+            kind: KindView::of(endpoint.kind),
+            health: HealthView::new(endpoint.enabled, endpoint.health),
             url: endpoint.url,
             description: endpoint.description,
             enabled: endpoint.enabled,
@@ -176,11 +196,13 @@ pub async fn create(
         return Err(ValidationError::new("description", "must be at most 1000 characters").into());
     }
     let patterns = parse_patterns(&request.event_types)?;
+    check_patterns_for(request.kind.domain(), &patterns)?;
     let secret = match &request.secret {
         Some(text) => SigningSecret::parse(text)?,
         None => SigningSecret::generate(),
     };
     let new_endpoint = NewEndpoint {
+        kind: request.kind.domain(),
         url: &url,
         description: &request.description,
         secret: &secret,
@@ -323,7 +345,9 @@ pub async fn add_subscription(
     let id: EndpointId = parse_path_id(&endpoint_id)?;
     let pattern = EventTypePattern::parse(&request.event_type)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
-    endpoints::get_endpoint(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
+    let endpoint =
+        endpoints::get_endpoint(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
+    check_patterns_for(endpoint.kind, std::slice::from_ref(&pattern))?;
     endpoints::insert_subscription(&client, caller.tenant_id, id, &pattern).await?;
     let rows = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
     Ok((StatusCode::CREATED, Json(subscription_views(rows))))

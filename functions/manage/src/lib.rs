@@ -3,17 +3,24 @@
 //! login and bootstrap needs admin credentials and acts only within the
 //! caller's tenant.
 //!
-//! Invariant: manage never touches events, deliveries or the outbox.
+//! Invariant: manage never touches events, deliveries or the outbox, except to
+//! emit an operational event (`endpoint.enabled`/`endpoint.disabled` when a
+//! PATCH switches an endpoint) through `repo::operational::emit`, in the
+//! PATCH's transaction.
 mod api_keys;
 mod destination;
 mod endpoint_changes;
 mod endpoints;
+mod health_view;
 mod sessions;
 
 use axum::routing::{get, post};
 use axum::Router;
 use relayops_shared::api::{not_found_fallback, ApiState};
 use utoipa::OpenApi;
+
+/// The account rules (email, password) the admin API's tenant creation shares.
+pub use sessions::{checked_email, checked_password};
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {

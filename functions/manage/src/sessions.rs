@@ -22,7 +22,7 @@ use utoipa::ToSchema;
 
 const BAD_LOGIN: &str = "invalid email or password";
 
-fn checked_email(email: &str) -> Result<&str, ValidationError> {
+pub fn checked_email(email: &str) -> Result<&str, ValidationError> {
     let valid = (3..=320).contains(&email.len())
         && email.split_once('@').is_some_and(|(user, domain)| !user.is_empty() && domain.contains('.'))
         && !email.chars().any(char::is_whitespace);
@@ -43,7 +43,7 @@ fn login_fields(request: &LoginRequest) -> Result<(), ValidationError> {
 
 const MAX_PASSWORD_CHARS: usize = 1024;
 
-fn checked_password(password: &str) -> Result<&str, ValidationError> {
+pub fn checked_password(password: &str) -> Result<&str, ValidationError> {
     match password.chars().count() {
         10..=1024 => Ok(password),
         _ => Err(ValidationError::new("password", "must be 10 to 1024 characters")),

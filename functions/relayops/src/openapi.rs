@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use axum::http::header;
 use axum::response::IntoResponse;
-use relayops_shared::api::openapi::{bearer_scheme, Problem, BEARER};
+use relayops_shared::api::openapi::{admin_scheme, bearer_scheme, Problem, ADMIN, BEARER};
 use utoipa::openapi::path::{Operation, OperationBuilder, PathItem};
 use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::{
@@ -48,9 +48,13 @@ fn build() -> OpenApi {
         ))
         .build();
     let mut document = OpenApiBuilder::new().info(info).build();
-    for part in
-        [relayops_ingest::openapi(), relayops_query::openapi(), relayops_replay::openapi(), relayops_manage::openapi()]
-    {
+    for part in [
+        relayops_ingest::openapi(),
+        relayops_query::openapi(),
+        relayops_replay::openapi(),
+        relayops_manage::openapi(),
+        relayops_admin::openapi(),
+    ] {
         document.merge(part);
     }
     document.paths.add_path_operation(
@@ -73,6 +77,7 @@ fn build() -> OpenApi {
         .schema(Problem::name(), Problem::schema())
         .response("Problem", problem_response("An error, described as an RFC 7807 problem"))
         .security_scheme(BEARER, bearer_scheme())
+        .security_scheme(ADMIN, admin_scheme())
         .build();
     document.components = Some(components);
     for item in document.paths.paths.values_mut() {
@@ -102,7 +107,7 @@ fn add_problem_responses(operation: &mut Operation) {
     let mut common = vec![("400", "Malformed request (a bad id, query parameter or JSON)")];
     if secured {
         common.push(("401", "Missing or invalid credentials"));
-        common.push(("403", "The credentials lack the scope this route needs"));
+        common.push(("403", "The credentials lack the scope this route needs (ingest: or the tenant is suspended)"));
     }
     if has_body {
         common.push(("415", "The body is not `application/json`"));

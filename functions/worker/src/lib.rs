@@ -10,12 +10,17 @@
 //! - [`report`]: the log line and metrics of each attempt.
 //! - [`hold`]: keeping a message through a database outage instead of requeueing it.
 //! - [`saturation`]: endpoints flow control just turned away (skip their claims).
+//! - [`health`]: the endpoint's health after an attempt, and automatic disabling.
 //!
-//! Invariant: the worker never creates deliveries or outbox rows for new
-//! events; it only settles the deliveries it was handed.
+//! Invariant: the worker never creates deliveries or outbox rows for the
+//! tenant's events; it only settles the deliveries it was handed. The one
+//! exception is an operational event (`endpoint.disabled`, `delivery.dead`),
+//! stored through `repo::operational::emit` in the transaction of the change
+//! it reports.
 pub mod consumer;
 pub mod delay;
 pub mod gate;
+pub mod health;
 pub mod hold;
 pub mod policy;
 pub mod process;

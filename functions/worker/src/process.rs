@@ -19,18 +19,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use relayops_shared::api::PublisherWakeup;
 use relayops_shared::broker::{DeadLetter, QueueMessage};
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
+use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{DbError, Pool};
+use relayops_shared::domain::operational::{DeadDelivery, DisabledBy, OperationalEvent, Subject};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
 use relayops_shared::ids::{DeliveryId, EndpointId, TenantId};
 use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, DeliveryJob, Settled};
 use relayops_shared::repo::delivery_batches::{self, Deferral, DeliveryKey, Settlement};
-use relayops_shared::repo::{endpoints, outbox};
+use relayops_shared::repo::{endpoints, operational, outbox};
 use relayops_shared::telemetry::error_chain;
 
 use crate::gate::{miss_wait, Admission, Gate};
+use crate::health;
 use crate::hold::Backoff;
 use crate::policy::RetryPolicy;
 use crate::report::{self, AttemptReport};
@@ -110,6 +114,10 @@ pub struct Processor {
     records: Batcher<Settlement, Settled>,
     deferrals: Batcher<Deferral, Settled>,
     saturation: Arc<Saturation>,
+    health: Arc<health::HealthMemo>,
+    /// `NOTIFY relayops_outbox` after committing an operational event, so a
+    /// listening publisher sends it at once (in AWS the schedule picks it up).
+    wakeup: Arc<PgNotifier>,
 }
 
 impl Processor {
@@ -140,7 +148,9 @@ impl Processor {
                 &client, &deferrals, worker
             )),
         );
-        Self { pool, sender, gate, config, claims, records, deferrals, saturation: Arc::default() }
+        let (saturation, health) = (Arc::default(), Arc::default());
+        let wakeup = Arc::new(PgNotifier::new(pool.clone()));
+        Self { pool, sender, gate, config, claims, records, deferrals, saturation, health, wakeup }
     }
 
     /// `throttles`: how many times in a row flow control deferred this message.
@@ -331,6 +341,7 @@ impl Processor {
             let mut client = self.pool.get().await.map_err(DbError::from)?;
             let tx = client.transaction().await.map_err(DbError::from)?;
             let settled = deliveries::record_attempt(&tx, job, &self.config.worker_id, &record).await?;
+            let mut emitted = false;
             if settled == Settled::Recorded {
                 if outcome == AttemptOutcome::Dead {
                     let letter = DeadLetter {
@@ -344,12 +355,36 @@ impl Processor {
                     };
                     let message = QueueMessage::DeadLetterV1(letter);
                     outbox::insert_message(&tx, job.tenant_id, Some(job.delivery_id), &message).await?;
+                    let dead = DeadDelivery {
+                        delivery_id: job.delivery_id,
+                        event_id: job.event_id,
+                        event_type: &job.event_type,
+                        attempts: job.attempt_number,
+                        last_http_status: record.http_status,
+                        last_error: record.error.as_deref(),
+                    };
+                    let event = OperationalEvent::delivery_dead(job.tenant_id, &subject(job), &dead);
+                    emitted |= operational::emit(&tx, job.tenant_id, &event).await?;
                 }
                 if disables_endpoint {
                     let reason = "receiver answered 410 Gone";
-                    endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, reason).await?;
+                    if let Some(disabled) =
+                        endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, reason).await?
+                    {
+                        let event = OperationalEvent::endpoint_disabled(
+                            job.tenant_id,
+                            &disabled.subject,
+                            DisabledBy::ReceiverGone,
+                            reason,
+                            disabled.failing_since,
+                        );
+                        emitted |= operational::emit(&tx, job.tenant_id, &event).await?;
+                    }
                 }
                 tx.commit().await.map_err(DbError::from)?;
+                if emitted {
+                    self.wakeup.wake();
+                }
             }
             settled
         } else {
@@ -372,6 +407,9 @@ impl Processor {
             // message — acking here would strand it.
             return Ok(Disposition::Requeue);
         }
+        let delivered = outcome == AttemptOutcome::Delivered;
+        let window = self.config.endpoint_disable_after;
+        health::after_attempt(&self.health, &self.pool, &*self.wakeup, job, delivered, window).await;
         Ok(match wait {
             Some(wait) => Disposition::Delay { wait, throttled: false },
             None => Disposition::Ack,
@@ -389,6 +427,11 @@ fn decide(verdict: &Verdict, policy: &RetryPolicy, attempt_number: u32) -> (Atte
             None => (AttemptOutcome::Dead, None),
         },
     }
+}
+
+/// The endpoint a job's operational events are about.
+fn subject(job: &DeliveryJob) -> Subject {
+    Subject { id: job.endpoint_id, kind: job.endpoint_kind, url: job.url.clone() }
 }
 
 fn http_status(result: &SendResult) -> Option<i32> {

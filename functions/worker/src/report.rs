@@ -8,7 +8,7 @@
 use relayops_shared::domain::AttemptOutcome;
 use relayops_shared::observe::names::{
     DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_POSTPONED, DELIVERIES_REPUBLISHED,
-    DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION,
+    DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION, ENDPOINT_HEALTH_WRITES,
 };
 use relayops_shared::repo::deliveries::DeliveryJob;
 
@@ -94,4 +94,10 @@ pub fn endpoint_disabled(job: &DeliveryJob) {
         "endpoint disabled; delivery failed without an attempt"
     );
     metrics::counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "reason" => "endpoint_disabled").increment(1);
+}
+
+/// An endpoint health statement run after an attempt (`success`, `failure`,
+/// `disabled`).
+pub fn health_write(write: &'static str) {
+    metrics::counter!(ENDPOINT_HEALTH_WRITES, "write" => write).increment(1);
 }

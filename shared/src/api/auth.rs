@@ -26,6 +26,8 @@ pub struct Authenticated {
     pub scopes: Vec<Scope>,
     /// The tenant's own ingest limit (requests/s, burst), if it has one.
     pub ingest_limit: (Option<i32>, Option<i32>),
+    /// The platform operator suspended the tenant: ingest answers 403.
+    pub tenant_suspended: bool,
 }
 
 impl Authenticated {
@@ -83,6 +85,7 @@ async fn by_api_key(state: &ApiState, presented: &ApiKeySecret) -> Result<Authen
         principal: Principal::ApiKey(key.id),
         scopes: key.scopes,
         ingest_limit: (key.ingest_rate_per_sec, key.ingest_burst),
+        tenant_suspended: key.tenant_suspended,
     })
 }
 
@@ -101,5 +104,6 @@ async fn by_login_token(state: &ApiState, token: &str) -> Result<Authenticated, 
         principal: Principal::User(claims.sub),
         scopes,
         ingest_limit: (user.ingest_rate_per_sec, user.ingest_burst),
+        tenant_suspended: user.tenant_suspended,
     })
 }

@@ -71,6 +71,7 @@ mod tests {
             scopes: Vec::new(),
             ingest_rate_per_sec: None,
             ingest_burst: None,
+            tenant_suspended: false,
             last_used_stale: true,
         }
     }

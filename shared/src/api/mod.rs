@@ -75,6 +75,8 @@ pub struct ApiState {
     pub outbound: Arc<AddressPolicy>,
     /// When set, failed logins are counted per account and client address.
     pub login_throttle: Option<LoginThrottle>,
+    /// SHA-256 of the platform operators' admin token, when one is configured.
+    pub admin_token_sha256: Option<[u8; 32]>,
 }
 
 /// The tenant ingest limit: the shared token bucket and the default rate.
@@ -96,6 +98,7 @@ impl ApiState {
             api_keys: Arc::new(KeyCache::new(key_cache::DEFAULT_TTL)),
             outbound: Arc::new(AddressPolicy::default()),
             login_throttle: None,
+            admin_token_sha256: None,
         }
     }
 
@@ -111,13 +114,14 @@ impl ApiState {
         self
     }
 
-    /// Login tokens and the bootstrap token, as configured.
+    /// Login tokens, the bootstrap token and the admin token, as configured.
     pub fn with_auth(mut self, config: &AuthConfig) -> Result<Self, crate::auth::jwt::JwtError> {
         if let Some(secret) = &config.jwt_secret {
             self.jwt = Some(Arc::new(JwtKeys::new(secret.as_bytes(), config.jwt_ttl)?));
         }
         self.bootstrap_token_hash =
             config.bootstrap_token.as_ref().map(|token| Sha256::digest(token.as_bytes()).into());
+        self.admin_token_sha256 = config.admin_token_sha256;
         if let Some(ttl) = config.api_key_cache_ttl {
             self.api_keys = Arc::new(KeyCache::new(ttl));
         }
@@ -142,7 +146,11 @@ impl ApiState {
     }
 
     /// As [`check_ingest_rate`](Self::check_ingest_rate), for `events` at once.
+    /// A suspended tenant is refused first (403), before any token is taken.
     pub async fn check_ingest_rate_for(&self, caller: &Authenticated, events: u32) -> Result<(), ApiError> {
+        if caller.tenant_suspended {
+            return Err(ApiError::Suspended);
+        }
         let Some(limiter) = &self.ingest_limiter else { return Ok(()) };
         let limit = match caller.ingest_limit {
             (Some(rate), burst) => Limit { per_second: f64::from(rate), burst: burst.unwrap_or(rate).max(1) as u32 },

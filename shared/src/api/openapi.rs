@@ -32,6 +32,19 @@ pub fn bearer_scheme() -> SecurityScheme {
     SecurityScheme::Http(http)
 }
 
+/// The name of the security scheme of the platform admin API.
+pub const ADMIN: &str = "admin";
+
+/// `Authorization: Bearer <platform admin token>` (`/admin/v1/…` only).
+pub fn admin_scheme() -> SecurityScheme {
+    let mut http = Http::new(HttpAuthScheme::Bearer);
+    http.description = Some(
+        "The platform operators' token (`RELAYOPS_ADMIN_TOKEN_SHA256` holds its hash);          tenant API keys and login tokens are refused."
+            .into(),
+    );
+    SecurityScheme::Http(http)
+}
+
 macro_rules! id_schema {
     ($($name:ident),*) => {$(
         impl PartialSchema for $name {

@@ -27,6 +27,9 @@ pub enum ApiError {
     Unauthenticated(String),
     #[error("{0}")]
     Forbidden(String),
+    /// The platform operator suspended the caller's tenant (ingest refused).
+    #[error("this tenant is suspended by the platform operator; events are not accepted until it is resumed")]
+    Suspended,
     #[error("{0} not found")]
     NotFound(&'static str),
     #[error("{0}")]
@@ -58,6 +61,7 @@ impl ApiError {
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Request body too large"),
             Self::Unauthorized | Self::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
+            Self::Suspended => (StatusCode::FORBIDDEN, "tenant-suspended", "Tenant suspended"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate-limited", "Too many requests"),

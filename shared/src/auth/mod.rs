@@ -1,4 +1,5 @@
 //! Credentials: API keys (only a hash stored) and password hashing.
+pub mod admin;
 pub mod api_key;
 pub mod jwt;
 pub mod password;

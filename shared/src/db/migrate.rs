@@ -32,6 +32,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0009_retention_and_maintenance_lease",
         include_str!("../../../migrations/0009_retention_and_maintenance_lease.sql"),
     ),
+    (
+        "0010_endpoint_health_and_tenant_admin",
+        include_str!("../../../migrations/0010_endpoint_health_and_tenant_admin.sql"),
+    ),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -4,6 +4,7 @@ mod delivery_status;
 mod endpoint_url;
 mod event_type;
 mod idempotency_key;
+pub mod operational;
 mod payload;
 mod signing_secret;
 
@@ -11,6 +12,7 @@ pub use delivery_status::{AttemptOutcome, DeliveryStatus};
 pub use endpoint_url::EndpointUrl;
 pub use event_type::{EventType, EventTypePattern};
 pub use idempotency_key::IdempotencyKey;
+pub use operational::EndpointKind;
 pub use payload::{EventPayload, PayloadError, MAX_PAYLOAD_BYTES};
 pub use signing_secret::SigningSecret;
 

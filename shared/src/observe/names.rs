@@ -30,6 +30,10 @@ pub const DELIVERIES_HELD: &str = "relayops_deliveries_held_total";
 /// Messages published afresh instead of requeued because they were near the
 /// ready queue's delivery limit; no labels.
 pub const DELIVERIES_REPUBLISHED: &str = "relayops_deliveries_republished_total";
+/// Endpoint health statements the worker ran after an attempt; `write`:
+/// `success`, `failure`, `disabled` (every attempt failed for the window). The
+/// ratio to `relayops_delivery_attempts_total` is health's cost on the hot path.
+pub const ENDPOINT_HEALTH_WRITES: &str = "relayops_endpoint_health_writes_total";
 
 /// 1 while Redis cannot be asked and flow-control limits are per process
 /// (degraded), else 0.
@@ -79,6 +83,10 @@ pub fn describe_all() {
     describe_counter!(DELIVERIES_POSTPONED, "Messages sent round again unclaimed: their endpoint was just saturated.");
     describe_counter!(DELIVERIES_HELD, "Pauses of messages held (not requeued) while the database was failing.");
     describe_counter!(DELIVERIES_REPUBLISHED, "Messages published afresh near the ready queue's delivery limit.");
+    describe_counter!(
+        ENDPOINT_HEALTH_WRITES,
+        "Endpoint health writes after attempts, by kind (most attempts write none)."
+    );
     describe_gauge!(FLOW_DEGRADED, "1 while Redis is unusable and flow-control limits are per process.");
     describe_counter!(
         FLOW_LOCAL_DECISIONS,

@@ -12,7 +12,8 @@ const INSERT_API_KEY: &str =
 
 /// Not tenant-scoped: this lookup is how a request's tenant is found.
 const FIND_BY_PREFIX: &str =
-    "SELECT k.id, k.tenant_id, k.key_hash, k.scopes, k.last_used_at, t.ingest_rate_per_sec, t.ingest_burst
+    "SELECT k.id, k.tenant_id, k.key_hash, k.scopes, k.last_used_at, t.ingest_rate_per_sec, t.ingest_burst,
+            t.suspended_at IS NOT NULL AS tenant_suspended
      FROM relayops.api_keys k JOIN relayops.tenants t ON t.id = k.tenant_id
      WHERE k.key_prefix = $1 AND k.revoked_at IS NULL";
 
@@ -61,6 +62,8 @@ pub struct VerifiedApiKey {
     /// The tenant's own ingest limit, if it has one.
     pub ingest_rate_per_sec: Option<i32>,
     pub ingest_burst: Option<i32>,
+    /// The platform operator suspended the tenant (its ingest is refused).
+    pub tenant_suspended: bool,
     /// Whether `last_used_at` is more than a minute old (or unset): only then
     /// is it worth writing again.
     pub last_used_stale: bool,
@@ -82,6 +85,7 @@ pub async fn verify(client: &impl GenericClient, presented: &ApiKeySecret) -> Re
         scopes: scopes.iter().filter_map(|scope| Scope::parse(scope)).collect(),
         ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
         ingest_burst: row.get("ingest_burst"),
+        tenant_suspended: row.get("tenant_suspended"),
         last_used_stale: row
             .get::<_, Option<chrono::DateTime<chrono::Utc>>>("last_used_at")
             .is_none_or(|at| chrono::Utc::now() - at > chrono::Duration::minutes(1)),

@@ -9,8 +9,9 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
 use crate::db::DbError;
-use crate::domain::{AttemptOutcome, DeliveryStatus};
+use crate::domain::{AttemptOutcome, DeliveryStatus, EndpointKind};
 use crate::ids::{AttemptId, DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::endpoints::EndpointHealth;
 use crate::repo::sql;
 
 /// What a claim returns: everything [`DeliveryJob`] needs besides the ids.
@@ -19,6 +20,7 @@ macro_rules! claimed_columns {
         "d.attempt_count, d.event_id, d.endpoint_id, e.event_type, e.payload::text AS body,
          ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
          ep.rate_limit_per_sec, ep.rate_limit_burst, ep.max_in_flight,
+         ep.kind, ep.failing_since, ep.last_success_at, ep.last_failure_at,
          CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret"
     };
 }
@@ -79,6 +81,9 @@ pub struct DeliveryJob {
     pub body: String,
     pub url: String,
     pub endpoint_enabled: bool,
+    pub endpoint_kind: EndpointKind,
+    /// The endpoint's health as the claim read it (see `repo::endpoint_health`).
+    pub endpoint_health: EndpointHealth,
     pub timeout_ms: Option<i32>,
     /// The endpoint's retry policy; `None` means the platform default.
     pub max_attempts: Option<i32>,
@@ -115,6 +120,8 @@ pub(crate) fn job_from_row(tenant: TenantId, delivery: DeliveryId, row: &Row) ->
         body: row.get("body"),
         url: row.get("url"),
         endpoint_enabled: row.get("enabled"),
+        endpoint_kind: EndpointKind::from_stored(row.get("kind")),
+        endpoint_health: EndpointHealth::from_row(row),
         timeout_ms: row.get("timeout_ms"),
         max_attempts: row.get("max_attempts"),
         retry_schedule_secs: row.get("retry_schedule_secs"),

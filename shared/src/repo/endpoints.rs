@@ -4,12 +4,14 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
 use crate::db::DbError;
-use crate::domain::{EndpointUrl, EventTypePattern, SigningSecret};
+use crate::domain::operational::Subject;
+use crate::domain::{EndpointKind, EndpointUrl, EventTypePattern, SigningSecret};
 use crate::ids::{EndpointId, SubscriptionId, TenantId};
 use crate::repo::sql;
 
-const ENDPOINT_COLUMNS: &str = "id, url, description, enabled, disabled_reason, rate_limit_per_sec,
-     rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, created_at, updated_at";
+const ENDPOINT_COLUMNS: &str = "id, kind, url, description, enabled, disabled_reason, rate_limit_per_sec,
+     rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, created_at, updated_at,
+     failing_since, last_success_at, last_failure_at";
 
 const INSERT_SUBSCRIPTION: &str =
     "INSERT INTO relayops.endpoint_subscriptions (id, tenant_id, endpoint_id, event_type_pattern)
@@ -23,6 +25,7 @@ const LIST_SUBSCRIPTIONS: &str = "SELECT id, event_type_pattern, created_at FROM
 #[derive(Debug, Clone)]
 pub struct EndpointRecord {
     pub id: EndpointId,
+    pub kind: EndpointKind,
     pub url: String,
     pub description: String,
     pub enabled: bool,
@@ -35,12 +38,36 @@ pub struct EndpointRecord {
     pub retry_schedule_secs: Option<Vec<i32>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    pub health: EndpointHealth,
+}
+
+/// An endpoint's health as recorded (see [`endpoint_health`](super::endpoint_health)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointHealth {
+    /// Since when every attempt has failed; `None` while the last one succeeded
+    /// (or none was made).
+    pub failing_since: Option<DateTime<Utc>>,
+    /// The last success and failure, each to within
+    /// [`HEALTH_TIME_RESOLUTION_SECS`](super::endpoint_health::HEALTH_TIME_RESOLUTION_SECS).
+    pub last_success_at: Option<DateTime<Utc>>,
+    pub last_failure_at: Option<DateTime<Utc>>,
+}
+
+impl EndpointHealth {
+    pub(crate) fn from_row(row: &Row) -> Self {
+        Self {
+            failing_since: row.get("failing_since"),
+            last_success_at: row.get("last_success_at"),
+            last_failure_at: row.get("last_failure_at"),
+        }
+    }
 }
 
 impl EndpointRecord {
     fn from_row(row: &Row) -> Self {
         Self {
             id: EndpointId::from_uuid(row.get("id")),
+            kind: EndpointKind::from_stored(row.get("kind")),
             url: row.get("url"),
             description: row.get("description"),
             enabled: row.get("enabled"),
@@ -53,11 +80,13 @@ impl EndpointRecord {
             retry_schedule_secs: row.get("retry_schedule_secs"),
             created_at: row.get("created_at"),
             updated_at: row.get("updated_at"),
+            health: EndpointHealth::from_row(row),
         }
     }
 }
 
 pub struct NewEndpoint<'a> {
+    pub kind: EndpointKind,
     pub url: &'a EndpointUrl,
     pub description: &'a str,
     pub secret: &'a SigningSecret,
@@ -77,8 +106,8 @@ pub async fn insert_endpoint(
 ) -> Result<EndpointRecord, DbError> {
     let sql = format!(
         "INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, description, secret, enabled,
-             rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, kind)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          RETURNING {ENDPOINT_COLUMNS}"
     );
     let row = sql::query_one(
@@ -97,6 +126,7 @@ pub async fn insert_endpoint(
             &endpoint.max_attempts,
             &endpoint.timeout_ms,
             &endpoint.retry_schedule_secs,
+            &endpoint.kind.as_str(),
         ],
     )
     .await?;
@@ -180,17 +210,38 @@ pub async fn list_subscriptions(
 }
 
 const DISABLE: &str = "UPDATE relayops.webhook_endpoints SET enabled = false, disabled_reason = $3, updated_at = now()
-     WHERE tenant_id = $1 AND id = $2";
+     WHERE tenant_id = $1 AND id = $2 AND enabled
+     RETURNING id, kind, url, failing_since";
 
-/// Disables an endpoint (e.g. it answered 410 Gone); new events skip it.
+/// An endpoint that one of these calls just disabled (it was enabled).
+#[derive(Debug, Clone)]
+pub struct DisabledEndpoint {
+    pub subject: Subject,
+    pub failing_since: Option<DateTime<Utc>>,
+}
+
+pub(crate) fn disabled_from_row(row: &Row) -> DisabledEndpoint {
+    DisabledEndpoint {
+        subject: Subject {
+            id: EndpointId::from_uuid(row.get("id")),
+            kind: EndpointKind::from_stored(row.get("kind")),
+            url: row.get("url"),
+        },
+        failing_since: row.get("failing_since"),
+    }
+}
+
+/// Disables an endpoint (e.g. it answered 410 Gone); new events skip it, and
+/// the worker settles its remaining deliveries as `failed` when they come up.
+/// `None` when it was disabled already (or is gone).
 pub async fn disable_endpoint(
     client: &impl GenericClient,
     tenant: TenantId,
     id: EndpointId,
     reason: &str,
-) -> Result<(), DbError> {
-    sql::execute(client, DISABLE, &[&tenant.as_uuid(), &id.as_uuid(), &reason]).await?;
-    Ok(())
+) -> Result<Option<DisabledEndpoint>, DbError> {
+    let row = sql::query_opt(client, DISABLE, &[&tenant.as_uuid(), &id.as_uuid(), &reason]).await?;
+    Ok(row.as_ref().map(disabled_from_row))
 }
 
 const ROTATE_SECRET: &str = "UPDATE relayops.webhook_endpoints
@@ -228,13 +279,27 @@ pub struct EndpointChanges<'a> {
     pub timeout_ms: Option<Option<i32>>,
 }
 
-/// Applies the changes; re-enabling clears the disabled reason.
+/// An endpoint after a change, and whether the change enabled or disabled it.
+#[derive(Debug, Clone)]
+pub struct UpdatedEndpoint {
+    pub endpoint: EndpointRecord,
+    /// `Some(true)`: it was disabled and is now enabled; `Some(false)`: the reverse.
+    pub switched: Option<bool>,
+}
+
+/// Applies the changes; re-enabling clears the disabled reason and the failing
+/// state (so a re-enabled endpoint gets the whole window again). Locks the row
+/// first so two concurrent PATCHes agree on which of them switched it.
 pub async fn update_endpoint(
     client: &impl GenericClient,
     tenant: TenantId,
     id: EndpointId,
     changes: &EndpointChanges<'_>,
-) -> Result<Option<EndpointRecord>, DbError> {
+) -> Result<Option<UpdatedEndpoint>, DbError> {
+    let Some(before) = sql::query_opt(client, LOCK_ENABLED, &[&tenant.as_uuid(), &id.as_uuid()]).await? else {
+        return Ok(None);
+    };
+    let was_enabled: bool = before.get("enabled");
     // `$n::bool` says whether the field is being changed; NULL values are real
     // values (e.g. "no rate limit"), so a flag is needed beside each.
     let sql = format!(
@@ -243,6 +308,7 @@ pub async fn update_endpoint(
              description = coalesce($4, description),
              enabled = coalesce($5, enabled),
              disabled_reason = CASE WHEN $5 THEN NULL WHEN $5 = false THEN coalesce(disabled_reason, 'disabled by an operator') ELSE disabled_reason END,
+             failing_since = CASE WHEN $5 AND NOT enabled THEN NULL ELSE failing_since END,
              rate_limit_per_sec = CASE WHEN $6 THEN $7 ELSE rate_limit_per_sec END,
              rate_limit_burst = CASE WHEN $8 THEN $9 ELSE rate_limit_burst END,
              max_in_flight = CASE WHEN $10 THEN $11 ELSE max_in_flight END,
@@ -280,5 +346,10 @@ pub async fn update_endpoint(
         ],
     )
     .await?;
-    Ok(row.as_ref().map(EndpointRecord::from_row))
+    Ok(row.as_ref().map(EndpointRecord::from_row).map(|endpoint| UpdatedEndpoint {
+        switched: (endpoint.enabled != was_enabled).then_some(endpoint.enabled),
+        endpoint,
+    }))
 }
+
+const LOCK_ENABLED: &str = "SELECT enabled FROM relayops.webhook_endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE";

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use tokio_postgres::Row;
 
 use crate::db::DbError;
-use crate::domain::{EventPayload, EventType, IdempotencyKey};
+use crate::domain::{EndpointKind, EventPayload, EventType, IdempotencyKey};
 use crate::ids::{EventId, TenantId};
 use crate::repo::retention::IDEMPOTENCY_WINDOW;
 use crate::repo::sql;
@@ -15,7 +15,9 @@ use crate::repo::sql;
 /// The whole of ingest in ONE statement (atomic by itself, one round trip):
 /// the idempotency key, if any (a key older than its window, or whose event is
 /// gone, is taken over); the event; one delivery per enabled endpoint of the
-/// tenant whose subscription matches exactly, by `prefix.*`, or `*` (the rule
+/// tenant of the kind given (`$10`: the tenant's events go to its `webhook`
+/// endpoints only, the platform's operational events to its `operational`
+/// endpoints only) whose subscription matches exactly, by `prefix.*`, or `*` (the rule
 /// of `EventTypePattern::matches`), its id carrying the event id's time
 /// (`relayops.delivery_id_for`: the id names the partition); one outbox row per
 /// delivery. A key held by another event inserts nothing and returns no row,
@@ -42,7 +44,7 @@ const INGEST: &str = "WITH key AS (
          INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
          SELECT relayops.delivery_id_for(new_event.id), ep.tenant_id, new_event.id, ep.id
          FROM new_event JOIN relayops.webhook_endpoints ep ON ep.tenant_id = new_event.tenant_id
-         WHERE ep.enabled
+         WHERE ep.enabled AND ep.kind = $10
            AND EXISTS (
              SELECT 1 FROM relayops.endpoint_subscriptions s
              WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
@@ -111,11 +113,31 @@ pub enum IngestOutcome {
 }
 
 /// One statement: atomic without a transaction; inside the caller's (a batch)
-/// it commits with the rest.
+/// it commits with the rest. Fans out to the tenant's `webhook` endpoints.
 pub async fn insert_event_with_deliveries(
     client: &impl GenericClient,
     tenant: TenantId,
     event: &NewEvent<'_>,
+) -> Result<IngestOutcome, DbError> {
+    insert_for_kind(client, tenant, event, EndpointKind::Webhook).await
+}
+
+/// The same statement for an operational event (see
+/// [`domain::operational`](crate::domain::operational)): it fans out to the
+/// tenant's `operational` endpoints only. Use [`operational::emit`](super::operational::emit).
+pub(crate) async fn insert_operational_event(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    event: &NewEvent<'_>,
+) -> Result<IngestOutcome, DbError> {
+    insert_for_kind(client, tenant, event, EndpointKind::Operational).await
+}
+
+async fn insert_for_kind(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    event: &NewEvent<'_>,
+    kind: EndpointKind,
 ) -> Result<IngestOutcome, DbError> {
     let id = EventId::new();
     let request_hash = event.request_hash();
@@ -134,6 +156,7 @@ pub async fn insert_event_with_deliveries(
             &tenant.to_string(),
             &id.to_string(),
             &(IDEMPOTENCY_WINDOW.as_secs() as i64),
+            &kind.as_str(),
         ],
     )
     .await?;

@@ -1,4 +1,7 @@
-//! Tenants and their first admin.
+//! Tenants and their first admin; suspension and limits (platform operators).
+use chrono::{DateTime, Utc};
+use tokio_postgres::Row;
+
 use crate::repo::GenericClient;
 
 use crate::db::DbError;
@@ -44,4 +47,63 @@ pub async fn set_ingest_limit(
     burst: Option<i32>,
 ) -> Result<bool, DbError> {
     Ok(sql::execute(client, SET_INGEST_LIMIT, &[&tenant.as_uuid(), &rate_per_sec, &burst]).await? == 1)
+}
+
+/// A tenant as the platform operator sees it (the admin API).
+#[derive(Debug, Clone)]
+pub struct TenantRecord {
+    pub id: TenantId,
+    pub name: String,
+    pub ingest_rate_per_sec: Option<i32>,
+    pub ingest_burst: Option<i32>,
+    pub suspended_at: Option<DateTime<Utc>>,
+    pub suspended_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+const TENANT_COLUMNS: &str = "id, name, ingest_rate_per_sec, ingest_burst, suspended_at, suspended_reason, created_at";
+
+impl TenantRecord {
+    fn from_row(row: &Row) -> Self {
+        Self {
+            id: TenantId::from_uuid(row.get("id")),
+            name: row.get("name"),
+            ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
+            ingest_burst: row.get("ingest_burst"),
+            suspended_at: row.get("suspended_at"),
+            suspended_reason: row.get("suspended_reason"),
+            created_at: row.get("created_at"),
+        }
+    }
+}
+
+/// Not scoped by a tenant credential: the admin API acts on any tenant.
+pub async fn get_tenant(client: &impl GenericClient, id: TenantId) -> Result<Option<TenantRecord>, DbError> {
+    let sql = format!("SELECT {TENANT_COLUMNS} FROM relayops.tenants WHERE id = $1");
+    Ok(sql::query_opt(client, &sql, &[&id.as_uuid()]).await?.as_ref().map(TenantRecord::from_row))
+}
+
+/// Newest first, at most `limit` (the admin API).
+pub async fn list_tenants(client: &impl GenericClient, limit: i64) -> Result<Vec<TenantRecord>, DbError> {
+    let sql = format!("SELECT {TENANT_COLUMNS} FROM relayops.tenants ORDER BY created_at DESC, id DESC LIMIT $1");
+    Ok(sql::query(client, &sql, &[&limit]).await?.iter().map(TenantRecord::from_row).collect())
+}
+
+/// Suspends (with a reason) or, with `None`, resumes a tenant. Suspending an
+/// already suspended tenant keeps its first `suspended_at` and takes the new
+/// reason. `None` when there is no such tenant.
+pub async fn set_suspended(
+    client: &impl GenericClient,
+    id: TenantId,
+    reason: Option<&str>,
+) -> Result<Option<TenantRecord>, DbError> {
+    let sql = format!(
+        "UPDATE relayops.tenants
+         SET suspended_at = CASE WHEN $2 THEN coalesce(suspended_at, now()) END,
+             suspended_reason = CASE WHEN $2 THEN $3 END
+         WHERE id = $1
+         RETURNING {TENANT_COLUMNS}"
+    );
+    let row = sql::query_opt(client, &sql, &[&id.as_uuid(), &reason.is_some(), &reason]).await?;
+    Ok(row.as_ref().map(TenantRecord::from_row))
 }

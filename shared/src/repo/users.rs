@@ -13,7 +13,8 @@ const TOUCH_LOGIN: &str = "UPDATE relayops.user_accounts SET last_login_at = now
 
 /// The user still exists (a deleted user's token stops working), with the
 /// tenant limits requests are checked against.
-const PRINCIPAL: &str = "SELECT u.role, t.ingest_rate_per_sec, t.ingest_burst
+const PRINCIPAL: &str = "SELECT u.role, t.ingest_rate_per_sec, t.ingest_burst,
+            t.suspended_at IS NOT NULL AS tenant_suspended
      FROM relayops.user_accounts u JOIN relayops.tenants t ON t.id = u.tenant_id
      WHERE u.tenant_id = $1 AND u.id = $2";
 
@@ -43,6 +44,7 @@ pub struct UserPrincipal {
     pub role: String,
     pub ingest_rate_per_sec: Option<i32>,
     pub ingest_burst: Option<i32>,
+    pub tenant_suspended: bool,
 }
 
 pub async fn principal(
@@ -55,6 +57,7 @@ pub async fn principal(
         role: row.get("role"),
         ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
         ingest_burst: row.get("ingest_burst"),
+        tenant_suspended: row.get("tenant_suspended"),
     }))
 }
 

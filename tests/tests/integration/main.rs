@@ -1,11 +1,13 @@
 //! Integration tests against real Postgres, RabbitMQ and a real HTTP receiver.
 //! One test binary (fast to link); one module per area.
+mod admin;
 mod alerting;
 mod auth;
 mod backpressure;
 mod batching;
 mod crashes;
 mod destinations;
+mod endpoint_health;
 mod endpoints;
 mod exclusive;
 mod failover;

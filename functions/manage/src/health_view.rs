@@ -1,0 +1,81 @@
+//! An endpoint's kind and health as the API shows them (the console reads the
+//! same fields).
+use chrono::{DateTime, Utc};
+use relayops_shared::domain::EndpointKind;
+use relayops_shared::repo::endpoints::EndpointHealth;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// What an endpoint receives: the tenant's events (`webhook`, the default) or
+/// operational events about the tenant's other endpoints (`operational`:
+/// `endpoint.disabled`, `endpoint.enabled`, `delivery.dead`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KindView {
+    #[default]
+    Webhook,
+    Operational,
+}
+
+impl KindView {
+    pub fn domain(self) -> EndpointKind {
+        match self {
+            Self::Webhook => EndpointKind::Webhook,
+            Self::Operational => EndpointKind::Operational,
+        }
+    }
+
+    pub fn of(kind: EndpointKind) -> Self {
+        match kind {
+            EndpointKind::Webhook => Self::Webhook,
+            EndpointKind::Operational => Self::Operational,
+        }
+    }
+}
+
+/// `disabled` (by an operator, a 410, or health), `failing` (every attempt
+/// since `failing_since` failed), `healthy` (the last attempt succeeded) or
+/// `unknown` (no attempt yet, or none since it was re-enabled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    Healthy,
+    Failing,
+    Disabled,
+    Unknown,
+}
+
+/// The endpoint's health. Times of the last success and failure are kept to
+/// within a minute (they are written at most once a minute per endpoint).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthView {
+    status: HealthStatus,
+    /// Since when every attempt has failed; `null` once one succeeds. After
+    /// the configured window (default 5 days) the endpoint is disabled.
+    failing_since: Option<DateTime<Utc>>,
+    last_success_at: Option<DateTime<Utc>>,
+    last_failure_at: Option<DateTime<Utc>>,
+}
+
+impl HealthView {
+    pub fn new(enabled: bool, health: EndpointHealth) -> Self {
+        // Re-enabling clears `failing_since`; until the next attempt the last
+        // failure is newer than the last success, and nothing is known yet.
+        let succeeded_last = match (health.last_success_at, health.last_failure_at) {
+            (Some(success), Some(failure)) => success >= failure,
+            (success, _) => success.is_some(),
+        };
+        let status = match (enabled, health.failing_since) {
+            (false, _) => HealthStatus::Disabled,
+            (true, Some(_)) => HealthStatus::Failing,
+            (true, None) if succeeded_last => HealthStatus::Healthy,
+            (true, None) => HealthStatus::Unknown,
+        };
+        Self {
+            status,
+            failing_since: health.failing_since,
+            last_success_at: health.last_success_at,
+            last_failure_at: health.last_failure_at,
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! Emitting an operational event: stored as one of the tenant's events and
+//! fanned out, by the ingest statement, to the tenant's enabled operational
+//! endpoints whose subscriptions match (outbox, retries, signatures and the
+//! outbound filter as for any event). Run it in the transaction that makes the
+//! change it reports, so the event exists exactly when the change does.
+use crate::db::DbError;
+use crate::domain::operational::OperationalEvent;
+use crate::ids::TenantId;
+use crate::repo::events::{self, NewEvent};
+use crate::repo::{sql, GenericClient};
+
+/// Whether the tenant has an operational endpoint that could receive anything:
+/// without one nothing is stored (no event rows nobody asked for).
+const HAS_OPERATIONAL_ENDPOINT: &str = "SELECT EXISTS (
+     SELECT 1 FROM relayops.webhook_endpoints WHERE tenant_id = $1 AND kind = 'operational' AND enabled)";
+
+/// Stores the event when the loop rule allows it and the tenant has an enabled
+/// operational endpoint; returns whether it was stored.
+pub async fn emit(client: &impl GenericClient, tenant: TenantId, event: &OperationalEvent) -> Result<bool, DbError> {
+    if !event.is_emitted() {
+        return Ok(false);
+    }
+    let row = sql::query_one(client, HAS_OPERATIONAL_ENDPOINT, &[&tenant.as_uuid()]).await?;
+    if !row.get::<_, bool>(0) {
+        return Ok(false);
+    }
+    let new_event = NewEvent { event_type: &event.event_type, payload: &event.payload, idempotency_key: None };
+    events::insert_operational_event(client, tenant, &new_event).await?;
+    tracing::info!(tenant_id = %tenant, event_type = event.event_type.as_str(), "operational event emitted");
+    Ok(true)
+}

@@ -1,0 +1,193 @@
+//! The platform admin API (issue 16, SPEC §10): operators create tenants,
+//! suspend and resume them and set their limits with the platform token;
+//! tenants' credentials never reach it and the platform token is no tenant
+//! credential.
+use relayops_tests::{eventually, TestEnv, WAIT};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn admin(env: &TestEnv) -> Option<&str> {
+    Some(env.config.admin_token.as_str())
+}
+
+async fn create_tenant(env: &TestEnv, email: &str) -> Value {
+    let body = json!({ "name": "Acme", "admin_email": email, "admin_password": "acme-password-1" });
+    let created = env.request(Method::POST, "/admin/v1/tenants", admin(env), Some(body)).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    created.body
+}
+
+/// Posts events once each until one is answered `status` (a change made
+/// through the admin API applies within the API-key cache's lifetime).
+async fn post_until_answered(env: &TestEnv, status: u16) -> relayops_tests::Answer {
+    eventually(WAIT, || async {
+        let answer = env.post_event_once("order.created", json!({})).await;
+        if answer.status == status {
+            Ok(answer)
+        } else {
+            Err(format!("{} {:?}", answer.status, answer.body))
+        }
+    })
+    .await
+}
+
+async fn post_event_as(env: &TestEnv, key: &str, path: &str, body: Value) -> relayops_tests::Answer {
+    env.request(Method::POST, path, Some(key), Some(body)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_create_tenants_that_work_at_once() {
+    let env = TestEnv::start().await;
+    let created = create_tenant(&env, "ops-created@example.com").await;
+    let tenant_id = created["tenant"]["id"].as_str().unwrap();
+    assert_eq!(created["tenant"]["suspended"], false);
+    let key = created["api_key"].as_str().unwrap();
+    assert!(key.starts_with("rk_live_"));
+
+    // The key works, and only within its own tenant.
+    let endpoints = env.request(Method::GET, "/v1/endpoints", Some(key), None).await;
+    assert_eq!(endpoints.status, 200);
+    assert_eq!(endpoints.body["data"], json!([]), "a new tenant sees none of the first tenant's endpoints");
+    let event = post_event_as(&env, key, "/v1/events", json!({ "event_type": "a.b", "payload": {} })).await;
+    assert_eq!(event.status, 201, "{:?}", event.body);
+    // The first admin can sign in.
+    let login = json!({ "email": "ops-created@example.com", "password": "acme-password-1" });
+    let session = env.request(Method::POST, "/v1/auth/login", None, Some(login)).await;
+    assert_eq!(session.status, 200);
+    assert_eq!(session.body["tenant_id"], tenant_id);
+
+    let listed = env.request(Method::GET, "/admin/v1/tenants", admin(&env), None).await;
+    let ids: Vec<_> = listed.body["data"].as_array().unwrap().iter().map(|t| t["id"].clone()).collect();
+    assert_eq!(ids.len(), 2, "the test's tenant and the new one");
+    assert_eq!(ids[0], tenant_id, "newest first");
+    let one = env.request(Method::GET, &format!("/admin/v1/tenants/{tenant_id}"), admin(&env), None).await;
+    assert_eq!(one.body["name"], "Acme");
+
+    // Bad input: clear problems, nothing written.
+    let duplicate =
+        json!({ "name": "Again", "admin_email": "OPS-created@example.com", "admin_password": "acme-password-1" });
+    env.request(Method::POST, "/admin/v1/tenants", admin(&env), Some(duplicate)).await.expect_problem(409);
+    let short = json!({ "name": "X", "admin_email": "x@example.com", "admin_password": "short" });
+    env.request(Method::POST, "/admin/v1/tenants", admin(&env), Some(short)).await.expect_problem(422);
+    assert_eq!(env.count("tenants").await, 2);
+    env.request(Method::GET, "/admin/v1/tenants/ten_nothex", admin(&env), None).await.expect_problem(400);
+    let missing = format!("/admin/v1/tenants/ten_{}", "0".repeat(32));
+    env.request(Method::GET, &missing, admin(&env), None).await.expect_problem(404);
+    env.request(Method::GET, "/admin/v1/tenants?limit=0", admin(&env), None).await.expect_problem(400);
+    env.request(Method::GET, "/admin/v1/tenants?color=red", admin(&env), None).await.expect_problem(400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_credentials_never_reach_the_admin_api_and_the_admin_token_is_no_tenant_credential() {
+    let env = TestEnv::start().await;
+    let login = json!({ "email": env.admin_email, "password": env.admin_password });
+    let session = env.request(Method::POST, "/v1/auth/login", None, Some(login)).await;
+    let login_token = session.body["token"].as_str().unwrap().to_owned();
+    let tenant_path = format!("/admin/v1/tenants/{}", env.tenant_id);
+    let suspend = format!("{tenant_path}/suspend");
+    for credential in [Some(env.api_key.as_str()), Some(login_token.as_str()), None, Some("admin-token-wrong")] {
+        for (method, path, body) in [
+            (Method::GET, "/admin/v1/tenants", None),
+            (Method::GET, tenant_path.as_str(), None),
+            (Method::POST, suspend.as_str(), Some(json!({ "reason": "self-service" }))),
+            (
+                Method::POST,
+                "/admin/v1/tenants",
+                Some(json!({ "name": "x", "admin_email": "x@e.com", "admin_password": "0123456789" })),
+            ),
+        ] {
+            let answer = env.request(method.clone(), path, credential, body).await;
+            answer.expect_problem(401);
+        }
+    }
+    let tenant = env.request(Method::GET, &tenant_path, admin(&env), None).await;
+    assert_eq!(tenant.body["suspended"], false, "no tenant credential suspended anything");
+    assert_eq!(env.count("tenants").await, 1);
+
+    // The platform token opens no tenant route.
+    for (method, path) in [(Method::GET, "/v1/endpoints"), (Method::GET, "/v1/events"), (Method::GET, "/v1/api-keys")] {
+        env.request(method, path, admin(&env), None).await.expect_problem(401);
+    }
+    let event = json!({ "event_type": "a.b", "payload": {} });
+    env.request(Method::POST, "/v1/events", admin(&env), Some(event)).await.expect_problem(401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_tenant_cannot_ingest_but_its_accepted_events_are_delivered() {
+    let env = TestEnv::start().await;
+    // Fails twice, then accepts: its retries run while the tenant is suspended.
+    env.create_endpoint("/sim/flaky/2", &["*"], json!({ "retry_schedule_secs": [1] })).await;
+    let accepted = env.post_event("order.created", json!({})).await.body["id"].as_str().unwrap().to_owned();
+
+    let path = format!("/admin/v1/tenants/{}", env.tenant_id);
+    let suspended =
+        env.request(Method::POST, &format!("{path}/suspend"), admin(&env), Some(json!({ "reason": "unpaid" }))).await;
+    assert_eq!(suspended.status, 200, "{:?}", suspended.body);
+    assert_eq!(suspended.body["suspended"], true);
+    assert_eq!(suspended.body["suspended_reason"], "unpaid");
+
+    // Refused (within the API-key cache's 2 s), single and batch, with nothing written.
+    let refusal = post_until_answered(&env, 403).await;
+    assert_eq!(refusal.body["type"], "https://relayops.dev/problems/tenant-suspended");
+    assert!(refusal.body["detail"].as_str().unwrap().contains("suspended"));
+    let events_before = env.count("events").await;
+    let batch = env.post("/v1/events/batch", json!({ "events": [{ "event_type": "a.b", "payload": {} }] })).await;
+    batch.expect_problem(403);
+    assert_eq!(env.count("events").await, events_before);
+    // Its data stays readable, and what was accepted is delivered.
+    assert_eq!(env.get("/v1/endpoints").await.status, 200);
+    let delivered = env.wait_for_status(&accepted, "delivered").await;
+    assert_eq!(delivered["attempt_count"], 3);
+
+    let resumed = env.request(Method::POST, &format!("{path}/resume"), admin(&env), None).await;
+    assert_eq!(resumed.body["suspended"], false);
+    assert!(resumed.body["suspended_at"].is_null());
+    post_until_answered(&env, 201).await;
+    let empty =
+        env.request(Method::POST, &format!("{path}/suspend"), admin(&env), Some(json!({ "reason": " " }))).await;
+    empty.expect_problem(422);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_set_a_tenants_ingest_limit() {
+    let env = TestEnv::start().await;
+    let path = format!("/admin/v1/tenants/{}/limits", env.tenant_id);
+    let set = env
+        .request(Method::PUT, &path, admin(&env), Some(json!({ "ingest_rate_per_sec": 1, "ingest_burst": 1 })))
+        .await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    assert_eq!(set.body["ingest_rate_per_sec"], 1);
+    assert_eq!(set.body["ingest_burst"], 1);
+    // Within the key cache's lifetime, a second event in the same second is refused.
+    let limited = post_until_answered(&env, 429).await;
+    assert!(limited.headers.contains_key("retry-after"));
+    assert!(limited.body["detail"].as_str().unwrap().contains("1 events per second"), "{:?}", limited.body);
+
+    for bad in
+        [json!({ "ingest_burst": 5 }), json!({ "ingest_rate_per_sec": 0 }), json!({ "ingest_rate_per_sec": 1, "x": 1 })]
+    {
+        env.request(Method::PUT, &path, admin(&env), Some(bad)).await.expect_problem(422);
+    }
+    let cleared = env.request(Method::PUT, &path, admin(&env), Some(json!({}))).await;
+    assert!(cleared.body["ingest_rate_per_sec"].is_null(), "back to the platform default");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_function_answers_api_gateway_events_through_lambda_http() {
+    use relayops_shared::api::lambda::LambdaHttp;
+    use relayops_tests::lambda::{http_api_event, invoke_http};
+
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    let function = LambdaHttp::new(env.lambda_state(), None).app(relayops_admin::router);
+    let path = format!("/admin/v1/tenants/{}/suspend", env.tenant_id);
+    let body = json!({ "reason": "through Lambda" });
+    let refused = invoke_http(&function, http_api_event("POST", &path, Some(&env.api_key), Some(&body))).await;
+    assert_eq!(refused.status, 401, "a tenant key: {:?}", refused.body);
+    let suspended = invoke_http(&function, http_api_event("POST", &path, admin(&env), Some(&body))).await;
+    assert_eq!(suspended.status, 200, "{:?}", suspended.body);
+    assert_eq!(suspended.body["suspended"], true);
+    let ingest = LambdaHttp::new(env.lambda_state(), None).app(relayops_ingest::router);
+    let event = json!({ "event_type": "a.b", "payload": {} });
+    let answer = invoke_http(&ingest, http_api_event("POST", "/v1/events", Some(&env.api_key), Some(&event))).await;
+    assert_eq!(answer.status, 403, "a fresh container sees the suspension at once: {:?}", answer.body);
+}
