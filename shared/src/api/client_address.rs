@@ -3,9 +3,10 @@
 //! that peer is a configured trusted proxy (`RELAYOPS_TRUSTED_PROXIES`): then
 //! `X-Forwarded-For` is read from the right, skipping trusted proxies, and the
 //! first other address is the client — entries further left were written by
-//! the client and prove nothing. Without a peer (a Lambda behind API Gateway,
-//! which is its only way in) the last `X-Forwarded-For` entry is the one API
-//! Gateway appended: the address it was connected from.
+//! the client and prove nothing. In the manage Lambda the peer is the source
+//! address from API Gateway's request context (its `main.rs` sets it). Without
+//! any peer the last `X-Forwarded-For` entry is taken: the one API Gateway
+//! appends.
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
