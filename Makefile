@@ -9,9 +9,10 @@ export RELAYOPS_LOG ?= warn
 .PHONY: aws-lint lambda-smoke watch lambda-build sam-build
 
 ## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
-## every role in one process, endpoints at the simulator, events, delivery table.
+## every role in one process, endpoints at the simulator, events, delivery table,
+## then the console's address and sign-in; it keeps running until Ctrl-C.
 demo: services
-	cargo run -q -p relayops -- demo
+	cargo run -q -p relayops -- demo --keep-running
 
 ## The full check CI runs: services, formatting, clippy, then every test.
 ## Tests named `exclusive_*` restart the shared broker or Redis or load the

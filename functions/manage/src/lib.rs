@@ -14,6 +14,10 @@ use axum::Router;
 use relayops_shared::api::{not_found_fallback, ApiState};
 use utoipa::OpenApi;
 
+/// The login handler itself, so the console signs in through exactly the
+/// API's path (the same checks, throttling and errors).
+pub use sessions::{login, LoginRequest};
+
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
     Router::new()

@@ -19,7 +19,7 @@ use crate::config::AuthConfig;
 use crate::db::Pool;
 use crate::flow::{FlowControl, Limit, TokenDecision};
 
-pub use auth::{Authenticated, Principal};
+pub use auth::{by_login_token, Authenticated, Principal};
 pub use json::ApiJson;
 pub use key_cache::KeyCache;
 pub use problem::{not_found_fallback, ApiError, ProblemType};

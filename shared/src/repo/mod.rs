@@ -12,6 +12,7 @@ pub mod attempts;
 pub mod deliveries;
 pub mod delivery_batches;
 pub mod delivery_queries;
+pub mod endpoint_health;
 pub mod endpoints;
 pub mod event_queries;
 pub mod events;
