@@ -20,6 +20,7 @@ demo: services
 ## (stress-ng, scripts/with-cpu-hog.sh) so they prove themselves on a busy machine.
 test: services lint
 	bash scripts/aws-tools.sh >/dev/null  # cargo-lambda, sam, cfn-lint, moto (the SQS tests use moto_server)
+	bash scripts/browser.sh >/dev/null    # chromium + chromedriver (the console's browser tests)
 	cargo build -q -p relayops -p relayops-bench --bins
 	@if cargo nextest --version >/dev/null 2>&1; then \
 	  cargo nextest run --workspace --no-fail-fast -E 'not test(/exclusive_/)' && \

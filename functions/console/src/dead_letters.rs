@@ -61,7 +61,7 @@ pub async fn list(
                 button #bulk-preview type="submit" { "Replay all matching…" }
             }
         }
-        (page.table("/console/dead-letters", &query))
+        (page.table("/console/dead-letters", &query, Some(&session)))
     };
     Ok(layout::page(&session, Section::DeadLetters, "Dead letters", body))
 }

@@ -54,15 +54,16 @@ impl DeliveryPage {
         self.endpoints.iter().map(|endpoint| (endpoint.id, endpoint.url.as_str())).collect()
     }
 
-    /// The table of deliveries and the link to the next page.
-    pub fn table(&self, base: &str, query: &DeliveryQuery) -> Markup {
+    /// The table of deliveries and the link to the next page; with a session,
+    /// dead and failed rows get a replay button.
+    pub fn table(&self, base: &str, query: &DeliveryQuery, replay: Option<&Session>) -> Markup {
         let urls = self.urls();
         html! {
             @if self.rows.is_empty() { p.card.muted { "No deliveries match." } }
             @else {
                 div.scroll {
                     table.deliveries {
-                        thead { tr { th { "Delivery" } th { "Status" } th { "Endpoint" } th { "Attempts" } th { "Last HTTP" } th { "Last error" } th { "Created (UTC)" } } }
+                        thead { tr { th { "Delivery" } th { "Status" } th { "Endpoint" } th { "Attempts" } th { "Last HTTP" } th { "Last error" } th { "Created (UTC)" } @if replay.is_some() { th {} } } }
                         tbody {
                             @for row in &self.rows {
                                 tr data-delivery=(row.id) {
@@ -73,6 +74,16 @@ impl DeliveryPage {
                                     td.num { (row.last_http_status.map(|s| s.to_string()).unwrap_or_default()) }
                                     td.error { (row.last_error.as_deref().unwrap_or("")) }
                                     td { (layout::time(row.created_at)) }
+                                    @if let Some(session) = replay {
+                                        td {
+                                            @if matches!(row.status.as_str(), "dead" | "failed") {
+                                                form method="post" action=(format!("/console/deliveries/{}/replay", row.id)) {
+                                                    (layout::csrf_field(session))
+                                                    button.replay type="submit" { "Replay" }
+                                                }
+                                            }
+                                        }
+                                    }
                                 }
                             }
                         }
@@ -129,7 +140,7 @@ pub async fn list(
     let page = DeliveryPage::load(&client, &session, &query, None).await?;
     let body = html! {
         (filter_form("/console/deliveries", &query, &page.endpoints, true))
-        (page.table("/console/deliveries", &query))
+        (page.table("/console/deliveries", &query, Some(&session)))
     };
     Ok(layout::page(&session, Section::Deliveries, "Deliveries", body))
 }

@@ -4,6 +4,8 @@ mod alerting;
 mod auth;
 mod backpressure;
 mod batching;
+mod console;
+mod console_browser;
 mod crashes;
 mod endpoints;
 mod exclusive;
