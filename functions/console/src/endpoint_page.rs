@@ -39,8 +39,8 @@ pub async fn show(
         endpoints::get_endpoint(&client, session.tenant(), id).await?.ok_or(ConsoleError::NotFound("endpoint"))?;
     let subscriptions = endpoints::list_subscriptions(&client, session.tenant(), id).await?;
     let counts = delivery_queries::count_by_status(&client, session.tenant(), id, None, None).await?;
-    let health = HealthData::load(&client, session.tenant()).await?;
-    let summary = health.summaries.get(&id);
+    let health = HealthData::load(&client, session.tenant(), Some(id)).await?;
+    let summary = health.get(id);
     let schedule = endpoint
         .retry_schedule_secs
         .as_ref()
@@ -57,7 +57,7 @@ pub async fn show(
                 div { dt { "Success, 24 h" } dd { (layout::percent(summary.and_then(|s| s.window.success_rate()))) } }
                 div { dt { "p95, 1 h" } dd { (layout::millis(summary.and_then(|s| s.recent.p95_latency_ms))) } }
                 div { dt { "p95, 24 h" } dd { (layout::millis(summary.and_then(|s| s.window.p95_latency_ms))) } }
-                div { dt { "Last attempt" } dd { (latest_text(health.latest.get(&id))) } }
+                div { dt { "Last attempt" } dd { (latest_text(summary.map(|s| &s.latest))) } }
             }
             (health.chart(id))
             (legend())

@@ -1,7 +1,7 @@
 //! `GET /console/endpoints`: every endpoint with its health at a glance —
 //! success rate and p95 latency over the last hour and day, the latest
 //! attempt, enabled or disabled (with the reason), and a day of attempts by
-//! outcome as a chart. Three aggregate queries for the whole page
+//! outcome as a chart. One aggregate statement for the whole page
 //! (`repo::endpoint_health`), however many endpoints.
 use std::collections::HashMap;
 
@@ -12,7 +12,7 @@ use maud::{html, Markup};
 use relayops_shared::api::ApiState;
 use relayops_shared::db::DbError;
 use relayops_shared::ids::{EndpointId, TenantId};
-use relayops_shared::repo::endpoint_health::{self, HealthSummary, LatestAttempt};
+use relayops_shared::repo::endpoint_health::{self, EndpointHealth, HealthWindows, LatestAttempt};
 use relayops_shared::repo::endpoints::{self, EndpointRecord};
 use relayops_shared::repo::GenericClient;
 
@@ -41,17 +41,17 @@ pub enum Health {
 }
 
 impl Health {
-    pub fn of(endpoint: &EndpointRecord, summary: Option<&HealthSummary>, latest: Option<&LatestAttempt>) -> Self {
+    pub fn of(endpoint: &EndpointRecord, health: Option<&EndpointHealth>) -> Self {
         if !endpoint.enabled {
             return Self::Disabled;
         }
-        let Some(summary) = summary else { return Self::Idle };
-        let stats = if summary.recent.attempts > 0 { summary.recent } else { summary.window };
+        let Some(health) = health else { return Self::Idle };
+        let stats = if health.recent.attempts > 0 { health.recent } else { health.window };
         match stats.success_rate() {
             None => Self::Idle,
             Some(rate) if rate < 0.5 => Self::Failing,
             Some(rate) if rate < 0.95 => Self::Degraded,
-            Some(_) if latest.is_some_and(|latest| latest.outcome != "delivered") => Self::Degraded,
+            Some(_) if health.latest.outcome != "delivered" => Self::Degraded,
             Some(_) => Self::Healthy,
         }
     }
@@ -77,48 +77,46 @@ impl Health {
     }
 }
 
-/// Health data for the tenant's endpoints over the last day.
+/// Health of the tenant's endpoints (or one) over the last day.
 pub struct HealthData {
-    pub summaries: HashMap<EndpointId, HealthSummary>,
-    pub latest: HashMap<EndpointId, LatestAttempt>,
-    pub series: HashMap<EndpointId, Series>,
+    pub by_endpoint: HashMap<EndpointId, EndpointHealth>,
     pub chart_start: DateTime<Utc>,
 }
 
 impl HealthData {
-    pub async fn load(client: &impl GenericClient, tenant: TenantId) -> Result<Self, DbError> {
+    pub async fn load(
+        client: &impl GenericClient,
+        tenant: TenantId,
+        endpoint: Option<EndpointId>,
+    ) -> Result<Self, DbError> {
         let now = Utc::now();
         // Buckets end with the current hour, so the last bar is the one filling up.
         let current_hour = now.duration_trunc(Duration::hours(1)).unwrap_or(now);
         let chart_start = current_hour - Duration::hours(BUCKETS as i64 - 1);
-        let day_ago = now - Duration::days(1);
-        let summaries = endpoint_health::summaries(client, tenant, now - Duration::hours(1), day_ago).await?;
-        let latest = endpoint_health::latest_attempts(client, tenant, day_ago).await?;
-        let buckets = endpoint_health::outcome_buckets(client, tenant, chart_start, BUCKET_SECS).await?;
-        let mut series: HashMap<EndpointId, Series> = HashMap::new();
-        for bucket in buckets {
-            series.entry(bucket.endpoint_id).or_insert_with(|| Series::new(chart_start, BUCKET_SECS, BUCKETS)).add(
-                bucket.bucket,
-                &bucket.outcome,
-                bucket.attempts,
-            );
-        }
-        Ok(Self {
-            summaries: summaries.into_iter().map(|summary| (summary.endpoint_id, summary)).collect(),
-            latest: latest.into_iter().map(|latest| (latest.endpoint_id, latest)).collect(),
-            series,
+        let windows = HealthWindows {
+            recent_since: now - Duration::hours(1),
+            window_since: now - Duration::days(1),
             chart_start,
-        })
+            bucket_secs: BUCKET_SECS,
+        };
+        let rows = endpoint_health::load(client, tenant, windows, endpoint).await?;
+        Ok(Self { by_endpoint: rows.into_iter().map(|row| (row.endpoint_id, row)).collect(), chart_start })
+    }
+
+    pub fn get(&self, endpoint: EndpointId) -> Option<&EndpointHealth> {
+        self.by_endpoint.get(&endpoint)
     }
 
     pub fn health(&self, endpoint: &EndpointRecord) -> Health {
-        Health::of(endpoint, self.summaries.get(&endpoint.id), self.latest.get(&endpoint.id))
+        Health::of(endpoint, self.get(endpoint.id))
     }
 
     pub fn chart(&self, endpoint: EndpointId) -> Markup {
-        let empty = Series::new(self.chart_start, BUCKET_SECS, BUCKETS);
-        let series = self.series.get(&endpoint).unwrap_or(&empty);
-        chart::outcome_chart(series, "attempts by outcome, hourly, last 24 hours")
+        let mut series = Series::new(self.chart_start, BUCKET_SECS, BUCKETS);
+        for bucket in self.get(endpoint).map(|health| health.buckets.as_slice()).unwrap_or_default() {
+            series.add(bucket.bucket, &bucket.outcome, bucket.attempts);
+        }
+        chart::outcome_chart(&series, "attempts by outcome, hourly, last 24 hours")
     }
 }
 
@@ -138,15 +136,15 @@ pub fn latest_text(latest: Option<&LatestAttempt>) -> Markup {
 pub async fn list(State(state): State<ApiState>, session: Session) -> Result<Html<String>, ConsoleError> {
     let client = state.pool.get().await.map_err(DbError::from)?;
     let endpoints = endpoints::list_endpoints(&client, session.tenant(), MAX_ENDPOINTS).await?;
-    let health = HealthData::load(&client, session.tenant()).await?;
+    let health = HealthData::load(&client, session.tenant(), None).await?;
     let body = html! {
         @if endpoints.is_empty() {
             p.card { "No endpoints yet. Create one through the API (" code { "POST /v1/endpoints" } ")." }
         }
         div.endpoints {
             @for endpoint in &endpoints {
-                @let summary = health.summaries.get(&endpoint.id);
-                @let latest = health.latest.get(&endpoint.id);
+                @let summary = health.get(endpoint.id);
+                @let latest = summary.map(|s| &s.latest);
                 @let state = health.health(endpoint);
                 section.card.endpoint data-endpoint=(endpoint.id) data-health=(state.label()) {
                     div.endpoint-head {

@@ -1,9 +1,13 @@
-//! Endpoint health for the console, aggregated from the attempt history of one
-//! tenant: success rate and p95 latency over a recent window, each endpoint's
-//! latest attempt, and attempts by outcome in time buckets (for a chart).
+//! Endpoint health for the console, aggregated from one tenant's attempt
+//! history in ONE statement (one scan of the window's attempts, joined once to
+//! their deliveries for the endpoint): per endpoint, the success rate and p95
+//! latency over a recent window and a longer one, the latest attempt, and
+//! attempts by outcome in time buckets (for a chart).
 //!
-//! Read-only. Every query filters by tenant; the time window bounds how many
-//! attempts are read (a day's, for the console).
+//! Read-only; filtered by tenant (and optionally one endpoint). The window
+//! bounds how many attempts are read (a day's, for the console). Measured at
+//! 10k attempts (BENCHMARKS.md, console): three separate statements cost about
+//! three times this one, each repeating the scan and the join.
 use chrono::{DateTime, Utc};
 
 use crate::db::DbError;
@@ -11,35 +15,52 @@ use crate::ids::{EndpointId, TenantId};
 use crate::repo::sql;
 use crate::repo::GenericClient;
 
-/// Per endpoint: attempts and deliveries in `[$2, now)` ("recent") and
-/// `[$3, now)` ("window", the longer one), p95 latency of each.
-const SUMMARIES: &str = "SELECT d.endpoint_id,
-        count(*) FILTER (WHERE a.started_at >= $2) AS recent_attempts,
-        count(*) FILTER (WHERE a.started_at >= $2 AND a.outcome = 'delivered') AS recent_delivered,
-        percentile_disc(0.95) WITHIN GROUP (ORDER BY a.latency_ms) FILTER (WHERE a.started_at >= $2) AS recent_p95,
-        count(*) AS window_attempts,
-        count(*) FILTER (WHERE a.outcome = 'delivered') AS window_delivered,
-        percentile_disc(0.95) WITHIN GROUP (ORDER BY a.latency_ms) AS window_p95
-     FROM relayops.delivery_attempts a
-     JOIN relayops.deliveries d ON d.tenant_id = a.tenant_id AND d.id = a.delivery_id
-     WHERE a.tenant_id = $1 AND a.started_at >= $3
-     GROUP BY d.endpoint_id";
+/// $1 tenant, $2 recent since, $3 window since, $4 chart start, $5 bucket
+/// seconds, $6 one endpoint or NULL for all.
+const HEALTH: &str = "WITH a AS MATERIALIZED (
+        SELECT d.endpoint_id, a.id, a.outcome, a.latency_ms, a.started_at
+        FROM relayops.delivery_attempts a
+        JOIN relayops.deliveries d ON d.tenant_id = a.tenant_id AND d.id = a.delivery_id
+        WHERE a.tenant_id = $1 AND a.started_at >= $3 AND ($6::uuid IS NULL OR d.endpoint_id = $6)),
+     summary AS (
+        SELECT endpoint_id,
+            count(*) FILTER (WHERE started_at >= $2) AS recent_attempts,
+            count(*) FILTER (WHERE started_at >= $2 AND outcome = 'delivered') AS recent_delivered,
+            percentile_disc(0.95) WITHIN GROUP (ORDER BY latency_ms) FILTER (WHERE started_at >= $2) AS recent_p95,
+            count(*) AS window_attempts,
+            count(*) FILTER (WHERE outcome = 'delivered') AS window_delivered,
+            percentile_disc(0.95) WITHIN GROUP (ORDER BY latency_ms) AS window_p95,
+            max(started_at) AS latest_at
+        FROM a GROUP BY endpoint_id),
+     latest AS (
+        SELECT DISTINCT ON (s.endpoint_id) s.endpoint_id, a.id
+        FROM summary s JOIN a ON a.endpoint_id = s.endpoint_id AND a.started_at = s.latest_at
+        ORDER BY s.endpoint_id, a.id DESC),
+     buckets AS (
+        SELECT endpoint_id, array_agg(bucket) AS bucket_starts, array_agg(outcome) AS bucket_outcomes,
+               array_agg(attempts) AS bucket_attempts
+        FROM (SELECT endpoint_id, date_bin($5::bigint * interval '1 second', started_at, $4) AS bucket, outcome,
+                     count(*) AS attempts
+              FROM a WHERE started_at >= $4 GROUP BY 1, 2, 3) per_bucket
+        GROUP BY endpoint_id)
+     SELECT s.*, la.outcome AS latest_outcome, la.http_status AS latest_http_status, la.error AS latest_error,
+            b.bucket_starts, b.bucket_outcomes, b.bucket_attempts
+     FROM summary s
+     JOIN latest l USING (endpoint_id)
+     JOIN relayops.delivery_attempts la ON la.tenant_id = $1 AND la.id = l.id
+     LEFT JOIN buckets b USING (endpoint_id)";
 
-/// Each endpoint's latest attempt within the window.
-const LATEST: &str = "SELECT DISTINCT ON (d.endpoint_id) d.endpoint_id, a.outcome, a.http_status, a.error, a.started_at
-     FROM relayops.delivery_attempts a
-     JOIN relayops.deliveries d ON d.tenant_id = a.tenant_id AND d.id = a.delivery_id
-     WHERE a.tenant_id = $1 AND a.started_at >= $2
-     ORDER BY d.endpoint_id, a.started_at DESC, a.attempt_number DESC";
-
-/// Attempts by endpoint, outcome and bucket (`$3` seconds wide, from `$2`).
-const BUCKETS: &str = "SELECT d.endpoint_id,
-        date_bin($3::bigint * interval '1 second', a.started_at, $2) AS bucket,
-        a.outcome, count(*) AS attempts
-     FROM relayops.delivery_attempts a
-     JOIN relayops.deliveries d ON d.tenant_id = a.tenant_id AND d.id = a.delivery_id
-     WHERE a.tenant_id = $1 AND a.started_at >= $2
-     GROUP BY 1, 2, 3";
+/// Which attempts to aggregate, and how to bucket them.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthWindows {
+    /// The recent window (e.g. the last hour).
+    pub recent_since: DateTime<Utc>,
+    /// The longer window (e.g. the last day); nothing older is read.
+    pub window_since: DateTime<Utc>,
+    /// The chart's first bucket (at or after `window_since`).
+    pub chart_start: DateTime<Utc>,
+    pub bucket_secs: i64,
+}
 
 /// Counts and p95 latency of attempts in a window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,18 +77,9 @@ impl WindowStats {
     }
 }
 
-/// One endpoint's attempts over a recent window and a longer one.
-#[derive(Debug, Clone)]
-pub struct HealthSummary {
-    pub endpoint_id: EndpointId,
-    pub recent: WindowStats,
-    pub window: WindowStats,
-}
-
 /// An endpoint's latest attempt.
 #[derive(Debug, Clone)]
 pub struct LatestAttempt {
-    pub endpoint_id: EndpointId,
     pub outcome: String,
     pub http_status: Option<i32>,
     pub error: Option<String>,
@@ -77,74 +89,74 @@ pub struct LatestAttempt {
 /// Attempts of one outcome in one time bucket.
 #[derive(Debug, Clone)]
 pub struct OutcomeBucket {
-    pub endpoint_id: EndpointId,
     pub bucket: DateTime<Utc>,
     pub outcome: String,
     pub attempts: i64,
 }
 
-/// Per endpoint with attempts since `window_since`: stats since `recent_since`
-/// (e.g. the last hour) and since `window_since` (e.g. the last day).
-pub async fn summaries(
-    client: &impl GenericClient,
-    tenant: TenantId,
-    recent_since: DateTime<Utc>,
-    window_since: DateTime<Utc>,
-) -> Result<Vec<HealthSummary>, DbError> {
-    let rows = sql::query(client, SUMMARIES, &[&tenant.as_uuid(), &recent_since, &window_since]).await?;
-    Ok(rows
-        .iter()
-        .map(|row| HealthSummary {
-            endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
-            recent: WindowStats {
-                attempts: row.get("recent_attempts"),
-                delivered: row.get("recent_delivered"),
-                p95_latency_ms: row.get("recent_p95"),
-            },
-            window: WindowStats {
-                attempts: row.get("window_attempts"),
-                delivered: row.get("window_delivered"),
-                p95_latency_ms: row.get("window_p95"),
-            },
-        })
-        .collect())
+/// One endpoint's health (only endpoints with attempts in the window have one).
+#[derive(Debug, Clone)]
+pub struct EndpointHealth {
+    pub endpoint_id: EndpointId,
+    pub recent: WindowStats,
+    pub window: WindowStats,
+    pub latest: LatestAttempt,
+    pub buckets: Vec<OutcomeBucket>,
 }
 
-/// Each endpoint's latest attempt since `since`.
-pub async fn latest_attempts(
+/// The health of the tenant's endpoints with attempts in the windows (or of
+/// `endpoint` alone).
+pub async fn load(
     client: &impl GenericClient,
     tenant: TenantId,
-    since: DateTime<Utc>,
-) -> Result<Vec<LatestAttempt>, DbError> {
-    let rows = sql::query(client, LATEST, &[&tenant.as_uuid(), &since]).await?;
+    windows: HealthWindows,
+    endpoint: Option<EndpointId>,
+) -> Result<Vec<EndpointHealth>, DbError> {
+    let endpoint = endpoint.map(|id| id.as_uuid());
+    let rows = sql::query(
+        client,
+        HEALTH,
+        &[
+            &tenant.as_uuid(),
+            &windows.recent_since,
+            &windows.window_since,
+            &windows.chart_start,
+            &windows.bucket_secs,
+            &endpoint,
+        ],
+    )
+    .await?;
     Ok(rows
         .iter()
-        .map(|row| LatestAttempt {
-            endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
-            outcome: row.get("outcome"),
-            http_status: row.get("http_status"),
-            error: row.get("error"),
-            started_at: row.get("started_at"),
-        })
-        .collect())
-}
-
-/// Attempts since `since` by endpoint, outcome and `bucket_secs`-wide bucket
-/// (buckets aligned on `since`; empty buckets are absent).
-pub async fn outcome_buckets(
-    client: &impl GenericClient,
-    tenant: TenantId,
-    since: DateTime<Utc>,
-    bucket_secs: i64,
-) -> Result<Vec<OutcomeBucket>, DbError> {
-    let rows = sql::query(client, BUCKETS, &[&tenant.as_uuid(), &since, &bucket_secs]).await?;
-    Ok(rows
-        .iter()
-        .map(|row| OutcomeBucket {
-            endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
-            bucket: row.get("bucket"),
-            outcome: row.get("outcome"),
-            attempts: row.get("attempts"),
+        .map(|row| {
+            let starts: Vec<DateTime<Utc>> = row.get::<_, Option<_>>("bucket_starts").unwrap_or_default();
+            let outcomes: Vec<String> = row.get::<_, Option<_>>("bucket_outcomes").unwrap_or_default();
+            let attempts: Vec<i64> = row.get::<_, Option<_>>("bucket_attempts").unwrap_or_default();
+            EndpointHealth {
+                endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
+                recent: WindowStats {
+                    attempts: row.get("recent_attempts"),
+                    delivered: row.get("recent_delivered"),
+                    p95_latency_ms: row.get("recent_p95"),
+                },
+                window: WindowStats {
+                    attempts: row.get("window_attempts"),
+                    delivered: row.get("window_delivered"),
+                    p95_latency_ms: row.get("window_p95"),
+                },
+                latest: LatestAttempt {
+                    outcome: row.get("latest_outcome"),
+                    http_status: row.get("latest_http_status"),
+                    error: row.get("latest_error"),
+                    started_at: row.get("latest_at"),
+                },
+                buckets: starts
+                    .into_iter()
+                    .zip(outcomes)
+                    .zip(attempts)
+                    .map(|((bucket, outcome), attempts)| OutcomeBucket { bucket, outcome, attempts })
+                    .collect(),
+            }
         })
         .collect())
 }
