@@ -37,8 +37,11 @@ test: services lint
 ## The load generator against a release build of `relayops all` (see BENCHMARKS.md).
 bench: services
 	cargo build --release -q -p relayops -p relayops-bench
-	# The bench's receiver listens on a random loopback port, beside the simulator.
-	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 $${CARGO_TARGET_DIR:-target}/release/relayops all & pid=$$!; \
+	# The bench's receiver listens on a random loopback port, beside the simulator;
+	# the console scenario signs in (login tokens need a key).
+	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 \
+	  RELAYOPS_JWT_SECRET=$${RELAYOPS_JWT_SECRET:-bench-only-jwt-secret-0123456789abcdef} \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops all & pid=$$!; \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
 
 ## The backlog-drain scenario: `relayops api` (no worker) + the bench, which
