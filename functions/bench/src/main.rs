@@ -175,6 +175,7 @@ async fn main() -> anyhow::Result<()> {
     if scenarios.contains(&"console") {
         let run = console::ConsoleRun {
             target: &target,
+            pool: &pool,
             email: &email,
             password: &password,
             deliveries: args.console_deliveries,
