@@ -9,9 +9,10 @@ export RELAYOPS_LOG ?= warn
 .PHONY: aws-lint lambda-smoke watch lambda-build sam-build
 
 ## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
-## every role in one process, endpoints at the simulator, events, delivery table.
+## every role in one process, endpoints at the simulator, events, delivery table,
+## then the console's address and sign-in; it keeps running until Ctrl-C.
 demo: services
-	cargo run -q -p relayops -- demo
+	cargo run -q -p relayops -- demo --keep-running
 
 ## The full check CI runs: services, formatting, clippy, then every test.
 ## Tests named `exclusive_*` restart the shared broker or Redis or load the
@@ -19,6 +20,7 @@ demo: services
 ## (stress-ng, scripts/with-cpu-hog.sh) so they prove themselves on a busy machine.
 test: services lint
 	bash scripts/aws-tools.sh >/dev/null  # cargo-lambda, sam, cfn-lint, moto (the SQS tests use moto_server)
+	bash scripts/browser.sh >/dev/null    # chromium + chromedriver (the console's browser tests)
 	cargo build -q -p relayops -p relayops-bench --bins
 	@if cargo nextest --version >/dev/null 2>&1; then \
 	  cargo nextest run --workspace --no-fail-fast -E 'not test(/exclusive_/)' && \
@@ -35,8 +37,11 @@ test: services lint
 ## The load generator against a release build of `relayops all` (see BENCHMARKS.md).
 bench: services
 	cargo build --release -q -p relayops -p relayops-bench
-	# The bench's receiver listens on a random loopback port, beside the simulator.
-	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 $${CARGO_TARGET_DIR:-target}/release/relayops all & pid=$$!; \
+	# The bench's receiver listens on a random loopback port, beside the simulator;
+	# the console scenario signs in (login tokens need a key).
+	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 \
+	  RELAYOPS_JWT_SECRET=$${RELAYOPS_JWT_SECRET:-bench-only-jwt-secret-0123456789abcdef} \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops all & pid=$$!; \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
 
 ## The backlog-drain scenario: `relayops api` (no worker) + the bench, which

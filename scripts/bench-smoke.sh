@@ -9,13 +9,16 @@ export RELAYOPS_API_LISTEN=127.0.0.1:18080 RELAYOPS_SIMULATOR_LISTEN=127.0.0.1:1
 export RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32
 # The worker the backlog scenario starts picks a free operations port.
 export RELAYOPS_WORKER_HEALTH_LISTEN=127.0.0.1:0
+# The console scenario signs in (login tokens need a key).
+export RELAYOPS_JWT_SECRET="${RELAYOPS_JWT_SECRET:-bench-smoke-jwt-secret-0123456789abcdef}"
 out=/tmp/relayops-bench-smoke.json
 
 "$target/relayops" all > /tmp/relayops-bench-smoke.log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 "$target/relayops-bench" --api http://127.0.0.1:18080 --events 300 --concurrency 8 --ceiling-secs 1 \
-  --rate 50 --paced-secs 2 --json > "$out"
+  --rate 50 --paced-secs 2 --console-deliveries 300 --console-rounds 3 --json \
+  --scenarios ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow,console > "$out"
 kill $pid; wait $pid 2>/dev/null || true
 
 "$target/relayops" api > /tmp/relayops-bench-smoke-api.log 2>&1 &
@@ -24,7 +27,7 @@ pid=$!
   --backlog-prefetch 100 --relayops-bin "$target/relayops" --json > "$out.backlog"
 
 complete=$(cat "$out" "$out.backlog" | grep -c '"complete": true' || true)
-for scenario in delivery delivery_batched fanout_10 fanout_10_batched paced slow_endpoint backlog; do
+for scenario in delivery delivery_batched fanout_10 fanout_10_batched paced slow_endpoint backlog console; do
   grep -q "\"$scenario\"" "$out" "$out.backlog" || { echo "bench smoke: no $scenario figures" >&2; exit 1; }
 done
 [ "$complete" -ge 6 ] || { echo "bench smoke: only $complete scenarios completed" >&2; cat "$out" "$out.backlog" >&2; exit 1; }

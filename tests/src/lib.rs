@@ -8,6 +8,8 @@
 //! databases) and `RELAYOPS_TEST_AMQP_URL`; the defaults match the script.
 //! [`Services`] points a test elsewhere: the TLS-only servers or pgbouncer
 //! (`managed`).
+pub mod browser;
+pub mod console;
 pub mod https;
 mod inspect;
 pub mod lambda;

@@ -6,6 +6,7 @@
 //! machines.
 mod backlog;
 mod ceilings;
+mod console;
 mod memory;
 mod paced;
 mod protocol;
@@ -43,7 +44,7 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
-    /// delivery-batched, fanout, fanout-batched, paced, slow, backlog.
+    /// delivery-batched, fanout, fanout-batched, paced, slow, backlog, console.
     /// `backlog` needs `--relayops-bin` and a target running without a worker
     /// (`relayops api`).
     #[arg(long, default_value = "ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow")]
@@ -63,6 +64,12 @@ struct Args {
     /// The `relayops` binary the `backlog` scenario runs `worker` from.
     #[arg(long)]
     relayops_bin: Option<String>,
+    /// Deliveries the `console` scenario's tenant gets before its pages are timed.
+    #[arg(long, default_value_t = 10_000)]
+    console_deliveries: usize,
+    /// Requests per page in the `console` scenario.
+    #[arg(long, default_value_t = 30)]
+    console_rounds: usize,
     /// Print one JSON document instead of the human report.
     #[arg(long)]
     json: bool,
@@ -164,6 +171,18 @@ async fn main() -> anyhow::Result<()> {
             timeout: Duration::from_secs(600),
         };
         report.insert("backlog".into(), serde_json::to_value(run.run().await?)?);
+    }
+    if scenarios.contains(&"console") {
+        let run = console::ConsoleRun {
+            target: &target,
+            pool: &pool,
+            email: &email,
+            password: &password,
+            deliveries: args.console_deliveries,
+            rounds: args.console_rounds,
+            timeout,
+        };
+        report.insert("console".into(), serde_json::to_value(run.run().await?)?);
     }
     report.insert("processes".into(), serde_json::to_value(memory::relayops_processes())?);
     add_ratios(&mut report);
@@ -268,6 +287,19 @@ fn print_human(report: &serde_json::Map<String, serde_json::Value>) {
             if b["complete"] == true { "" } else { " INCOMPLETE" }, b["worker_prefetch"], f(&b["worker_peak_rss_mib"]),
             f(&b["ingest_during_drain"]["p50_ms"]), f(&b["ingest_during_drain"]["p99_ms"])
         );
+    }
+    if let Some(c) = report.get("console") {
+        println!("console    {} deliveries; {} requests per page:", c["deliveries"], c["rounds"]);
+        if let Some(pages) = c["pages"].as_object() {
+            for (page, p) in pages {
+                println!(
+                    "           {page:<38} p50 {} ms  p95 {} ms  max {} ms",
+                    f(&p["p50_ms"]),
+                    f(&p["p95_ms"]),
+                    f(&p["max_ms"])
+                );
+            }
+        }
     }
     if let Some(r) = report.get("ratios") {
         println!("ratios     {r}");

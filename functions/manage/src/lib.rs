@@ -21,6 +21,9 @@ use utoipa::OpenApi;
 
 /// The account rules (email, password) the admin API's tenant creation shares.
 pub use sessions::{checked_email, checked_password};
+/// The login handler itself, so the console signs in through exactly the
+/// API's path (the same checks, throttling and errors).
+pub use sessions::{login, LoginRequest};
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {

@@ -1,7 +1,9 @@
 //! `relayops demo`: starts every role in this process (as `relayops all`),
 //! bootstraps a tenant, then drives the public API like a customer would —
 //! endpoints pointing at the simulator, a few events (one repeated with the
-//! same idempotency key) — and prints where every delivery ended up.
+//! same idempotency key) — and prints where every delivery ended up, then the
+//! console's address and how to sign in (one endpoint's deliveries die, so
+//! there is a dead letter to find and replay there).
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -11,6 +13,9 @@ use relayops_shared::db;
 use serde_json::{json, Value};
 
 use crate::roles::{self, Roles};
+
+/// The demo admin's password (the console's sign-in; a demo only).
+const DEMO_PASSWORD: &str = "demo-password";
 
 struct Client {
     http: reqwest::Client,
@@ -43,6 +48,13 @@ async fn wait_until_ready(http: &reqwest::Client, api: &str) -> anyhow::Result<(
 }
 
 pub async fn run(keep_running: bool) -> anyhow::Result<()> {
+    if std::env::var("RELAYOPS_JWT_SECRET").is_err() {
+        // The console signs in with login tokens; a demo without a configured
+        // key gets a random one for this run. Set before any role starts, while
+        // nothing else reads the environment.
+        let secret: String = rand::random::<[u8; 32]>().iter().map(|byte| format!("{byte:02x}")).collect();
+        std::env::set_var("RELAYOPS_JWT_SECRET", secret);
+    }
     let listen = ListenConfig::from_env()?;
     let tasks = roles::start(Roles { api: true, publisher: false, worker: true, simulator: true }).await?;
     let api = format!("http://{}", listen.api);
@@ -52,7 +64,7 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
 
     let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
     let email = format!("demo-{}@example.com", chrono_free_stamp());
-    let request = BootstrapRequest { tenant_name: "Demo tenant", admin_email: &email, admin_password: "demo-password" };
+    let request = BootstrapRequest { tenant_name: "Demo tenant", admin_email: &email, admin_password: DEMO_PASSWORD };
     let tenant = bootstrap_tenant(&pool, &request).await?;
     let client = Client { http, api: api.clone(), key: tenant.api_key.expose().to_owned() };
     println!("tenant {} with API key {}", tenant.tenant_id, client.key);
@@ -61,6 +73,9 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
         ("/sim/ok", json!({})),
         ("/sim/flaky/1", json!({ "retry_schedule_secs": [1] })),
         ("/sim/status/400", json!({})),
+        // Fails twice per delivery, and gives up after two attempts: its
+        // deliveries die, and a replay from the console delivers them.
+        ("/sim/flaky/2", json!({ "max_attempts": 2, "retry_schedule_secs": [1] })),
     ];
     let mut paths = std::collections::HashMap::new();
     for (path, extra) in endpoints {
@@ -133,8 +148,9 @@ pub async fn run(keep_running: bool) -> anyhow::Result<()> {
     let received = received.as_array().cloned().unwrap_or_default();
     let valid = received.iter().filter(|r| r["signature_valid"] == json!(true)).count();
     println!("\nthe simulator received {} requests; {valid} with a valid signature", received.len());
+    println!("\nconsole: {api}/console/  (sign in as {email} / {DEMO_PASSWORD})");
     if keep_running {
-        println!("\nrelayops is still running (Ctrl-C to stop); try:");
+        println!("\nrelayops is still running (Ctrl-C to stop); open the console above, or try:");
         println!("  curl -s {api}/v1/events -H 'Authorization: Bearer {}'", client.key);
         roles::wait(tasks).await?;
     } else {

@@ -51,6 +51,7 @@ pub fn api_router(state: ApiState) -> Router {
         .merge(relayops_replay::routes())
         .merge(relayops_manage::routes())
         .merge(relayops_admin::routes())
+        .merge(relayops_console::routes())
         .route("/health/live", get(|| async { Json(json!({ "status": "live" })) }))
         .route("/health/ready", get(ready))
         .route("/metrics", get(observe::metrics_handler))

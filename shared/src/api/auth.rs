@@ -89,7 +89,9 @@ async fn by_api_key(state: &ApiState, presented: &ApiKeySecret) -> Result<Authen
     })
 }
 
-async fn by_login_token(state: &ApiState, token: &str) -> Result<Authenticated, ApiError> {
+/// A user's login token (the console's session cookie holds one) → the caller,
+/// exactly as `Authorization: Bearer <token>` would resolve it.
+pub async fn by_login_token(state: &ApiState, token: &str) -> Result<Authenticated, ApiError> {
     let keys = state.jwt.as_ref().ok_or(ApiError::Unauthorized)?;
     let claims = keys.verify(token).map_err(|_| ApiError::Unauthorized)?;
     let client = state.pool.get().await.map_err(DbError::from)?;

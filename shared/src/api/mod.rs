@@ -22,7 +22,7 @@ use crate::db::Pool;
 use crate::flow::{FlowControl, Limit, TokenDecision};
 use crate::net_policy::{AddressPolicy, AllowList};
 
-pub use auth::{Authenticated, Principal};
+pub use auth::{by_login_token, Authenticated, Principal};
 pub use client_address::{client_address, ClientAddress};
 pub use json::ApiJson;
 pub use key_cache::KeyCache;

@@ -13,6 +13,7 @@ pub mod deliveries;
 pub mod delivery_batches;
 pub mod delivery_queries;
 pub mod endpoint_health;
+pub mod endpoint_stats;
 pub mod endpoints;
 pub mod event_queries;
 pub mod events;

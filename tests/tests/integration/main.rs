@@ -5,6 +5,8 @@ mod alerting;
 mod auth;
 mod backpressure;
 mod batching;
+mod console;
+mod console_browser;
 mod crashes;
 mod destinations;
 mod endpoint_health;

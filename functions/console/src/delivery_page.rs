@@ -1,0 +1,152 @@
+//! One delivery: where it stands, its event's payload, and every attempt —
+//! the request headers sent (the signature is never stored, so never shown),
+//! the status and start of the body that came back, latency and error — plus
+//! replay (`repo::replay::replay_delivery` in a transaction, as
+//! `POST /v1/deliveries/{id}/replay` does).
+use axum::extract::{Path, Query, State};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use maud::{html, Markup};
+use relayops_shared::api::{parse_path_id, ApiState};
+use relayops_shared::db::DbError;
+use relayops_shared::ids::DeliveryId;
+use relayops_shared::repo::attempts::{self, AttemptRecordRow};
+use relayops_shared::repo::replay::{self, ReplayOutcome};
+use relayops_shared::repo::{deliveries, endpoints, events};
+use serde::Deserialize;
+
+use crate::error::ConsoleError;
+use crate::events::pretty_json;
+use crate::layout::{self, csrf_field, Section};
+use crate::session::{ConsoleForm, NoFields, Session};
+
+/// The most attempts one page shows (the API pages beyond).
+const MAX_ATTEMPTS: i64 = 200;
+
+fn delivery_id(text: &str) -> Result<DeliveryId, ConsoleError> {
+    parse_path_id(text).map_err(|_| ConsoleError::NotFound("delivery"))
+}
+
+#[derive(Deserialize)]
+pub struct ShowQuery {
+    #[serde(default)]
+    replayed: Option<String>,
+}
+
+pub async fn show(
+    State(state): State<ApiState>,
+    session: Session,
+    Path(delivery_id_text): Path<String>,
+    Query(query): Query<ShowQuery>,
+) -> Result<Html<String>, ConsoleError> {
+    let id = delivery_id(&delivery_id_text)?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let delivery =
+        deliveries::get_delivery(&client, session.tenant(), id).await?.ok_or(ConsoleError::NotFound("delivery"))?;
+    let event = events::get_event(&client, session.tenant(), delivery.event_id).await?;
+    let endpoint = endpoints::get_endpoint(&client, session.tenant(), delivery.endpoint_id).await?;
+    let attempts = attempts::list_attempts(&client, session.tenant(), id, 0, MAX_ATTEMPTS).await?;
+    let replayable = matches!(delivery.status.as_str(), "dead" | "failed");
+    let body = html! {
+        @if query.replayed.is_some() {
+            p.notice { "Replay requested: the delivery is back in line and will be attempted again shortly. Reload to follow it." }
+        }
+        section.card {
+            dl.pairs {
+                dt { "Delivery" } dd { code.id { (delivery.id) } }
+                dt { "Status" } dd #status { (layout::status_badge(&delivery.status)) }
+                dt { "Endpoint" } dd {
+                    @match &endpoint {
+                        Some(endpoint) => a href=(format!("/console/endpoints/{}", endpoint.id)) { (endpoint.url) },
+                        None => span.muted { "(deleted endpoint)" },
+                    }
+                }
+                dt { "Event" } dd {
+                    a href=(format!("/console/events/{}", delivery.event_id)) { (delivery.event_id) }
+                    @if let Some(event) = &event { " · " code { (event.event_type) } }
+                }
+                dt { "Attempts" } dd { (delivery.attempt_count) }
+                @if let Some(at) = delivery.next_attempt_at { dt { "Next attempt" } dd { (layout::time(at)) } }
+                @if let Some(at) = delivery.delivered_at { dt { "Delivered" } dd { (layout::time(at)) } }
+                @if let Some(error) = &delivery.last_error { dt { "Last error" } dd.error { (error) } }
+                dt { "Created" } dd { (layout::time(delivery.created_at)) }
+            }
+            @if replayable {
+                form method="post" action=(format!("/console/deliveries/{id}/replay")) {
+                    (csrf_field(&session))
+                    button #replay type="submit" { "Replay this delivery" }
+                }
+            }
+        }
+        section.card {
+            h2 { "Attempts" }
+            @if attempts.is_empty() { p.muted { "No attempt yet." } }
+            @for attempt in &attempts { (attempt_card(attempt)) }
+        }
+        @if let Some(event) = &event {
+            section.card {
+                h2 { "Payload" }
+                pre.payload { (pretty_json(&event.payload)) }
+            }
+        }
+    };
+    Ok(layout::page(&session, Section::Deliveries, "Delivery", body))
+}
+
+fn attempt_card(attempt: &AttemptRecordRow) -> Markup {
+    let headers: Vec<(String, String)> = attempt
+        .request_headers
+        .as_object()
+        .map(|object| {
+            object
+                .iter()
+                .map(|(name, value)| (name.clone(), value.as_str().unwrap_or(&value.to_string()).to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    html! {
+        details.attempt open[attempt.outcome != "delivered"] data-attempt=(attempt.attempt_number) {
+            summary {
+                "#" (attempt.attempt_number) " "
+                (layout::status_badge(&attempt.outcome)) " "
+                @if let Some(status) = attempt.http_status { "HTTP " (status) " · " }
+                (attempt.latency_ms) " ms · " (layout::time(attempt.started_at))
+            }
+            @if let Some(error) = &attempt.error { p.error { (error) } }
+            h3 { "Request headers sent" }
+            @if headers.is_empty() { p.muted { "Not recorded." } }
+            table.headers { @for (name, value) in &headers { tr { th { (name) } td { (value) } } } }
+            h3 { "Response (first bytes)" }
+            @match &attempt.response_body {
+                Some(body) if !body.is_empty() => pre.response { (body) },
+                _ => p.muted { "No body." },
+            }
+        }
+    }
+}
+
+/// Puts a dead or failed delivery back in line, then shows it again.
+pub async fn replay(
+    State(state): State<ApiState>,
+    Path(delivery_id_text): Path<String>,
+    form: ConsoleForm<NoFields>,
+) -> Result<Response, ConsoleError> {
+    form.session.require_admin()?;
+    let id = delivery_id(&delivery_id_text)?;
+    let tenant = form.session.tenant();
+    let mut client = state.pool.get().await.map_err(DbError::from)?;
+    let tx = client.transaction().await.map_err(DbError::from)?;
+    match replay::replay_delivery(&tx, tenant, id).await? {
+        ReplayOutcome::Replayed(previous) => {
+            tx.commit().await.map_err(DbError::from)?;
+            state.wake_publisher();
+            tracing::info!(tenant_id = %tenant, delivery_id = %id, previous_status = previous.as_str(),
+                "delivery replayed in the console");
+            Ok(Redirect::to(&format!("/console/deliveries/{id}?replayed=1")).into_response())
+        }
+        ReplayOutcome::NotFound => Err(ConsoleError::NotFound("delivery")),
+        ReplayOutcome::NotReplayable(status) => Err(ConsoleError::BadRequest(format!(
+            "This delivery is {}; only dead or failed deliveries can be replayed.",
+            status.as_str()
+        ))),
+    }
+}

@@ -1,0 +1,72 @@
+//! What goes wrong in the console, as pages: an absent or expired session
+//! sends the browser to the sign-in page; every other error is an HTML page
+//! with the status and a message a person can act on. Server errors say only
+//! that something went wrong (the API's error type logs their cause).
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use relayops_shared::api::ApiError;
+use relayops_shared::db::DbError;
+
+use crate::layout;
+use crate::session;
+
+#[derive(Debug)]
+pub enum ConsoleError {
+    /// No session, or an expired or invalid one: sign in (again).
+    SignIn {
+        expired: bool,
+    },
+    /// A form without the session's CSRF token, or a caller without the right.
+    Forbidden(String),
+    NotFound(&'static str),
+    BadRequest(String),
+    Api(ApiError),
+}
+
+impl From<ApiError> for ConsoleError {
+    fn from(error: ApiError) -> Self {
+        Self::Api(error)
+    }
+}
+
+impl From<DbError> for ConsoleError {
+    fn from(error: DbError) -> Self {
+        Self::Api(error.into())
+    }
+}
+
+impl From<relayops_shared::domain::ValidationError> for ConsoleError {
+    fn from(error: relayops_shared::domain::ValidationError) -> Self {
+        Self::BadRequest(format!("{}: {}", error.field, error.message))
+    }
+}
+
+impl IntoResponse for ConsoleError {
+    fn into_response(self) -> Response {
+        let (status, message) = match self {
+            Self::SignIn { expired } => {
+                let target = if expired { "/console/login?expired=1" } else { "/console/login" };
+                return (
+                    StatusCode::SEE_OTHER,
+                    [(header::LOCATION, target.to_owned()), (header::SET_COOKIE, session::clear_cookie())],
+                )
+                    .into_response();
+            }
+            Self::Forbidden(message) => (StatusCode::FORBIDDEN, message),
+            Self::NotFound(what) => (StatusCode::NOT_FOUND, format!("No such {what} in this tenant.")),
+            Self::BadRequest(message) => (StatusCode::BAD_REQUEST, message),
+            Self::Api(error) => {
+                let message = error.to_string();
+                // The API's own response decides the status (and logs server errors).
+                (error.into_response().status(), message)
+            }
+        };
+        let title = status.canonical_reason().unwrap_or("Error");
+        (status, layout::bare_page(title, &message)).into_response()
+    }
+}
+
+/// The console's answer to an unknown path under `/console/` (its Lambda's fallback).
+pub async fn not_found_page() -> Response {
+    ConsoleError::NotFound("page").into_response()
+}

@@ -1,0 +1,84 @@
+//! Signing in to the console over plain HTTP, as a browser would (the sign-in
+//! form's double-submit token, then the session cookie), for tests about the
+//! console's protocol: CSRF refusals, cookies, expiry, tenant isolation.
+//! Redirects are not followed, so tests see each 303 and where it points.
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::{Method, Response};
+
+/// A signed-in console session.
+pub struct ConsoleClient {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub session_cookie: String,
+    /// The raw `Set-Cookie` of the session, for checking its attributes.
+    pub set_cookie: String,
+}
+
+/// A cookie's value from a response's `Set-Cookie` headers.
+pub fn cookie_from(response: &Response, name: &str) -> Option<(String, String)> {
+    response.headers().get_all(SET_COOKIE).iter().filter_map(|value| value.to_str().ok()).find_map(|header| {
+        let (pair, _) = header.split_once(';').unwrap_or((header, ""));
+        let (key, value) = pair.split_once('=')?;
+        (key == name).then(|| (value.to_owned(), header.to_owned()))
+    })
+}
+
+/// The value of the first hidden `csrf` field in a page.
+pub fn csrf_in(html: &str) -> Option<String> {
+    let start = html.find(r#"name="csrf" value=""#)? + r#"name="csrf" value=""#.len();
+    html[start..].split('"').next().map(str::to_owned)
+}
+
+pub fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("http client")
+}
+
+impl ConsoleClient {
+    /// Signs in with the sign-in form; panics unless it succeeds.
+    pub async fn sign_in(base: &str, email: &str, password: &str) -> Self {
+        let http = no_redirects();
+        let form = http.get(format!("{base}/console/login")).send().await.expect("sign-in page");
+        let (login_cookie, _) = cookie_from(&form, "relayops_login_csrf").expect("sign-in csrf cookie");
+        let token = csrf_in(&form.text().await.expect("page")).expect("csrf field on the sign-in form");
+        let answer = http
+            .post(format!("{base}/console/login"))
+            .header(COOKIE, format!("relayops_login_csrf={login_cookie}"))
+            .form(&[("csrf", token.as_str()), ("email", email), ("password", password)])
+            .send()
+            .await
+            .expect("sign in");
+        assert_eq!(answer.status(), 303, "sign-in refused: {:?}", answer.text().await);
+        assert_eq!(answer.headers()[LOCATION], "/console/endpoints");
+        let (session_cookie, set_cookie) = cookie_from(&answer, "relayops_session").expect("session cookie");
+        Self { base: base.to_owned(), http, session_cookie, set_cookie }
+    }
+
+    pub async fn request(&self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> Response {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header(COOKIE, format!("relayops_session={}", self.session_cookie));
+        if let Some(form) = form {
+            request = request.form(form);
+        }
+        request.send().await.expect("console request")
+    }
+
+    /// A page's status and HTML.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let response = self.request(Method::GET, path, None).await;
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    }
+
+    /// The session's CSRF token, read from a page's forms.
+    pub async fn csrf(&self) -> String {
+        let (status, page) = self.get("/console/api-keys").await;
+        assert_eq!(status, 200, "{page}");
+        csrf_in(&page).expect("a form with a csrf field")
+    }
+
+    pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Response {
+        self.request(Method::POST, path, Some(form)).await
+    }
+}

@@ -1,0 +1,168 @@
+//! The tenant console in a real headless browser (Debian's chromium through
+//! chromedriver): a person signs in, sees the failing endpoint marked failing,
+//! opens its dead delivery, replays it and sees it delivered; a `<script>` in
+//! a payload shows as text; another tenant finds nothing. Screenshots of the
+//! main pages land in `<target>/console-screenshots/`.
+use std::time::Duration;
+
+use fantoccini::Locator;
+use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
+use relayops_tests::browser::Browser;
+use relayops_tests::{eventually, TestEnv};
+use serde_json::json;
+
+const XSS: &str = r#"<script>document.title='pwned'</script><img src=x onerror="document.title='pwned'">"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_a_browser_finds_the_failing_endpoint_and_replays_its_dead_delivery() {
+    let env = TestEnv::start().await;
+    let healthy = env.create_endpoint("/sim/ok", &["order.*"], json!({ "description": "fulfilment" })).await;
+    // Fails the first attempt of each delivery (503) and allows one: dead.
+    let failing =
+        env.create_endpoint("/sim/flaky/1", &["order.*"], json!({ "max_attempts": 1, "description": "billing" })).await;
+    let (healthy_id, failing_id) = (healthy["id"].as_str().unwrap(), failing["id"].as_str().unwrap());
+    let event = env.post_event("order.created", json!({ "order_id": 1001, "total": "42.00" })).await;
+    let event_id = event.body["id"].as_str().unwrap().to_owned();
+    let settled = env
+        .wait_for_deliveries(&event_id, |all| {
+            all.len() == 2 && all.iter().all(|d| matches!(d["status"].as_str(), Some("delivered" | "dead")))
+        })
+        .await;
+    let dead = settled.iter().find(|d| d["status"] == "dead").expect("a dead delivery");
+    let dead_id = dead["id"].as_str().unwrap().to_owned();
+    assert_eq!(dead["endpoint_id"], failing_id);
+
+    let browser = Browser::start(&env.api_url, 1280).await;
+    browser.sign_in(&env.admin_email, &env.admin_password).await;
+    assert_eq!(browser.path().await, "/console/endpoints", "signed in, on the endpoints page");
+
+    // The failing endpoint is marked failing, the other healthy.
+    let card = |id: &str| format!(r#"section.endpoint[data-endpoint="{id}"]"#);
+    let failing_card = browser.client.find(Locator::Css(&card(failing_id))).await.expect("failing endpoint card");
+    assert_eq!(failing_card.attr("data-health").await.unwrap().as_deref(), Some("failing"));
+    let badge = failing_card.find(Locator::Css(".health")).await.unwrap().text().await.unwrap();
+    assert_eq!(badge.to_lowercase(), "failing");
+    let healthy_card = browser.client.find(Locator::Css(&card(healthy_id))).await.unwrap();
+    assert_eq!(healthy_card.attr("data-health").await.unwrap().as_deref(), Some("healthy"));
+    assert_eq!(browser.client.find_all(Locator::Css("svg.chart rect")).await.unwrap().len(), 2, "one bar each");
+    browser.screenshot("endpoints").await;
+
+    // Dead letters → the delivery → every attempt.
+    browser.click(r#"header nav a[href="/console/dead-letters"]"#).await;
+    browser.wait_for("form.bulk").await;
+    assert_eq!(browser.path().await, "/console/dead-letters");
+    browser.screenshot("dead-letters").await;
+    browser.click(&format!(r#"tr[data-delivery="{dead_id}"] a"#)).await;
+    browser.wait_for("#status").await;
+    assert_eq!(browser.path().await, format!("/console/deliveries/{dead_id}"));
+    assert_eq!(browser.text("#status").await, "dead");
+    let attempt = browser.text(r#"details.attempt[data-attempt="1"] summary"#).await;
+    assert!(attempt.contains("HTTP 503"), "{attempt}");
+    let headers = browser.text(r#"details.attempt[data-attempt="1"] table.headers"#).await;
+    assert!(headers.contains(&dead_id) && headers.contains("webhook-id"), "headers sent: {headers}");
+    assert!(!headers.contains("v1,"), "the signature is never shown: {headers}");
+    assert!(browser.text("pre.payload").await.contains("\"order_id\": 1001"));
+    browser.screenshot("delivery-dead").await;
+
+    // Replay it, and watch it become delivered.
+    browser.click("#replay").await;
+    browser.wait_for("p.notice").await;
+    assert_eq!(browser.path().await, format!("/console/deliveries/{dead_id}"));
+    let page = format!("/console/deliveries/{dead_id}");
+    eventually(Duration::from_secs(30), || async {
+        browser.goto(&page).await;
+        match browser.text("#status").await.as_str() {
+            "delivered" => Ok(()),
+            other => Err(format!("status {other}")),
+        }
+    })
+    .await;
+    assert_eq!(browser.client.find_all(Locator::Css("details.attempt")).await.unwrap().len(), 2);
+    browser.screenshot("delivery-replayed").await;
+    assert_eq!(env.get(&format!("/v1/deliveries/{dead_id}")).await.body["status"], "delivered");
+
+    // The other pages a person walks through.
+    browser.goto(&format!("/console/endpoints/{failing_id}")).await;
+    assert!(browser.text("main").await.contains("order.*"), "subscriptions shown");
+    browser.screenshot("endpoint").await;
+    browser.goto("/console/deliveries").await;
+    assert_eq!(browser.client.find_all(Locator::Css("tr[data-delivery]")).await.unwrap().len(), 2);
+    browser.screenshot("deliveries").await;
+    browser.goto("/console/events").await;
+    browser.screenshot("events").await;
+
+    // An API key: the secret is shown once and works; revoking stops it.
+    browser.goto("/console/api-keys").await;
+    let form = browser.client.form(Locator::Css("form.create")).await.unwrap();
+    form.set_by_name("name", "browser-made key").await.unwrap();
+    form.submit().await.unwrap();
+    let key = browser.wait_for("#new-key").await.text().await.unwrap();
+    assert!(key.starts_with("rk_live_"), "{key}");
+    let with_key = env.request(reqwest::Method::GET, "/v1/events", Some(&key), None).await;
+    assert_eq!(with_key.status, 200, "the new key works");
+    browser.screenshot("api-key-created").await;
+    browser.goto("/console/api-keys").await;
+    assert!(!browser.text("main").await.contains(&key), "never shown again");
+    let row = browser.client.find(Locator::XPath("//tr[td[text()='browser-made key']]")).await.unwrap();
+    row.find(Locator::Css("button.danger")).await.unwrap().click().await.unwrap();
+    browser.wait_for("tr[data-key] span.badge.bad").await;
+    let revoked = env.request(reqwest::Method::GET, "/v1/events", Some(&key), None).await;
+    assert_eq!(revoked.status, 401, "revoked in the console");
+
+    // A narrow screen: the endpoints page still fits.
+    browser.client.set_window_size(390, 844).await.unwrap();
+    browser.goto("/console/endpoints").await;
+    let failing_card = browser.client.find(Locator::Css(&card(failing_id))).await.unwrap();
+    let (x, _, width, _) = failing_card.rectangle().await.unwrap();
+    assert!(x >= 0.0 && x + width <= 390.0, "the card fits a 390 px screen: x {x}, width {width}");
+    browser.screenshot("endpoints-narrow").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_a_browser_shows_a_script_payload_as_text_and_another_tenant_nothing() {
+    let env = TestEnv::start().await;
+    env.create_endpoint("/sim/ok", &["note.*"], json!({ "description": XSS })).await;
+    let event = env.post_event("note.created", json!({ "note": XSS })).await;
+    let event_id = event.body["id"].as_str().unwrap().to_owned();
+    let delivered = env.wait_for_status(&event_id, "delivered").await;
+    let delivery_id = delivered["id"].as_str().unwrap().to_owned();
+
+    let browser = Browser::start(&env.api_url, 1280).await;
+    browser.sign_in(&env.admin_email, &env.admin_password).await;
+    for page in [
+        "/console/endpoints".to_owned(),
+        format!("/console/events/{event_id}"),
+        format!("/console/deliveries/{delivery_id}"),
+    ] {
+        browser.goto(&page).await;
+        let text = browser.text("main").await;
+        assert!(text.contains("<script>document.title='pwned'</script>"), "{page} shows the script as text: {text}");
+        assert!(browser.client.find_all(Locator::Css("script")).await.unwrap().is_empty(), "{page}: no script element");
+        assert!(browser.client.find_all(Locator::Css("main img")).await.unwrap().is_empty(), "{page}: no img element");
+        assert_ne!(browser.client.title().await.unwrap(), "pwned", "{page}: nothing ran");
+    }
+    browser.screenshot("payload-as-text").await;
+
+    // Sign out: the pages ask to sign in again.
+    browser.click("form.signout button").await;
+    browser.wait_for("form.login").await;
+    assert_eq!(browser.path().await, "/console/login");
+    browser.goto("/console/endpoints").await;
+    assert_eq!(browser.path().await, "/console/login");
+
+    // Tenant B, signed in, cannot open tenant A's delivery or event.
+    let email = format!("b-{}@example.com", uuid::Uuid::new_v4().simple());
+    let request =
+        BootstrapRequest { tenant_name: "Tenant B", admin_email: &email, admin_password: "tenant-b-password" };
+    bootstrap_tenant(&env.pool, &request).await.unwrap();
+    browser.sign_in(&email, "tenant-b-password").await;
+    assert_eq!(browser.path().await, "/console/endpoints");
+    for page in [format!("/console/deliveries/{delivery_id}"), format!("/console/events/{event_id}")] {
+        browser.goto(&page).await;
+        assert_eq!(browser.text("h1").await, "Not Found", "{page}");
+        let source = browser.client.source().await.unwrap();
+        assert!(!source.contains("pwned") && !source.contains(&env.simulator_url), "{page} shows nothing of A");
+    }
+    browser.close().await;
+}
