@@ -71,7 +71,7 @@ fn the_sam_local_env_file_covers_every_function_and_variable_of_the_template() {
         serde_json::from_str(&std::fs::read_to_string(format!("{root}/events/sam-local-env.json")).expect("env file"))
             .expect("JSON: function -> variables");
     let declared = template_variables(&template);
-    assert_eq!(declared.len(), 6, "six functions in the template: {declared:?}");
+    assert_eq!(declared.len(), 7, "seven functions in the template: {declared:?}");
     assert!(declared["IngestFunction"].contains("RELAYOPS_DATABASE_URL"), "globals are read: {declared:?}");
     assert!(declared["IngestFunction"].contains("RELAYOPS_WAKEUP_QUEUE_URL"), "own variables are read");
     let given: BTreeMap<String, BTreeSet<String>> =
