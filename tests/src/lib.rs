@@ -649,10 +649,14 @@ pub fn postgres_cluster(args: &[&str]) {
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .max()
         .expect("a PostgreSQL version");
+    // pg_ctl waits 60 s for a start by default; a start after a crash may
+    // spend longer in recovery on a busy machine with many test databases.
+    let wait_longer: &[&str] = if args.first() == Some(&"start") { &["--", "-t", "300"] } else { &[] };
     let status = std::process::Command::new("pg_ctlcluster")
         .arg(version.to_string())
         .arg("main")
         .args(args)
+        .args(wait_longer)
         .stdout(std::process::Stdio::null())
         .status();
     assert!(status.is_ok_and(|s| s.success()), "pg_ctlcluster {args:?} failed");
