@@ -78,6 +78,28 @@ pub fn uuid_floor(at: DateTime<Utc>) -> Uuid {
     uuid_floor_ms(at.timestamp_millis())
 }
 
+/// The clock slack as a chrono duration.
+fn clock_slack() -> chrono::Duration {
+    chrono::Duration::from_std(CLOCK_SLACK).unwrap_or_default()
+}
+
+/// The smallest id a row made at or after `at` can have, by any app's clock
+/// (`at` less the clock slack).
+pub fn id_lower_bound(at: DateTime<Utc>) -> Uuid {
+    uuid_floor(at - clock_slack())
+}
+
+/// An id above every id made before `at`, by any app's clock (`at` plus the
+/// clock slack).
+pub fn id_upper_bound(at: DateTime<Utc>) -> Uuid {
+    uuid_floor(at + clock_slack())
+}
+
+/// [`id_lower_bound`] of a millisecond since the epoch.
+pub fn id_lower_bound_ms(millis: i64) -> Uuid {
+    uuid_floor_ms(millis - CLOCK_SLACK.as_millis() as i64)
+}
+
 /// The millisecond a UUIDv7 was made in (its first 48 bits).
 pub fn uuid_millis(id: Uuid) -> i64 {
     (id.as_u128() >> 80) as i64

@@ -3,7 +3,7 @@
 use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
 
-use crate::db::partitions::{delivery_event_millis, uuid_floor_ms, CLOCK_SLACK};
+use crate::db::partitions::{delivery_event_millis, id_lower_bound_ms};
 use crate::db::DbError;
 use crate::ids::{AttemptId, DeliveryId, TenantId};
 use crate::repo::sql;
@@ -38,9 +38,7 @@ pub async fn list_attempts(
 ) -> Result<Vec<AttemptRecordRow>, DbError> {
     // Attempts are partitioned by their own time, which comes after their
     // delivery's (less the clock slack): older partitions are skipped.
-    let since = delivery_event_millis(delivery.as_uuid())
-        .map(|millis| uuid_floor_ms(millis - CLOCK_SLACK.as_millis() as i64))
-        .unwrap_or(uuid::Uuid::nil());
+    let since = delivery_event_millis(delivery.as_uuid()).map(id_lower_bound_ms).unwrap_or(uuid::Uuid::nil());
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
         [&tenant.as_uuid(), &delivery.as_uuid(), &after, &limit, &since];
     let rows = sql::query(client, LIST_ATTEMPTS, &params).await?;

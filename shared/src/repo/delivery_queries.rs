@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use crate::db::partitions::{uuid_floor, CLOCK_SLACK};
+use crate::db::partitions::{id_lower_bound, id_upper_bound};
 use crate::db::DbError;
 use crate::domain::{DeliveryStatus, EventType};
 use crate::ids::{EndpointId, TenantId};
@@ -72,12 +72,11 @@ impl Conditions {
         since: Option<DateTime<Utc>>,
         before: Option<DateTime<Utc>>,
     ) {
-        let slack = chrono::Duration::from_std(CLOCK_SLACK).unwrap_or_default();
         if let Some(since) = since {
-            self.push(&format!("{key_column} >= {{}}"), uuid_floor(since - slack));
+            self.push(&format!("{key_column} >= {{}}"), id_lower_bound(since));
         }
         if let Some(before) = before {
-            self.push(&format!("{key_column} < {{}}"), uuid_floor(before + slack));
+            self.push(&format!("{key_column} < {{}}"), id_upper_bound(before));
         }
     }
 

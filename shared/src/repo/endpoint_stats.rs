@@ -10,7 +10,7 @@
 //! three times this one, each repeating the scan and the join.
 use chrono::{DateTime, Utc};
 
-use crate::db::partitions::{uuid_floor, CLOCK_SLACK};
+use crate::db::partitions::id_lower_bound;
 use crate::db::DbError;
 use crate::ids::{EndpointId, TenantId};
 use crate::repo::sql;
@@ -116,8 +116,7 @@ pub async fn load(
     let endpoint = endpoint.map(|id| id.as_uuid());
     // Attempts are partitioned by their id (UUIDv7, made when the attempt
     // starts): this bound lets the planner read only the window's partitions.
-    let slack = chrono::Duration::from_std(CLOCK_SLACK).unwrap_or_default();
-    let first_id = uuid_floor(windows.window_since - slack);
+    let first_id = id_lower_bound(windows.window_since);
     let rows = sql::query(
         client,
         HEALTH,
