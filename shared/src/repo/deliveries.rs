@@ -37,34 +37,50 @@ macro_rules! claimable {
 }
 pub(crate) use claimable;
 
+/// Finds a delivery by id (`$id`, SQL) in its partition only: a delivery id
+/// made by `relayops.delivery_id_for` carries its event id's millisecond, the
+/// partition key; an id from before partitioning matches every partition.
+/// `$event_id` names the partition key column (`event_id` unless given).
+macro_rules! in_its_partition {
+    ($id:literal) => {
+        $crate::repo::deliveries::in_its_partition!("event_id", $id)
+    };
+    ($event_id:literal, $id:literal) => {
+        concat!($event_id, " BETWEEN relayops.event_id_floor(", $id, ") AND relayops.event_id_ceiling(", $id, ")")
+    };
+}
+pub(crate) use in_its_partition;
+
 /// The attempt and the delivery's next state in ONE statement (atomic on its
 /// own, one round trip). Only the lease holder may settle: if the lease was
 /// lost, the UPDATE matches nothing and so nothing is inserted.
-const SETTLE_WITH_ATTEMPT: &str = "WITH settled AS (
+const SETTLE_WITH_ATTEMPT: &str = concat!(
+    "WITH settled AS (
          UPDATE relayops.deliveries
          SET status = $3, attempt_count = $4, next_attempt_at = $5,
              lease_owner = NULL, lease_expires_at = NULL,
              last_http_status = $6, last_error = $7,
              delivered_at = CASE WHEN $3 = 'delivered' THEN now() ELSE delivered_at END,
              updated_at = now()
-         WHERE tenant_id = $1 AND id = $2 AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)
+         WHERE tenant_id = $1 AND id = $2 AND ",
+    in_its_partition!("$2"),
+    "
            AND status = 'in_progress' AND lease_owner = $8
          RETURNING tenant_id, id)
      INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
          http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
-     SELECT $9, settled.tenant_id, settled.id, $4, $10, $6, $7, $11, $12, $13, $8, $14 FROM settled";
-
-/// Finds a delivery by id (`$2`) in its partition only: a delivery id made by
-/// `relayops.delivery_id_for` carries its event id's millisecond, the
-/// partition key; an id from before partitioning matches every partition.
-pub(crate) const IN_ITS_PARTITION: &str =
-    "event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)";
+     SELECT $9, settled.tenant_id, settled.id, $4, $10, $6, $7, $11, $12, $13, $8, $14 FROM settled"
+);
 
 /// Settles without an attempt (e.g. the endpoint was disabled after fan-out).
-const SETTLE_WITHOUT_ATTEMPT: &str = "UPDATE relayops.deliveries
+const SETTLE_WITHOUT_ATTEMPT: &str = concat!(
+    "UPDATE relayops.deliveries
      SET status = $3, last_error = $4, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-     WHERE tenant_id = $1 AND id = $2 AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)
-       AND status = 'in_progress' AND lease_owner = $5";
+     WHERE tenant_id = $1 AND id = $2 AND ",
+    in_its_partition!("$2"),
+    "
+       AND status = 'in_progress' AND lease_owner = $5"
+);
 
 pub(crate) const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempt_count, next_attempt_at,
      last_http_status, last_error, delivered_at, created_at, updated_at";
@@ -190,11 +206,15 @@ pub async fn record_attempt(
 
 /// Moves a lease's expiry forward, for a send that is taking long: only while
 /// this worker still holds the row.
-const EXTEND_LEASE: &str = "UPDATE relayops.deliveries
+const EXTEND_LEASE: &str = concat!(
+    "UPDATE relayops.deliveries
      SET lease_expires_at = now() + $4::bigint * interval '1 millisecond'
-     WHERE tenant_id = $1 AND id = $2 AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)
+     WHERE tenant_id = $1 AND id = $2 AND ",
+    in_its_partition!("$2"),
+    "
        AND status = 'in_progress' AND lease_owner = $3
-     RETURNING id";
+     RETURNING id"
+);
 
 /// Extends this worker's lease on a delivery it is still sending; `false` when
 /// the lease is no longer its own. A lease, not a promise: it commits without
@@ -268,7 +288,8 @@ pub async fn get_delivery(
     id: DeliveryId,
 ) -> Result<Option<DeliveryRecord>, DbError> {
     let sql = format!(
-        "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2 AND {IN_ITS_PARTITION}"
+        "SELECT {DELIVERY_COLUMNS} FROM relayops.deliveries WHERE tenant_id = $1 AND id = $2 AND {}",
+        in_its_partition!("$2")
     );
     let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(DeliveryRecord::from_row))

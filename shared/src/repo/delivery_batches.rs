@@ -17,7 +17,9 @@ use uuid::Uuid;
 use crate::db::DbError;
 use crate::domain::DeliveryStatus;
 use crate::ids::{AttemptId, DeliveryId, TenantId};
-use crate::repo::deliveries::{claimable, claimed_columns, job_from_row, AttemptRecord, ClaimOutcome, Settled};
+use crate::repo::deliveries::{
+    claimable, claimed_columns, in_its_partition, job_from_row, AttemptRecord, ClaimOutcome, Settled,
+};
 use crate::repo::sql;
 
 /// A `locked` CTE: the deliveries named by `$source` (a CTE with `tenant_id`
@@ -32,7 +34,9 @@ macro_rules! locked_in_id_order {
          JOIN (SELECT DISTINCT tenant_id, id FROM ",
             $source,
             ") s ON d.tenant_id = s.tenant_id AND d.id = s.id
-             AND d.event_id BETWEEN relayops.event_id_floor(s.id) AND relayops.event_id_ceiling(s.id)
+             AND ",
+            in_its_partition!("d.event_id", "s.id"),
+            "
          ORDER BY d.id
          FOR UPDATE OF d)"
         )
@@ -61,10 +65,13 @@ const CLAIM_MANY: &str = concat!(
     claimed_columns!()
 );
 
-const CURRENT_STATES: &str = "SELECT d.tenant_id, d.id, d.status, d.next_attempt_at
+const CURRENT_STATES: &str = concat!(
+    "SELECT d.tenant_id, d.id, d.status, d.next_attempt_at
      FROM relayops.deliveries d
      JOIN unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id) ON d.tenant_id = w.tenant_id AND d.id = w.id
-      AND d.event_id BETWEEN relayops.event_id_floor(w.id) AND relayops.event_id_ceiling(w.id)";
+      AND ",
+    in_its_partition!("d.event_id", "w.id")
+);
 
 const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
     "WITH input AS (
