@@ -144,8 +144,7 @@ pub async fn explain_list_deliveries(
     limit: i64,
 ) -> Result<Vec<String>, DbError> {
     let (sql, conditions) = list_statement(tenant, filter, after, limit);
-    let rows = sql::query(client, &format!("EXPLAIN {sql}"), &conditions.params()).await?;
-    Ok(rows.iter().map(|row| row.get(0)).collect())
+    sql::explain(client, &sql, &conditions.params()).await
 }
 
 fn list_statement(

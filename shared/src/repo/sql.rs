@@ -198,6 +198,17 @@ async fn run_unnamed_execute(
     Ok(stream.rows_affected().unwrap_or(0))
 }
 
+/// The plan of a query (`EXPLAIN`, one line per row), as it would run with
+/// these parameters.
+pub async fn explain(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<String>, DbError> {
+    let rows = query(client, &format!("EXPLAIN {sql}"), params).await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
 /// Runs one statement in a transaction of its own whose commit does not wait
 /// for the WAL flush (`SET LOCAL synchronous_commit = off`). Only for writes
 /// whose loss in a database crash costs a repeat and nothing else — a claim's
