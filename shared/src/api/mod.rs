@@ -23,7 +23,7 @@ use crate::flow::{FlowControl, Limit, TokenDecision};
 use crate::net_policy::{AddressPolicy, AllowList};
 
 pub use auth::{by_login_token, Authenticated, Principal};
-pub use client_address::{client_address, ClientAddress};
+pub use client_address::ClientAddress;
 pub use json::ApiJson;
 pub use key_cache::KeyCache;
 pub use login_throttle::LoginThrottle;

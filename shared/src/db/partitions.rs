@@ -34,7 +34,7 @@ pub const EVENTS: &str = "events";
 pub const DELIVERIES: &str = "deliveries";
 pub const ATTEMPTS: &str = "delivery_attempts";
 /// Every partitioned history table, parents before children.
-pub const TABLES: [&str; 3] = [EVENTS, DELIVERIES, ATTEMPTS];
+const TABLES: [&str; 3] = [EVENTS, DELIVERIES, ATTEMPTS];
 
 /// How far app clocks may be from each other (ids are made by the process
 /// that writes them): bounds derived from a time are widened by this much.

@@ -28,14 +28,6 @@ impl EndpointKind {
         }
     }
 
-    pub fn parse(text: &str) -> Result<Self, ValidationError> {
-        match text {
-            "webhook" => Ok(Self::Webhook),
-            "operational" => Ok(Self::Operational),
-            _ => Err(ValidationError::new("kind", "must be \"webhook\" or \"operational\"")),
-        }
-    }
-
     /// As stored (the column's CHECK allows only the two names).
     pub fn from_stored(text: &str) -> Self {
         if text == "operational" {

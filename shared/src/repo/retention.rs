@@ -77,18 +77,3 @@ pub async fn prune_idempotency_keys(client: &impl GenericClient, batch: i64) -> 
     let window = IDEMPOTENCY_WINDOW.as_secs() as i64;
     sql::execute(client, PRUNE_KEYS, &[&window, &batch]).await
 }
-
-/// Sets (or clears, with `None`) a tenant's own retention in days.
-pub async fn set_tenant_retention(
-    client: &impl GenericClient,
-    tenant: crate::ids::TenantId,
-    days: Option<i32>,
-) -> Result<bool, DbError> {
-    let updated = sql::execute(
-        client,
-        "UPDATE relayops.tenants SET retention_days = $2 WHERE id = $1",
-        &[&tenant.as_uuid(), &days],
-    )
-    .await?;
-    Ok(updated == 1)
-}
