@@ -456,12 +456,10 @@ impl LoginThrottleConfig {
             .map(str::trim)
             .filter(|part| !part.is_empty())
             .map(|part| {
-                part.parse::<ipnet::IpNet>()
-                    .or_else(|_| part.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                    .map_err(|_| ConfigError {
-                        key: key("TRUSTED_PROXIES"),
-                        message: format!("`{part}` is not a CIDR"),
-                    })
+                crate::net_policy::parse_net(part).ok_or_else(|| ConfigError {
+                    key: key("TRUSTED_PROXIES"),
+                    message: format!("`{part}` is not a CIDR"),
+                })
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {

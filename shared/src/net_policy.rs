@@ -206,15 +206,18 @@ impl AddressPolicy {
     }
 }
 
+/// A CIDR, or a single address as the network of just that address.
+pub fn parse_net(text: &str) -> Option<IpNet> {
+    text.parse::<IpNet>().ok().or_else(|| text.parse::<IpAddr>().ok().map(IpNet::from))
+}
+
 /// Parses `RELAYOPS_OUTBOUND_ALLOW_CIDRS`-style text: comma-separated CIDRs,
 /// single addresses (any port), `address:port` (`[v6]:port`) or `host:port`.
 pub fn parse_allow_list(text: &str) -> Result<AllowList, String> {
     let mut list = AllowList::default();
     for part in text.split(',').map(str::trim).filter(|part| !part.is_empty()) {
-        if let Ok(net) = part.parse::<IpNet>() {
+        if let Some(net) = parse_net(part) {
             list.nets.push(net);
-        } else if let Ok(ip) = part.parse::<IpAddr>() {
-            list.nets.push(IpNet::from(ip));
         } else if let Ok(address) = part.parse::<SocketAddr>() {
             list.addresses.push(address);
         } else if let Some((host, port)) = part.rsplit_once(':').and_then(|(host, port)| {
