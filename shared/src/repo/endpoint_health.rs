@@ -12,30 +12,41 @@ use chrono::{DateTime, Utc};
 
 use crate::db::DbError;
 use crate::ids::{EndpointId, TenantId};
-use crate::repo::endpoints::{DisabledEndpoint, EndpointHealth};
+use crate::repo::endpoints::{disable_if_enabled, DisabledEndpoint, EndpointHealth};
 use crate::repo::{sql, GenericClient};
+
+/// [`HEALTH_TIME_RESOLUTION_SECS`] as a literal, for the statements' text.
+macro_rules! health_time_resolution_secs {
+    () => {
+        60
+    };
+}
 
 /// How stale `last_success_at`/`last_failure_at` may get before a steady
 /// state writes them again.
-pub const HEALTH_TIME_RESOLUTION_SECS: i64 = 60;
+pub const HEALTH_TIME_RESOLUTION_SECS: i64 = health_time_resolution_secs!();
 
-const RECORD_SUCCESS: &str = "UPDATE relayops.webhook_endpoints
+const RECORD_SUCCESS: &str = concat!(
+    "UPDATE relayops.webhook_endpoints
      SET failing_since = NULL, last_success_at = now()
      WHERE tenant_id = $1 AND id = $2
-       AND (failing_since IS NOT NULL OR last_success_at IS NULL OR last_success_at < now() - interval '60 seconds')";
+       AND (failing_since IS NOT NULL OR last_success_at IS NULL OR last_success_at < now() - interval '",
+    health_time_resolution_secs!(),
+    " seconds')"
+);
 
-const RECORD_FAILURE: &str = "UPDATE relayops.webhook_endpoints
+const RECORD_FAILURE: &str = concat!(
+    "UPDATE relayops.webhook_endpoints
      SET failing_since = coalesce(failing_since, now()), last_failure_at = now()
      WHERE tenant_id = $1 AND id = $2
-       AND (failing_since IS NULL OR last_failure_at IS NULL OR last_failure_at < now() - interval '60 seconds')";
+       AND (failing_since IS NULL OR last_failure_at IS NULL OR last_failure_at < now() - interval '",
+    health_time_resolution_secs!(),
+    " seconds')"
+);
 
 /// Disables the endpoint only if it is still enabled and still failing since
 /// at least `$4` milliseconds ago (a success in the meantime cleared it).
-const DISABLE_IF_FAILING: &str = "UPDATE relayops.webhook_endpoints
-     SET enabled = false, disabled_reason = $3, updated_at = now()
-     WHERE tenant_id = $1 AND id = $2 AND enabled
-       AND failing_since <= now() - $4::bigint * interval '1 millisecond'
-     RETURNING id, kind, url, failing_since";
+const DISABLE_IF_FAILING: &str = disable_if_enabled!("failing_since <= now() - $4::bigint * interval '1 millisecond'");
 
 /// What an attempt's outcome asks of the endpoint's health record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -209,9 +209,24 @@ pub async fn list_subscriptions(
         .collect())
 }
 
-const DISABLE: &str = "UPDATE relayops.webhook_endpoints SET enabled = false, disabled_reason = $3, updated_at = now()
-     WHERE tenant_id = $1 AND id = $2 AND enabled
-     RETURNING id, kind, url, failing_since";
+/// Disables endpoint `$2` of tenant `$1` with reason `$3` if it is enabled
+/// (and the optional extra condition holds), returning what
+/// [`disabled_from_row`] reads.
+macro_rules! disable_if_enabled {
+    ($($condition:literal)?) => {
+        concat!(
+            "UPDATE relayops.webhook_endpoints SET enabled = false, disabled_reason = $3, updated_at = now()
+     WHERE tenant_id = $1 AND id = $2 AND enabled",
+            $("
+       AND ", $condition,)?
+            "
+     RETURNING id, kind, url, failing_since"
+        )
+    };
+}
+pub(crate) use disable_if_enabled;
+
+const DISABLE: &str = disable_if_enabled!();
 
 /// An endpoint that one of these calls just disabled (it was enabled).
 #[derive(Debug, Clone)]
