@@ -303,18 +303,15 @@ pub struct UpdatedEndpoint {
 }
 
 /// Applies the changes; re-enabling clears the disabled reason and the failing
-/// state (so a re-enabled endpoint gets the whole window again). Locks the row
-/// first so two concurrent PATCHes agree on which of them switched it.
+/// state (so a re-enabled endpoint gets the whole window again). One
+/// statement that locks the row before reading its previous `enabled`, so two
+/// concurrent PATCHes agree on which of them switched it.
 pub async fn update_endpoint(
     client: &impl GenericClient,
     tenant: TenantId,
     id: EndpointId,
     changes: &EndpointChanges<'_>,
 ) -> Result<Option<UpdatedEndpoint>, DbError> {
-    let Some(before) = sql::query_opt(client, LOCK_ENABLED, &[&tenant.as_uuid(), &id.as_uuid()]).await? else {
-        return Ok(None);
-    };
-    let was_enabled: bool = before.get("enabled");
     // `$n::bool` says whether the field is being changed; NULL values are real
     // values (e.g. "no rate limit"), so a flag is needed beside each.
     let sql = format!(
@@ -331,8 +328,11 @@ pub async fn update_endpoint(
              retry_schedule_secs = CASE WHEN $14 THEN $15 ELSE retry_schedule_secs END,
              timeout_ms = CASE WHEN $16 THEN $17 ELSE timeout_ms END,
              updated_at = now()
+         FROM (SELECT enabled AS was_enabled FROM relayops.webhook_endpoints
+               WHERE tenant_id = $1 AND id = $2
+               FOR UPDATE) previous
          WHERE tenant_id = $1 AND id = $2
-         RETURNING {ENDPOINT_COLUMNS}"
+         RETURNING {ENDPOINT_COLUMNS}, previous.was_enabled"
     );
     let flag = |field: &Option<Option<i32>>| field.is_some();
     let value = |field: &Option<Option<i32>>| field.flatten();
@@ -361,10 +361,9 @@ pub async fn update_endpoint(
         ],
     )
     .await?;
-    Ok(row.as_ref().map(EndpointRecord::from_row).map(|endpoint| UpdatedEndpoint {
-        switched: (endpoint.enabled != was_enabled).then_some(endpoint.enabled),
-        endpoint,
+    Ok(row.map(|row| {
+        let was_enabled: bool = row.get("was_enabled");
+        let endpoint = EndpointRecord::from_row(&row);
+        UpdatedEndpoint { switched: (endpoint.enabled != was_enabled).then_some(endpoint.enabled), endpoint }
     }))
 }
-
-const LOCK_ENABLED: &str = "SELECT enabled FROM relayops.webhook_endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE";
