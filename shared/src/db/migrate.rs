@@ -91,15 +91,16 @@ async fn apply_pending(client: &mut Client, last: &str) -> Result<Vec<String>, D
             version: (*version).to_owned(),
             message: error.as_db_error().map(|db| db.message().to_owned()).unwrap_or_else(|| error.to_string()),
         };
-        if sql.starts_with(NO_TRANSACTION) {
+        let tx = if sql.starts_with(NO_TRANSACTION) {
             for statement in statements(sql) {
                 client.batch_execute(&statement).await.map_err(failed)?;
             }
-        }
-        let tx = client.transaction().await?;
-        if !sql.starts_with(NO_TRANSACTION) {
+            client.transaction().await?
+        } else {
+            let tx = client.transaction().await?;
             tx.batch_execute(sql).await.map_err(failed)?;
-        }
+            tx
+        };
         tx.execute("INSERT INTO relayops.schema_migrations (version, checksum) VALUES ($1, $2)", &[version, &checksum])
             .await?;
         tx.commit().await?;

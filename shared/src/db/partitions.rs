@@ -308,12 +308,12 @@ async fn drop_expired_unlocked(
     let oldest_delivery = deliveries.first().map(|partition| partition.from_ms);
     // The clock slack, but never more than a window (tests use seconds).
     let slack = CLOCK_SLACK.min(config.partition).as_millis() as i64;
+    let delivery_floor = match oldest_delivery {
+        Some(Some(from)) => from - slack,
+        Some(None) => i64::MIN,
+        None => i64::MAX,
+    };
     for attempts in list(client, ATTEMPTS).await? {
-        let delivery_floor = match oldest_delivery {
-            Some(Some(from)) => from - slack,
-            Some(None) => i64::MIN,
-            None => i64::MAX,
-        };
         if attempts.to_ms > cutoff || attempts.to_ms > delivery_floor {
             break;
         }

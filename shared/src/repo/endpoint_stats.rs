@@ -17,7 +17,8 @@ use crate::repo::sql;
 use crate::repo::GenericClient;
 
 /// $1 tenant, $2 recent since, $3 window since, $4 chart start, $5 bucket
-/// seconds, $6 one endpoint or NULL for all.
+/// seconds, $6 one endpoint or NULL for all, $7 the smallest attempt id the
+/// window can hold (its partition bound).
 const HEALTH: &str = "WITH a AS MATERIALIZED (
         SELECT d.endpoint_id, a.id, a.outcome, a.latency_ms, a.started_at
         FROM relayops.delivery_attempts a

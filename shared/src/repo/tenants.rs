@@ -99,11 +99,11 @@ pub async fn set_suspended(
 ) -> Result<Option<TenantRecord>, DbError> {
     let sql = format!(
         "UPDATE relayops.tenants
-         SET suspended_at = CASE WHEN $2 THEN coalesce(suspended_at, now()) END,
-             suspended_reason = CASE WHEN $2 THEN $3 END
+         SET suspended_at = CASE WHEN $2::text IS NOT NULL THEN coalesce(suspended_at, now()) END,
+             suspended_reason = $2
          WHERE id = $1
          RETURNING {TENANT_COLUMNS}"
     );
-    let row = sql::query_opt(client, &sql, &[&id.as_uuid(), &reason.is_some(), &reason]).await?;
+    let row = sql::query_opt(client, &sql, &[&id.as_uuid(), &reason]).await?;
     Ok(row.as_ref().map(TenantRecord::from_row))
 }
