@@ -222,6 +222,45 @@ fn unique_suffix() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
 }
 
+/// Creates the empty database `name` on the server at `admin_url`; its URL.
+/// Test databases are named `relayops_test_*` (`make clean-test-databases`
+/// removes those an interrupted run left behind).
+pub async fn create_database(admin_url: &str, name: &str) -> String {
+    let admin = db::connect_pool(&DatabaseConfig::new(admin_url.to_owned(), 1)).expect("admin pool");
+    let client = admin.get().await.expect("Postgres is not reachable: run scripts/services.sh");
+    client.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create test database");
+    let mut url = url::Url::parse(admin_url).expect("database url");
+    url.set_path(name);
+    url.to_string()
+}
+
+/// Drops the database `name` on the server at `admin_url`, forcing off any
+/// connection still open; failures are ignored (this runs in teardown).
+pub async fn drop_database(admin_url: &str, name: &str) {
+    let Ok(target) = relayops_shared::db::PgTarget::parse(admin_url) else {
+        return;
+    };
+    if let Ok((client, connection)) = target.connect().await {
+        tokio::spawn(connection);
+        let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+    }
+}
+
+/// Runs `teardown` to completion on a thread and runtime of its own, for a
+/// `Drop`: it cannot await, and must also run when the test panicked. Tests
+/// use the multi-threaded runtime so that a connection still being opened by
+/// a pool can finish its handshake while this blocks; otherwise its backend
+/// sits in authentication and DROP DATABASE waits for it (up to 60 s).
+pub(crate) fn run_on_own_thread(teardown: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            return;
+        };
+        runtime.block_on(teardown);
+    })
+    .join();
+}
+
 async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let address = listener.local_addr().expect("local address");
@@ -256,14 +295,7 @@ impl TestEnv {
         config.flow.key_prefix = format!("test:{suffix}");
         let database_name = format!("relayops_test_{suffix}");
 
-        let admin = db::connect_pool(&DatabaseConfig::new(admin_url.clone(), 1)).expect("admin pool");
-        let admin_client = admin.get().await.expect("Postgres is not reachable: run scripts/services.sh");
-        admin_client.batch_execute(&format!("CREATE DATABASE {database_name}")).await.expect("create test database");
-        drop(admin_client);
-
-        let mut url = url::Url::parse(&admin_url).expect("database url");
-        url.set_path(&database_name);
-        let database_url = url.to_string();
+        let database_url = create_database(&admin_url, &database_name).await;
         // Migrations always go direct (they hold a session advisory lock); the
         // direct pool stays the app's unless a pooler is asked for (and then
         // its warm connection is dropped).
@@ -735,30 +767,14 @@ impl Drop for TestEnv {
             task.abort();
         }
         self.pool.close();
-        // Drop the database from a separate thread: Drop cannot await, and this
-        // must also run when the test panicked. Tests use the multi-threaded
-        // runtime so that a connection still being opened by the pool can finish
-        // its handshake while this thread blocks; otherwise its backend sits in
-        // authentication and DROP DATABASE waits for it (up to 60 s).
-        // The test's queues and exchanges go the same way.
+        // The database and the test's queues and exchanges go from a thread of
+        // their own (see `run_on_own_thread`).
         let admin_url = self.admin_url.clone();
         let name = self.database_name.clone();
         let broker = self.broker.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                return;
-            };
-            runtime.block_on(async move {
-                let Ok(target) = relayops_shared::db::PgTarget::parse(&admin_url) else {
-                    return;
-                };
-                if let Ok((client, connection)) = target.connect().await {
-                    tokio::spawn(connection);
-                    let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
-                }
-                let _ = tokio::time::timeout(Duration::from_secs(10), delete_broker_namespace(&broker)).await;
-            });
-        })
-        .join();
+        run_on_own_thread(async move {
+            drop_database(&admin_url, &name).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), delete_broker_namespace(&broker)).await;
+        });
     }
 }
