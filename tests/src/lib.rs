@@ -261,6 +261,25 @@ pub(crate) fn run_on_own_thread(teardown: impl std::future::Future<Output = ()> 
     .join();
 }
 
+/// The API's state as every role builds it from `config` (auth, ingest rate
+/// limit, login throttle, outbound allow-list), without wake-ups: callers
+/// add their own.
+pub(crate) fn api_state(pool: &Pool, config: &TestConfig) -> ApiState {
+    let flow = FlowControl::new(&config.flow).expect("redis url");
+    let throttle = LoginThrottle::new(flow.clone(), config.login.clone());
+    let limiter = IngestLimiter {
+        flow,
+        default: Limit { per_second: config.flow.tenant_rate_per_sec, burst: config.flow.tenant_burst },
+    };
+    ApiState::new(pool.clone())
+        .with_auth(&config.auth)
+        .expect("auth config")
+        .with_ingest_limiter(limiter)
+        // The API refuses endpoint URLs the worker would refuse to send to.
+        .with_outbound_allow(config.worker.outbound_allow.clone())
+        .with_login_throttle(throttle)
+}
+
 async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let address = listener.local_addr().expect("local address");
@@ -348,20 +367,8 @@ impl TestEnv {
         let simulator = Simulator::new();
         let (simulator_url, simulator_task) = spawn_http(relayops_simulator::router(simulator.clone())).await;
         let wakeup = std::sync::Arc::new(Notify::new());
-        let flow = FlowControl::new(&config.flow).expect("redis url");
-        let throttle = LoginThrottle::new(flow.clone(), config.login.clone());
-        let limiter = IngestLimiter {
-            flow,
-            default: Limit { per_second: config.flow.tenant_rate_per_sec, burst: config.flow.tenant_burst },
-        };
-        let mut state = ApiState::new(pool.clone())
-            .with_auth(&config.auth)
-            .expect("auth config")
-            .with_wakeup(Arc::new(Wakeups(vec![wakeup.clone(), Arc::new(PgNotifier::new(pool.clone()))])))
-            .with_ingest_limiter(limiter)
-            // The API refuses endpoint URLs the worker would refuse to send to.
-            .with_outbound_allow(config.worker.outbound_allow.clone())
-            .with_login_throttle(throttle);
+        let mut state = api_state(&pool, &config)
+            .with_wakeup(Arc::new(Wakeups(vec![wakeup.clone(), Arc::new(PgNotifier::new(pool.clone()))])));
         let mut tasks = vec![simulator_task];
         if let Some(backpressure_config) = &config.backpressure {
             let backpressure = Backpressure::new(backpressure_config.clone());
