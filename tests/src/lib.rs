@@ -299,6 +299,14 @@ pub async fn start_receiver() -> (Simulator, String) {
     (simulator, url)
 }
 
+/// Another tenant ([`TestEnv::second_account`]) and its admin's login.
+pub struct SecondAccount {
+    pub tenant_id: TenantId,
+    pub api_key: String,
+    pub email: String,
+    pub password: String,
+}
+
 impl TestEnv {
     pub async fn start() -> Self {
         Self::start_with(TestConfig::default()).await
@@ -436,13 +444,24 @@ impl TestEnv {
         }
     }
 
+    /// Another tenant on the same installation: its admin's login and API key.
+    pub async fn second_account(&self) -> SecondAccount {
+        let email = format!("other-{}@example.com", unique_suffix());
+        let password = "other-password-1";
+        let request = BootstrapRequest { tenant_name: "Other tenant", admin_email: &email, admin_password: password };
+        let tenant = bootstrap_tenant(&self.pool, &request).await.expect("second tenant");
+        SecondAccount {
+            tenant_id: tenant.tenant_id,
+            api_key: tenant.api_key.expose().to_owned(),
+            email,
+            password: password.to_owned(),
+        }
+    }
+
     /// Another tenant on the same installation, with its own admin key.
     pub async fn second_tenant(&self) -> (TenantId, String) {
-        let email = format!("other-{}@example.com", unique_suffix());
-        let request =
-            BootstrapRequest { tenant_name: "Other tenant", admin_email: &email, admin_password: "other-password-1" };
-        let tenant = bootstrap_tenant(&self.pool, &request).await.expect("second tenant");
-        (tenant.tenant_id, tenant.api_key.expose().to_owned())
+        let account = self.second_account().await;
+        (account.tenant_id, account.api_key)
     }
 
     pub async fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>, body: Option<Value>) -> Answer {

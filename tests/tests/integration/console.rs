@@ -4,7 +4,6 @@
 //! clicks is in `console_browser`.)
 use std::time::Duration;
 
-use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_tests::console::{cookie_from, csrf_in, no_redirects, ConsoleClient};
 use relayops_tests::{eventually, TestConfig, TestEnv};
 use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, LOCATION};
@@ -38,11 +37,8 @@ async fn console_form_without_the_csrf_token_is_refused_and_changes_nothing() {
     assert_eq!(status_of(&env, &delivery_id).await, "dead", "nothing was replayed");
 
     // Another session's token (another user's) does not work in this one.
-    let email = format!("b-{}@example.com", uuid::Uuid::new_v4().simple());
-    let request =
-        BootstrapRequest { tenant_name: "Tenant B", admin_email: &email, admin_password: "tenant-b-password" };
-    bootstrap_tenant(&env.pool, &request).await.unwrap();
-    let other = ConsoleClient::sign_in(&env.api_url, &email, "tenant-b-password").await;
+    let account = env.second_account().await;
+    let other = ConsoleClient::sign_in(&env.api_url, &account.email, &account.password).await;
     assert_eq!(console.post(&path, &[("csrf", &other.csrf().await)]).await.status(), 403, "another session's token");
     assert_eq!(status_of(&env, &delivery_id).await, "dead", "nothing was replayed");
 
@@ -157,11 +153,8 @@ async fn console_of_another_tenant_finds_none_of_this_tenants_objects() {
     let keys = env.get("/v1/api-keys").await.body["data"].clone();
     let key_id = keys[0]["id"].as_str().unwrap().to_owned();
 
-    let email = format!("b-{}@example.com", uuid::Uuid::new_v4().simple());
-    let request =
-        BootstrapRequest { tenant_name: "Tenant B", admin_email: &email, admin_password: "tenant-b-password" };
-    bootstrap_tenant(&env.pool, &request).await.unwrap();
-    let b = ConsoleClient::sign_in(&env.api_url, &email, "tenant-b-password").await;
+    let account = env.second_account().await;
+    let b = ConsoleClient::sign_in(&env.api_url, &account.email, &account.password).await;
     let csrf = b.csrf().await;
 
     for path in [
