@@ -487,14 +487,27 @@ impl TestEnv {
     /// simulator, so the simulator verifies every signature. Extra fields
     /// (e.g. `max_attempts`) are merged into the request.
     pub async fn create_endpoint(&self, simulator_path: &str, event_types: &[&str], extra: Value) -> Value {
-        let mut body = json!({ "url": format!("{}{simulator_path}", self.simulator_url), "event_types": event_types });
+        let url = format!("{}{simulator_path}", self.simulator_url);
+        self.create_endpoint_on(&self.simulator, &url, event_types, extra).await
+    }
+
+    /// As [`create_endpoint`](Self::create_endpoint), at `url` on another
+    /// receiver (`simulator`, which then verifies this endpoint's signatures).
+    pub async fn create_endpoint_on(
+        &self,
+        simulator: &Simulator,
+        url: &str,
+        event_types: &[&str],
+        extra: Value,
+    ) -> Value {
+        let mut body = json!({ "url": url, "event_types": event_types });
         if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
             body.extend(extra.clone());
         }
         let answer = self.post("/v1/endpoints", body).await;
         assert_eq!(answer.status, 201, "endpoint creation failed: {:?}", answer.body);
         let secret = answer.body["secret"].as_str().expect("secret in creation response");
-        self.simulator.register_secret(secret).expect("simulator accepts the secret");
+        simulator.register_secret(secret).expect("simulator accepts the secret");
         answer.body
     }
 
