@@ -21,6 +21,22 @@ impl ScratchDatabase {
     }
 }
 
+/// `script` (several statements, for `batch_execute`) with `$1`, `$2`, … replaced
+/// by the SQL literals given: bound parameters cannot span statements.
+pub fn inline_params(script: &str, literals: &[String]) -> String {
+    // The highest first, so `$1` does not eat the start of `$10`.
+    literals
+        .iter()
+        .enumerate()
+        .rev()
+        .fold(script.to_owned(), |script, (n, literal)| script.replace(&format!("${}", n + 1), literal))
+}
+
+/// A UUID as an SQL literal.
+pub fn uuid_literal(id: uuid::Uuid) -> String {
+    format!("'{id}'::uuid")
+}
+
 impl Drop for ScratchDatabase {
     fn drop(&mut self) {
         self.pool.close();

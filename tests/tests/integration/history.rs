@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use relayops_shared::config::HistoryConfig;
 use relayops_shared::db::{migrate, partitions};
-use relayops_shared::ids::TenantId;
+use relayops_shared::ids::{EventId, TenantId};
 use relayops_shared::repo::delivery_queries::{list_deliveries, DeliveryFilter, TimeKey};
-use relayops_tests::scratch::ScratchDatabase;
+use relayops_tests::scratch::{inline_params, uuid_literal, ScratchDatabase};
 use serde_json::json;
 
 /// A test env whose history windows are short, with the publisher's own
@@ -32,7 +32,7 @@ async fn into_the_window_after(id: uuid::Uuid, window: Duration) {
 
 fn event_uuid(answer: &relayops_tests::Answer) -> (String, uuid::Uuid) {
     let id = answer.body["id"].as_str().expect("event id").to_owned();
-    let uuid = uuid::Uuid::parse_str(id.trim_start_matches("evt_")).expect("uuid");
+    let uuid = id.parse::<EventId>().expect("an event id").as_uuid();
     (id, uuid)
 }
 
@@ -115,10 +115,8 @@ async fn list_pages_read_only_the_partitions_their_cursor_and_filters_reach() {
     let history = HistoryConfig { partition: Duration::from_secs(60), ahead: 8, ..HistoryConfig::default() };
     partitions::ensure(&client, &history).await.unwrap();
     let (tenant, endpoint) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
-    let script = SEED_WINDOWS
-        .replace("$1", &format!("'{tenant}'::uuid"))
-        .replace("$2", &format!("'{endpoint}'::uuid"))
-        .replace("$3", "ARRAY[0.5, 2.5, 4.5, 6.5, 7.5]");
+    let windows = "ARRAY[0.5, 2.5, 4.5, 6.5, 7.5]".to_owned();
+    let script = inline_params(SEED_WINDOWS, &[uuid_literal(tenant), uuid_literal(endpoint), windows]);
     client.batch_execute(&script).await.unwrap();
     client.batch_execute("ANALYZE").await.unwrap();
     let tenant = TenantId::from_uuid(tenant);
@@ -301,10 +299,7 @@ async fn a_tenant_with_a_shorter_retention_loses_its_old_finished_rows_in_batche
     let history = HistoryConfig { partition: Duration::from_secs(7 * 86_400), ..HistoryConfig::default() };
     partitions::ensure(&client, &history).await.unwrap();
     let ids: Vec<uuid::Uuid> = (0..4).map(|_| uuid::Uuid::now_v7()).collect();
-    let mut script = SEED_TENANTS.to_owned();
-    for (n, id) in ids.iter().enumerate() {
-        script = script.replace(&format!("${}", n + 1), &format!("'{id}'::uuid"));
-    }
+    let script = inline_params(SEED_TENANTS, &ids.iter().copied().map(uuid_literal).collect::<Vec<_>>());
     client.batch_execute(&script).await.unwrap();
     let count = |sql: &'static str| {
         let client = &client;
