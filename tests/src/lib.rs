@@ -104,6 +104,14 @@ impl Default for Services {
     }
 }
 
+impl TestConfig {
+    /// This configuration with no platform admin token: the admin API is off.
+    pub fn without_admin_token(mut self) -> Self {
+        self.auth.admin_token_sha256 = None;
+        self
+    }
+}
+
 impl Default for TestConfig {
     fn default() -> Self {
         let admin_token = format!("admin-token-{}", uuid::Uuid::new_v4().simple());
@@ -521,10 +529,16 @@ impl TestEnv {
     /// As [`post_event`](Self::post_event), also returning the refusals retried.
     pub async fn post_event_retrying(&self, event_type: &str, payload: Value) -> Persisted {
         let key = format!("test-{}", uuid::Uuid::new_v4().simple());
+        self.post_event_with_key(event_type, payload, &key).await
+    }
+
+    /// As [`post_event_retrying`](Self::post_event_retrying), with the
+    /// `Idempotency-Key` given (for tests about keys).
+    pub async fn post_event_with_key(&self, event_type: &str, payload: Value, key: &str) -> Persisted {
         let body = json!({ "event_type": event_type, "payload": payload });
         let url = format!("{}/v1/events", self.api_url);
         send_following_protocol(|| {
-            self.http.post(&url).bearer_auth(&self.api_key).header("idempotency-key", &key).json(&body)
+            self.http.post(&url).bearer_auth(&self.api_key).header("idempotency-key", key).json(&body)
         })
         .await
     }
