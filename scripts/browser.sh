@@ -12,12 +12,6 @@ LOG_TAG=browser
 . "$(dirname "$0")/service-helpers.sh"
 
 if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
-  if [ "${RELAYOPS_SKIP_INSTALL:-0}" = "1" ]; then
-    log "chromium/chromium-driver missing (RELAYOPS_SKIP_INSTALL=1, not installing)"; exit 1
-  fi
-  log "installing chromium chromium-driver"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null
+  apt_install_missing chromium chromium-driver fonts-dejavu-core
 fi
 command -v chromedriver

@@ -108,26 +108,24 @@ call POST "$api/v1/events" '{"event_type": "order.created", "payload": {"n": 1}}
 
 # schemathesis keeps a cache in its working directory: not in the repository.
 workdir="$(mktemp -d)"
+# st_run TOKEN MAX_TIME PATH-FILTER...: one schemathesis run, authorised by TOKEN.
+st_run() {
+  local token=$1 time_limit=$2
+  shift 2
+  (cd "$workdir" && "$venv/bin/st" run "$api/openapi.json" \
+    --checks not_a_server_error \
+    --header "Authorization: Bearer $token" \
+    "$@" \
+    --max-examples "$max_examples" --max-time "$time_limit" \
+    --phases examples,coverage,fuzzing \
+    --workers 1 --seed "${SCHEMATHESIS_SEED:-1}" \
+    --request-timeout 10 --no-color)
+}
 status=0
-(cd "$workdir" && "$venv/bin/st" run "$api/openapi.json" \
-  --checks not_a_server_error \
-  --header "Authorization: Bearer $api_key" \
-  --exclude-path-regex '^/admin/' \
-  --max-examples "$max_examples" --max-time "$max_time" \
-  --phases examples,coverage,fuzzing \
-  --workers 1 --seed "${SCHEMATHESIS_SEED:-1}" \
-  --request-timeout 10 --no-color) \
-  || status=$?
+st_run "$api_key" "$max_time" --exclude-path-regex '^/admin/' || status=$?
 # The platform admin API with the platform token (a tenant key only meets 401
 # there); after the tenant routes, since it may suspend the tenant.
-[[ $status -ne 0 ]] || (cd "$workdir" && "$venv/bin/st" run "$api/openapi.json" \
-  --checks not_a_server_error \
-  --header "Authorization: Bearer $admin_token" \
-  --include-path-regex '^/admin/' \
-  --max-examples "$max_examples" --max-time "${SCHEMATHESIS_ADMIN_MAX_TIME:-30}" \
-  --phases examples,coverage,fuzzing \
-  --workers 1 --seed "${SCHEMATHESIS_SEED:-1}" \
-  --request-timeout 10 --no-color) \
+[[ $status -ne 0 ]] || st_run "$admin_token" "${SCHEMATHESIS_ADMIN_MAX_TIME:-30}" --include-path-regex '^/admin/' \
   || status=$?
 rm -rf "$workdir"
 if [[ $status -ne 0 ]]; then

@@ -30,17 +30,9 @@ command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "${RELAYOPS_SKIP_INSTALL:-0}" = "1" ]; then
-    log "missing packages: ${missing[*]} (RELAYOPS_SKIP_INSTALL=1, not installing)"; exit 1
-  fi
-  log "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  # Debian's maintainer scripts try to start services through policy-rc.d/systemd,
-  # which a container may not have; we start them ourselves below.
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# Debian's maintainer scripts try to start services through policy-rc.d/systemd,
+# which a container may not have; we start them ourselves below.
+apt_install_missing ${missing[@]+"${missing[@]}"}
 
 # PostgreSQL
 if ! pg_up; then
@@ -57,8 +49,10 @@ wait_for postgresql pg_up 60
 # first fsyncs every file of the data directory, one by one; with a database
 # per test and history partitions in each that took over a minute here, longer
 # than pg_ctl waits. syncfs(2) does the same work once per file system.
-as_postgres psql -q -v ON_ERROR_STOP=1 -h /var/run/postgresql \
-  -c "ALTER SYSTEM SET recovery_init_sync_method = 'syncfs'" -c "SELECT pg_reload_conf()" >/dev/null
+if [ "$(as_postgres psql -h /var/run/postgresql -tAc 'SHOW recovery_init_sync_method')" != "syncfs" ]; then
+  as_postgres psql -q -v ON_ERROR_STOP=1 -h /var/run/postgresql \
+    -c "ALTER SYSTEM SET recovery_init_sync_method = 'syncfs'" -c "SELECT pg_reload_conf()" >/dev/null
+fi
 
 # The relayops role: owns the demo database and creates one database per test.
 as_postgres psql -q -v ON_ERROR_STOP=1 -h /var/run/postgresql <<'SQL' >/dev/null

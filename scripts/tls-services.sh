@@ -31,15 +31,10 @@ REDIS_TLS_PORT=6380
 PGBOUNCER_PORT=6432
 PGBOUNCER_HOME=/var/tmp/relayops-pgbouncer
 
-if ! command -v pgbouncer >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
-  if [ "${RELAYOPS_SKIP_INSTALL:-0}" = "1" ]; then
-    log "missing packages: pgbouncer/openssl (RELAYOPS_SKIP_INSTALL=1, not installing)"; exit 1
-  fi
-  log "installing pgbouncer openssl"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends pgbouncer openssl >/dev/null
-fi
+missing=()
+command -v pgbouncer >/dev/null 2>&1 || missing+=(pgbouncer)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+apt_install_missing ${missing[@]+"${missing[@]}"}
 
 # --- certificates -----------------------------------------------------------
 new_ca() { # name, common name

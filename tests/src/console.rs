@@ -33,20 +33,40 @@ pub fn no_redirects() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("http client")
 }
 
+/// Fetches the sign-in form and submits it as a browser does (with its
+/// double-submit token and cookie), sending `headers` with both requests.
+/// The form's `Set-Cookie` for that token, and the answer to the submission.
+pub async fn submit_login(
+    http: &reqwest::Client,
+    base: &str,
+    email: &str,
+    password: &str,
+    headers: &[(&str, &str)],
+) -> (String, Response) {
+    let url = format!("{base}/console/login");
+    let with_headers = |mut request: reqwest::RequestBuilder| {
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request
+    };
+    let form = with_headers(http.get(&url)).send().await.expect("sign-in page");
+    let (login_cookie, login_set_cookie) = cookie_from(&form, "relayops_login_csrf").expect("sign-in csrf cookie");
+    let token = csrf_in(&form.text().await.expect("page")).expect("csrf field on the sign-in form");
+    let answer = with_headers(http.post(&url))
+        .header(COOKIE, format!("relayops_login_csrf={login_cookie}"))
+        .form(&[("csrf", token.as_str()), ("email", email), ("password", password)])
+        .send()
+        .await
+        .expect("sign in");
+    (login_set_cookie, answer)
+}
+
 impl ConsoleClient {
     /// Signs in with the sign-in form; panics unless it succeeds.
     pub async fn sign_in(base: &str, email: &str, password: &str) -> Self {
         let http = no_redirects();
-        let form = http.get(format!("{base}/console/login")).send().await.expect("sign-in page");
-        let (login_cookie, _) = cookie_from(&form, "relayops_login_csrf").expect("sign-in csrf cookie");
-        let token = csrf_in(&form.text().await.expect("page")).expect("csrf field on the sign-in form");
-        let answer = http
-            .post(format!("{base}/console/login"))
-            .header(COOKIE, format!("relayops_login_csrf={login_cookie}"))
-            .form(&[("csrf", token.as_str()), ("email", email), ("password", password)])
-            .send()
-            .await
-            .expect("sign in");
+        let (_, answer) = submit_login(&http, base, email, password, &[]).await;
         assert_eq!(answer.status(), 303, "sign-in refused: {:?}", answer.text().await);
         assert_eq!(answer.headers()[LOCATION], "/console/endpoints");
         let (session_cookie, set_cookie) = cookie_from(&answer, "relayops_session").expect("session cookie");

@@ -10,10 +10,9 @@ use lambda_http::tower::ServiceExt;
 use lambda_http::{Adapter, Context, LambdaEvent};
 use relayops_publisher::lambda::{self, InvocationReport};
 use relayops_publisher::Publisher;
-use relayops_shared::api::{ApiState, IngestLimiter};
+use relayops_shared::api::ApiState;
 use relayops_shared::config::PublisherBudgetConfig;
 use relayops_shared::db::listen::PgNotifier;
-use relayops_shared::flow::{FlowControl, Limit};
 use serde_json::{json, Value};
 
 use crate::TestEnv;
@@ -96,19 +95,7 @@ impl TestEnv {
     /// The state an HTTP Lambda builds from its environment, for this test's
     /// database, auth and Redis prefix (wake-ups go through Postgres NOTIFY).
     pub fn lambda_state(&self) -> ApiState {
-        let flow = FlowControl::new(&self.config.flow).expect("redis url");
-        let throttle = relayops_shared::api::LoginThrottle::new(flow.clone(), self.config.login.clone());
-        let limiter = IngestLimiter {
-            flow,
-            default: Limit { per_second: self.config.flow.tenant_rate_per_sec, burst: self.config.flow.tenant_burst },
-        };
-        ApiState::new(self.pool.clone())
-            .with_auth(&self.config.auth)
-            .expect("auth config")
-            .with_ingest_limiter(limiter)
-            .with_wakeup(std::sync::Arc::new(PgNotifier::new(self.pool.clone())))
-            .with_outbound_allow(self.config.worker.outbound_allow.clone())
-            .with_login_throttle(throttle)
+        crate::api_state(&self.pool, &self.config).with_wakeup(std::sync::Arc::new(PgNotifier::new(self.pool.clone())))
     }
 
     /// A publisher as its Lambda builds one (once per container).

@@ -104,6 +104,14 @@ impl Default for Services {
     }
 }
 
+impl TestConfig {
+    /// This configuration with no platform admin token: the admin API is off.
+    pub fn without_admin_token(mut self) -> Self {
+        self.auth.admin_token_sha256 = None;
+        self
+    }
+}
+
 impl Default for TestConfig {
     fn default() -> Self {
         let admin_token = format!("admin-token-{}", uuid::Uuid::new_v4().simple());
@@ -222,6 +230,64 @@ fn unique_suffix() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
 }
 
+/// Creates the empty database `name` on the server at `admin_url`; its URL.
+/// Test databases are named `relayops_test_*` (`make clean-test-databases`
+/// removes those an interrupted run left behind).
+pub async fn create_database(admin_url: &str, name: &str) -> String {
+    let admin = db::connect_pool(&DatabaseConfig::new(admin_url.to_owned(), 1)).expect("admin pool");
+    let client = admin.get().await.expect("Postgres is not reachable: run scripts/services.sh");
+    client.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create test database");
+    let mut url = url::Url::parse(admin_url).expect("database url");
+    url.set_path(name);
+    url.to_string()
+}
+
+/// Drops the database `name` on the server at `admin_url`, forcing off any
+/// connection still open; failures are ignored (this runs in teardown).
+pub async fn drop_database(admin_url: &str, name: &str) {
+    let Ok(target) = relayops_shared::db::PgTarget::parse(admin_url) else {
+        return;
+    };
+    if let Ok((client, connection)) = target.connect().await {
+        tokio::spawn(connection);
+        let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+    }
+}
+
+/// Runs `teardown` to completion on a thread and runtime of its own, for a
+/// `Drop`: it cannot await, and must also run when the test panicked. Tests
+/// use the multi-threaded runtime so that a connection still being opened by
+/// a pool can finish its handshake while this blocks; otherwise its backend
+/// sits in authentication and DROP DATABASE waits for it (up to 60 s).
+pub(crate) fn run_on_own_thread(teardown: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            return;
+        };
+        runtime.block_on(teardown);
+    })
+    .join();
+}
+
+/// The API's state as every role builds it from `config` (auth, ingest rate
+/// limit, login throttle, outbound allow-list), without wake-ups: callers
+/// add their own.
+pub(crate) fn api_state(pool: &Pool, config: &TestConfig) -> ApiState {
+    let flow = FlowControl::new(&config.flow).expect("redis url");
+    let throttle = LoginThrottle::new(flow.clone(), config.login.clone());
+    let limiter = IngestLimiter {
+        flow,
+        default: Limit { per_second: config.flow.tenant_rate_per_sec, burst: config.flow.tenant_burst },
+    };
+    ApiState::new(pool.clone())
+        .with_auth(&config.auth)
+        .expect("auth config")
+        .with_ingest_limiter(limiter)
+        // The API refuses endpoint URLs the worker would refuse to send to.
+        .with_outbound_allow(config.worker.outbound_allow.clone())
+        .with_login_throttle(throttle)
+}
+
 async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let address = listener.local_addr().expect("local address");
@@ -241,6 +307,14 @@ pub async fn start_receiver() -> (Simulator, String) {
     (simulator, url)
 }
 
+/// Another tenant ([`TestEnv::second_account`]) and its admin's login.
+pub struct SecondAccount {
+    pub tenant_id: TenantId,
+    pub api_key: String,
+    pub email: String,
+    pub password: String,
+}
+
 impl TestEnv {
     pub async fn start() -> Self {
         Self::start_with(TestConfig::default()).await
@@ -256,14 +330,7 @@ impl TestEnv {
         config.flow.key_prefix = format!("test:{suffix}");
         let database_name = format!("relayops_test_{suffix}");
 
-        let admin = db::connect_pool(&DatabaseConfig::new(admin_url.clone(), 1)).expect("admin pool");
-        let admin_client = admin.get().await.expect("Postgres is not reachable: run scripts/services.sh");
-        admin_client.batch_execute(&format!("CREATE DATABASE {database_name}")).await.expect("create test database");
-        drop(admin_client);
-
-        let mut url = url::Url::parse(&admin_url).expect("database url");
-        url.set_path(&database_name);
-        let database_url = url.to_string();
+        let database_url = create_database(&admin_url, &database_name).await;
         // Migrations always go direct (they hold a session advisory lock); the
         // direct pool stays the app's unless a pooler is asked for (and then
         // its warm connection is dropped).
@@ -316,20 +383,8 @@ impl TestEnv {
         let simulator = Simulator::new();
         let (simulator_url, simulator_task) = spawn_http(relayops_simulator::router(simulator.clone())).await;
         let wakeup = std::sync::Arc::new(Notify::new());
-        let flow = FlowControl::new(&config.flow).expect("redis url");
-        let throttle = LoginThrottle::new(flow.clone(), config.login.clone());
-        let limiter = IngestLimiter {
-            flow,
-            default: Limit { per_second: config.flow.tenant_rate_per_sec, burst: config.flow.tenant_burst },
-        };
-        let mut state = ApiState::new(pool.clone())
-            .with_auth(&config.auth)
-            .expect("auth config")
-            .with_wakeup(Arc::new(Wakeups(vec![wakeup.clone(), Arc::new(PgNotifier::new(pool.clone()))])))
-            .with_ingest_limiter(limiter)
-            // The API refuses endpoint URLs the worker would refuse to send to.
-            .with_outbound_allow(config.worker.outbound_allow.clone())
-            .with_login_throttle(throttle);
+        let mut state = api_state(&pool, &config)
+            .with_wakeup(Arc::new(Wakeups(vec![wakeup.clone(), Arc::new(PgNotifier::new(pool.clone()))])));
         let mut tasks = vec![simulator_task];
         if let Some(backpressure_config) = &config.backpressure {
             let backpressure = Backpressure::new(backpressure_config.clone());
@@ -397,13 +452,24 @@ impl TestEnv {
         }
     }
 
+    /// Another tenant on the same installation: its admin's login and API key.
+    pub async fn second_account(&self) -> SecondAccount {
+        let email = format!("other-{}@example.com", unique_suffix());
+        let password = "other-password-1";
+        let request = BootstrapRequest { tenant_name: "Other tenant", admin_email: &email, admin_password: password };
+        let tenant = bootstrap_tenant(&self.pool, &request).await.expect("second tenant");
+        SecondAccount {
+            tenant_id: tenant.tenant_id,
+            api_key: tenant.api_key.expose().to_owned(),
+            email,
+            password: password.to_owned(),
+        }
+    }
+
     /// Another tenant on the same installation, with its own admin key.
     pub async fn second_tenant(&self) -> (TenantId, String) {
-        let email = format!("other-{}@example.com", unique_suffix());
-        let request =
-            BootstrapRequest { tenant_name: "Other tenant", admin_email: &email, admin_password: "other-password-1" };
-        let tenant = bootstrap_tenant(&self.pool, &request).await.expect("second tenant");
-        (tenant.tenant_id, tenant.api_key.expose().to_owned())
+        let account = self.second_account().await;
+        (account.tenant_id, account.api_key)
     }
 
     pub async fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>, body: Option<Value>) -> Answer {
@@ -429,14 +495,27 @@ impl TestEnv {
     /// simulator, so the simulator verifies every signature. Extra fields
     /// (e.g. `max_attempts`) are merged into the request.
     pub async fn create_endpoint(&self, simulator_path: &str, event_types: &[&str], extra: Value) -> Value {
-        let mut body = json!({ "url": format!("{}{simulator_path}", self.simulator_url), "event_types": event_types });
+        let url = format!("{}{simulator_path}", self.simulator_url);
+        self.create_endpoint_on(&self.simulator, &url, event_types, extra).await
+    }
+
+    /// As [`create_endpoint`](Self::create_endpoint), at `url` on another
+    /// receiver (`simulator`, which then verifies this endpoint's signatures).
+    pub async fn create_endpoint_on(
+        &self,
+        simulator: &Simulator,
+        url: &str,
+        event_types: &[&str],
+        extra: Value,
+    ) -> Value {
+        let mut body = json!({ "url": url, "event_types": event_types });
         if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
             body.extend(extra.clone());
         }
         let answer = self.post("/v1/endpoints", body).await;
         assert_eq!(answer.status, 201, "endpoint creation failed: {:?}", answer.body);
         let secret = answer.body["secret"].as_str().expect("secret in creation response");
-        self.simulator.register_secret(secret).expect("simulator accepts the secret");
+        simulator.register_secret(secret).expect("simulator accepts the secret");
         answer.body
     }
 
@@ -450,10 +529,16 @@ impl TestEnv {
     /// As [`post_event`](Self::post_event), also returning the refusals retried.
     pub async fn post_event_retrying(&self, event_type: &str, payload: Value) -> Persisted {
         let key = format!("test-{}", uuid::Uuid::new_v4().simple());
+        self.post_event_with_key(event_type, payload, &key).await
+    }
+
+    /// As [`post_event_retrying`](Self::post_event_retrying), with the
+    /// `Idempotency-Key` given (for tests about keys).
+    pub async fn post_event_with_key(&self, event_type: &str, payload: Value, key: &str) -> Persisted {
         let body = json!({ "event_type": event_type, "payload": payload });
         let url = format!("{}/v1/events", self.api_url);
         send_following_protocol(|| {
-            self.http.post(&url).bearer_auth(&self.api_key).header("idempotency-key", &key).json(&body)
+            self.http.post(&url).bearer_auth(&self.api_key).header("idempotency-key", key).json(&body)
         })
         .await
     }
@@ -735,30 +820,14 @@ impl Drop for TestEnv {
             task.abort();
         }
         self.pool.close();
-        // Drop the database from a separate thread: Drop cannot await, and this
-        // must also run when the test panicked. Tests use the multi-threaded
-        // runtime so that a connection still being opened by the pool can finish
-        // its handshake while this thread blocks; otherwise its backend sits in
-        // authentication and DROP DATABASE waits for it (up to 60 s).
-        // The test's queues and exchanges go the same way.
+        // The database and the test's queues and exchanges go from a thread of
+        // their own (see `run_on_own_thread`).
         let admin_url = self.admin_url.clone();
         let name = self.database_name.clone();
         let broker = self.broker.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                return;
-            };
-            runtime.block_on(async move {
-                let Ok(target) = relayops_shared::db::PgTarget::parse(&admin_url) else {
-                    return;
-                };
-                if let Ok((client, connection)) = target.connect().await {
-                    tokio::spawn(connection);
-                    let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
-                }
-                let _ = tokio::time::timeout(Duration::from_secs(10), delete_broker_namespace(&broker)).await;
-            });
-        })
-        .join();
+        run_on_own_thread(async move {
+            drop_database(&admin_url, &name).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), delete_broker_namespace(&broker)).await;
+        });
     }
 }

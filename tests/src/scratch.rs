@@ -3,11 +3,10 @@
 use relayops_shared::config::DatabaseConfig;
 use relayops_shared::db::{self, Pool};
 
-use crate::Services;
+use crate::{create_database, drop_database, run_on_own_thread, unique_suffix, Services};
 
 pub struct ScratchDatabase {
     pub pool: Pool,
-    pub url: String,
     name: String,
     admin_url: String,
 }
@@ -15,36 +14,33 @@ pub struct ScratchDatabase {
 impl ScratchDatabase {
     pub async fn create() -> Self {
         let admin_url = Services::default().admin_database_url;
-        let name = format!("relayops_scratch_{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
-        let admin = db::connect_pool(&DatabaseConfig::new(admin_url.clone(), 1)).expect("admin pool");
-        let client = admin.get().await.expect("Postgres is not reachable: run scripts/services.sh");
-        client.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create scratch database");
-        let mut url = url::Url::parse(&admin_url).expect("database url");
-        url.set_path(&name);
-        let url = url.to_string();
-        let pool = db::connect_pool(&DatabaseConfig::new(url.clone(), 4)).expect("pool");
-        Self { pool, url, name, admin_url }
+        let name = format!("relayops_test_{}", unique_suffix());
+        let url = create_database(&admin_url, &name).await;
+        let pool = db::connect_pool(&DatabaseConfig::new(url, 4)).expect("pool");
+        Self { pool, name, admin_url }
     }
+}
+
+/// `script` (several statements, for `batch_execute`) with `$1`, `$2`, … replaced
+/// by the SQL literals given: bound parameters cannot span statements.
+pub fn inline_params(script: &str, literals: &[String]) -> String {
+    // The highest first, so `$1` does not eat the start of `$10`.
+    literals
+        .iter()
+        .enumerate()
+        .rev()
+        .fold(script.to_owned(), |script, (n, literal)| script.replace(&format!("${}", n + 1), literal))
+}
+
+/// A UUID as an SQL literal.
+pub fn uuid_literal(id: uuid::Uuid) -> String {
+    format!("'{id}'::uuid")
 }
 
 impl Drop for ScratchDatabase {
     fn drop(&mut self) {
         self.pool.close();
         let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                return;
-            };
-            runtime.block_on(async move {
-                let Ok(target) = relayops_shared::db::PgTarget::parse(&admin_url) else {
-                    return;
-                };
-                if let Ok((client, connection)) = target.connect().await {
-                    tokio::spawn(connection);
-                    let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
-                }
-            });
-        })
-        .join();
+        run_on_own_thread(async move { drop_database(&admin_url, &name).await });
     }
 }

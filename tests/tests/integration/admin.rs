@@ -191,3 +191,20 @@ async fn the_admin_function_answers_api_gateway_events_through_lambda_http() {
     let answer = invoke_http(&ingest, http_api_event("POST", "/v1/events", Some(&env.api_key), Some(&event))).await;
     assert_eq!(answer.status, 403, "a fresh container sees the suspension at once: {:?}", answer.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_configured_admin_token_the_admin_api_says_it_is_not_enabled() {
+    let config = relayops_tests::TestConfig { run_worker: false, run_publisher: false, ..Default::default() };
+    let env = TestEnv::start_with(config.without_admin_token()).await;
+    let tenants_before = env.count("tenants").await;
+    let body = json!({ "name": "Acme", "admin_email": "ops@example.com", "admin_password": "acme-password-1" });
+    // Whatever is presented: the token the test would have had, a tenant key, nothing.
+    for token in [admin(&env), Some(env.api_key.as_str()), None] {
+        for (method, body) in [(Method::GET, None), (Method::POST, Some(body.clone()))] {
+            let answer = env.request(method.clone(), "/admin/v1/tenants", token, body).await;
+            let detail = answer.expect_problem(403);
+            assert!(detail.contains("admin API is not enabled"), "{method} with {token:?}: {detail}");
+        }
+    }
+    assert_eq!(env.count("tenants").await, tenants_before, "no tenant was created");
+}

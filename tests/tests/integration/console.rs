@@ -4,10 +4,9 @@
 //! clicks is in `console_browser`.)
 use std::time::Duration;
 
-use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
-use relayops_tests::console::{cookie_from, csrf_in, no_redirects, ConsoleClient};
+use relayops_tests::console::{cookie_from, no_redirects, submit_login, ConsoleClient};
 use relayops_tests::{eventually, TestConfig, TestEnv};
-use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, LOCATION};
+use reqwest::header::{CONTENT_SECURITY_POLICY, LOCATION};
 use serde_json::{json, Value};
 
 /// An endpoint whose first attempt per delivery fails (503) with one attempt
@@ -38,11 +37,8 @@ async fn console_form_without_the_csrf_token_is_refused_and_changes_nothing() {
     assert_eq!(status_of(&env, &delivery_id).await, "dead", "nothing was replayed");
 
     // Another session's token (another user's) does not work in this one.
-    let email = format!("b-{}@example.com", uuid::Uuid::new_v4().simple());
-    let request =
-        BootstrapRequest { tenant_name: "Tenant B", admin_email: &email, admin_password: "tenant-b-password" };
-    bootstrap_tenant(&env.pool, &request).await.unwrap();
-    let other = ConsoleClient::sign_in(&env.api_url, &email, "tenant-b-password").await;
+    let account = env.second_account().await;
+    let other = ConsoleClient::sign_in(&env.api_url, &account.email, &account.password).await;
     assert_eq!(console.post(&path, &[("csrf", &other.csrf().await)]).await.status(), 403, "another session's token");
     assert_eq!(status_of(&env, &delivery_id).await, "dead", "nothing was replayed");
 
@@ -63,16 +59,7 @@ async fn console_sign_in_needs_its_form_token_and_right_password() {
     assert_eq!(without_cookie.status(), 403, "no double-submit token");
     assert!(cookie_from(&without_cookie, "relayops_session").is_none());
 
-    let form = http.get(&url).send().await.unwrap();
-    let (cookie, _) = cookie_from(&form, "relayops_login_csrf").unwrap();
-    let token = csrf_in(&form.text().await.unwrap()).unwrap();
-    let wrong_password = http
-        .post(&url)
-        .header(COOKIE, format!("relayops_login_csrf={cookie}"))
-        .form(&[("csrf", token.as_str()), ("email", &env.admin_email), ("password", "not-the-password")])
-        .send()
-        .await
-        .unwrap();
+    let (_, wrong_password) = submit_login(&http, &env.api_url, &env.admin_email, "not-the-password", &[]).await;
     assert_eq!(wrong_password.status(), 401);
     assert!(cookie_from(&wrong_password, "relayops_session").is_none());
     assert!(wrong_password.text().await.unwrap().contains("invalid email or password"));
@@ -104,20 +91,10 @@ async fn console_pages_forbid_scripts_and_the_session_cookie_is_http_only_and_st
     }
 
     // Behind HTTPS (API Gateway says so), the cookie is Secure.
-    let http = no_redirects();
-    let url = format!("{}/console/login", env.api_url);
-    let form = http.get(&url).header("x-forwarded-proto", "https").send().await.unwrap();
-    let (cookie, login_set_cookie) = cookie_from(&form, "relayops_login_csrf").unwrap();
+    let behind_https = [("x-forwarded-proto", "https")];
+    let (login_set_cookie, signed_in) =
+        submit_login(&no_redirects(), &env.api_url, &env.admin_email, &env.admin_password, &behind_https).await;
     assert!(login_set_cookie.contains("; Secure"), "{login_set_cookie}");
-    let token = csrf_in(&form.text().await.unwrap()).unwrap();
-    let signed_in = http
-        .post(&url)
-        .header("x-forwarded-proto", "https")
-        .header(COOKIE, format!("relayops_login_csrf={cookie}"))
-        .form(&[("csrf", token.as_str()), ("email", &env.admin_email), ("password", &env.admin_password)])
-        .send()
-        .await
-        .unwrap();
     let (_, session) = cookie_from(&signed_in, "relayops_session").unwrap();
     assert!(session.contains("; Secure") && session.contains("HttpOnly"), "{session}");
 }
@@ -157,11 +134,8 @@ async fn console_of_another_tenant_finds_none_of_this_tenants_objects() {
     let keys = env.get("/v1/api-keys").await.body["data"].clone();
     let key_id = keys[0]["id"].as_str().unwrap().to_owned();
 
-    let email = format!("b-{}@example.com", uuid::Uuid::new_v4().simple());
-    let request =
-        BootstrapRequest { tenant_name: "Tenant B", admin_email: &email, admin_password: "tenant-b-password" };
-    bootstrap_tenant(&env.pool, &request).await.unwrap();
-    let b = ConsoleClient::sign_in(&env.api_url, &email, "tenant-b-password").await;
+    let account = env.second_account().await;
+    let b = ConsoleClient::sign_in(&env.api_url, &account.email, &account.password).await;
     let csrf = b.csrf().await;
 
     for path in [

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use fantoccini::Locator;
-use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_tests::browser::Browser;
 use relayops_tests::{eventually, TestEnv};
 use serde_json::json;
@@ -152,11 +151,8 @@ async fn console_in_a_browser_shows_a_script_payload_as_text_and_another_tenant_
     assert_eq!(browser.path().await, "/console/login");
 
     // Tenant B, signed in, cannot open tenant A's delivery or event.
-    let email = format!("b-{}@example.com", uuid::Uuid::new_v4().simple());
-    let request =
-        BootstrapRequest { tenant_name: "Tenant B", admin_email: &email, admin_password: "tenant-b-password" };
-    bootstrap_tenant(&env.pool, &request).await.unwrap();
-    browser.sign_in(&email, "tenant-b-password").await;
+    let account = env.second_account().await;
+    browser.sign_in(&account.email, &account.password).await;
     assert_eq!(browser.path().await, "/console/endpoints");
     for page in [format!("/console/deliveries/{delivery_id}"), format!("/console/events/{event_id}")] {
         browser.goto(&page).await;

@@ -13,13 +13,11 @@ use serde_json::{json, Value};
 /// Creates an operational endpoint on `receiver` (a simulator of its own)
 /// and registers its secret there only; returns (endpoint, secret).
 async fn operational_endpoint(env: &TestEnv, receiver: &Simulator, url: &str, event_types: &[&str]) -> (Value, String) {
-    let body = json!({ "url": url, "event_types": event_types, "kind": "operational", "max_attempts": 1 });
-    let answer = env.post("/v1/endpoints", body).await;
-    assert_eq!(answer.status, 201, "{:?}", answer.body);
-    assert_eq!(answer.body["kind"], "operational");
-    let secret = answer.body["secret"].as_str().unwrap().to_owned();
-    receiver.register_secret(&secret).unwrap();
-    (answer.body, secret)
+    let extra = json!({ "kind": "operational", "max_attempts": 1 });
+    let endpoint = env.create_endpoint_on(receiver, url, event_types, extra).await;
+    assert_eq!(endpoint["kind"], "operational");
+    let secret = endpoint["secret"].as_str().unwrap().to_owned();
+    (endpoint, secret)
 }
 
 /// The request verifies against `secret`, as any Standard Webhooks receiver checks it.

@@ -4,25 +4,33 @@
 use std::time::Duration;
 
 use relayops_tests::prometheus::{sample, scrape};
+use relayops_tests::relayops_shared::ids::EventId;
 use relayops_tests::relayops_shared::repo::outbox;
 use relayops_tests::{eventually, RefusingQueues, TestConfig, TestEnv, WAIT};
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_ingest_transaction_leaves_no_event_delivery_or_outbox_row() {
+/// Makes the last statement of the ingest transaction (the outbox insert)
+/// fail until [`FAIL_OUTBOX_OFF`] runs.
+const FAIL_OUTBOX: &str = "CREATE FUNCTION relayops.fail_outbox() RETURNS trigger LANGUAGE plpgsql AS
+       $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
+     CREATE TRIGGER fail_outbox BEFORE INSERT ON relayops.outbox_messages
+       FOR EACH STATEMENT EXECUTE FUNCTION relayops.fail_outbox();";
+const FAIL_OUTBOX_OFF: &str = "DROP TRIGGER fail_outbox ON relayops.outbox_messages";
+
+/// An env (no worker) with an endpoint for every event, whose ingest fails at
+/// its last statement.
+async fn ingest_failing_at_the_outbox() -> TestEnv {
     let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    env.pool.get().await.unwrap().batch_execute(FAIL_OUTBOX).await.unwrap();
+    env
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_ingest_transaction_leaves_no_event_delivery_or_outbox_row() {
     // The last statement of the ingest transaction fails.
+    let env = ingest_failing_at_the_outbox().await;
     let client = env.pool.get().await.unwrap();
-    client
-        .batch_execute(
-            "CREATE FUNCTION relayops.fail_outbox() RETURNS trigger LANGUAGE plpgsql AS
-               $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
-             CREATE TRIGGER fail_outbox BEFORE INSERT ON relayops.outbox_messages
-               FOR EACH STATEMENT EXECUTE FUNCTION relayops.fail_outbox();",
-        )
-        .await
-        .unwrap();
 
     let answer = env.post_event("order.created", json!({ "n": 1 })).await;
     let detail = answer.expect_problem(500);
@@ -32,9 +40,44 @@ async fn failed_ingest_transaction_leaves_no_event_delivery_or_outbox_row() {
     assert_eq!(env.count("outbox_messages").await, 0);
 
     // Once the fault is gone the same request succeeds.
-    client.batch_execute("DROP TRIGGER fail_outbox ON relayops.outbox_messages").await.unwrap();
+    client.batch_execute(FAIL_OUTBOX_OFF).await.unwrap();
     assert_eq!(env.post_event("order.created", json!({ "n": 1 })).await.status, 201);
     assert_eq!((env.count("events").await, env.count("outbox_messages").await), (1, 1));
+}
+
+/// The rollback takes the idempotency key with it: the client's retry with
+/// the same key is a first request, not a repeat of an event that never was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_ingest_transaction_keeps_no_idempotency_key_and_the_retry_with_it_is_accepted() {
+    let env = ingest_failing_at_the_outbox().await;
+    let client = env.pool.get().await.unwrap();
+    let key = "order-42-created";
+    let rows_for_key = || async {
+        let sql = "SELECT count(*) FROM relayops.idempotency_keys WHERE idempotency_key = $1";
+        client.query_one(sql, &[&key]).await.unwrap().get::<_, i64>(0)
+    };
+
+    let answer = env.post_event_with_key("order.created", json!({ "n": 42 }), key).await.answer;
+    answer.expect_problem(500);
+    let stored = (
+        env.count("events").await,
+        env.count("deliveries").await,
+        env.count("outbox_messages").await,
+        rows_for_key().await,
+    );
+    assert_eq!(stored, (0, 0, 0, 0), "(events, deliveries, outbox, keys) after the rollback");
+
+    client.batch_execute(FAIL_OUTBOX_OFF).await.unwrap();
+    let retry = env.post_event_with_key("order.created", json!({ "n": 42 }), key).await.answer;
+    assert_eq!(retry.status, 201, "a new event, not a repeat: {:?}", retry.body);
+    assert_eq!((env.count("events").await, env.count("outbox_messages").await, rows_for_key().await), (1, 1, 1));
+    let held_by: uuid::Uuid = client
+        .query_one("SELECT event_id FROM relayops.idempotency_keys WHERE idempotency_key = $1", &[&key])
+        .await
+        .unwrap()
+        .get(0);
+    let event_id = retry.body["id"].as_str().unwrap().parse::<EventId>().unwrap();
+    assert_eq!(held_by, event_id.as_uuid(), "the key names the retry's event");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use relayops_shared::config::HistoryConfig;
 use relayops_shared::db::{migrate, partitions};
-use relayops_shared::ids::TenantId;
+use relayops_shared::ids::{EventId, TenantId};
 use relayops_shared::repo::delivery_queries::{list_deliveries, DeliveryFilter, TimeKey};
-use relayops_tests::scratch::ScratchDatabase;
+use relayops_tests::scratch::{inline_params, uuid_literal, ScratchDatabase};
 use serde_json::json;
 
 /// A test env whose history windows are short, with the publisher's own
@@ -32,7 +32,7 @@ async fn into_the_window_after(id: uuid::Uuid, window: Duration) {
 
 fn event_uuid(answer: &relayops_tests::Answer) -> (String, uuid::Uuid) {
     let id = answer.body["id"].as_str().expect("event id").to_owned();
-    let uuid = uuid::Uuid::parse_str(id.trim_start_matches("evt_")).expect("uuid");
+    let uuid = id.parse::<EventId>().expect("an event id").as_uuid();
     (id, uuid)
 }
 
@@ -115,10 +115,8 @@ async fn list_pages_read_only_the_partitions_their_cursor_and_filters_reach() {
     let history = HistoryConfig { partition: Duration::from_secs(60), ahead: 8, ..HistoryConfig::default() };
     partitions::ensure(&client, &history).await.unwrap();
     let (tenant, endpoint) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
-    let script = SEED_WINDOWS
-        .replace("$1", &format!("'{tenant}'::uuid"))
-        .replace("$2", &format!("'{endpoint}'::uuid"))
-        .replace("$3", "ARRAY[0.5, 2.5, 4.5, 6.5, 7.5]");
+    let windows = "ARRAY[0.5, 2.5, 4.5, 6.5, 7.5]".to_owned();
+    let script = inline_params(SEED_WINDOWS, &[uuid_literal(tenant), uuid_literal(endpoint), windows]);
     client.batch_execute(&script).await.unwrap();
     client.batch_execute("ANALYZE").await.unwrap();
     let tenant = TenantId::from_uuid(tenant);
@@ -232,6 +230,105 @@ async fn history_soak_keeps_storage_flat_while_partitions_come_and_go_under_inge
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_whose_event_is_gone_is_taken_over() {
+    let config = relayops_tests::TestConfig { run_worker: false, ..relayops_tests::TestConfig::default() };
+    let env = relayops_tests::TestEnv::start_with(config).await;
+    let key = "gone-event-key";
+    let first = env.post_event_with_key("a.b", json!({ "n": 1 }), key).await.answer;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    let (first_id, first_uuid) = event_uuid(&first);
+    let other_content = env.post_event_with_key("a.b", json!({ "n": 2 }), key).await.answer;
+    other_content.expect_problem(409);
+
+    // The event goes (as its partition would, past the retention); the key stays.
+    let client = env.pool.get().await.unwrap();
+    let deleted = client.execute("DELETE FROM relayops.events WHERE id = $1", &[&first_uuid]).await.unwrap();
+    assert_eq!(deleted, 1);
+    let keys = "SELECT count(*) FROM relayops.idempotency_keys WHERE idempotency_key = $1";
+    assert_eq!(client.query_one(keys, &[&key]).await.unwrap().get::<_, i64>(0), 1);
+
+    let again = env.post_event_with_key("a.b", json!({ "n": 2 }), key).await.answer;
+    assert_eq!(again.status, 201, "a key naming no event is free for a new one: {:?}", again.body);
+    let (again_id, again_uuid) = event_uuid(&again);
+    assert_ne!(again_id, first_id);
+    assert_eq!(env.count("events").await, 1);
+    let held_by = "SELECT event_id FROM relayops.idempotency_keys WHERE idempotency_key = $1";
+    assert_eq!(client.query_one(held_by, &[&key]).await.unwrap().get::<_, uuid::Uuid>(0), again_uuid);
+}
+
+/// The lease as a maintainer takes it (`partitions::maintain`): who holds
+/// it and until when.
+async fn lease_of(client: &tokio_postgres::Client) -> Option<(String, bool)> {
+    let sql = "SELECT holder, expires_at > now() FROM relayops.maintenance_leases WHERE name = 'partitions'";
+    client.query_opt(sql, &[]).await.unwrap().map(|row| (row.get(0), row.get(1)))
+}
+
+/// A scratch database migrated to now: its history has only the legacy
+/// partitions, so a maintenance pass has partitions to create.
+async fn migrated_scratch() -> ScratchDatabase {
+    let db = ScratchDatabase::create().await;
+    migrate::run(&mut db.pool.get().await.unwrap()).await.unwrap();
+    db
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_partition_maintainer_skips_its_pass_while_the_first_holds_the_lease() {
+    let db = migrated_scratch().await;
+    let client = db.pool.get().await.unwrap();
+    let history = HistoryConfig::default();
+    // The first maintainer takes the lease, then waits for a lock this test
+    // holds on the events table (creating a partition reads its definition).
+    let locker = db.pool.get().await.unwrap();
+    locker.batch_execute("BEGIN; LOCK TABLE ONLY relayops.events IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    let first_client = db.pool.get().await.unwrap();
+    let first_config = history.clone();
+    let first = tokio::spawn(async move { partitions::maintain(&first_client, &first_config).await.unwrap() });
+    let first_holder = relayops_tests::eventually(relayops_tests::WAIT, || async {
+        match lease_of(&client).await {
+            Some((holder, true)) => Ok(holder),
+            other => Err(format!("the first maintainer has not taken the lease yet: {other:?}")),
+        }
+    })
+    .await;
+
+    let second = partitions::maintain(&client, &history).await.unwrap();
+    assert!(second.skipped, "{second:?}");
+    assert!(second.created.is_empty() && second.dropped.is_empty(), "{second:?}");
+    assert_eq!(lease_of(&client).await, Some((first_holder, true)), "the lease is still the first's");
+
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    let first = first.await.unwrap();
+    assert!(!first.skipped && !first.created.is_empty(), "{first:?}");
+    assert_eq!(lease_of(&client).await.map(|(_, live)| live), Some(false), "returned at the end of the pass");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_partition_maintenance_lease_is_taken_over() {
+    let db = migrated_scratch().await;
+    let client = db.pool.get().await.unwrap();
+    let history = HistoryConfig::default();
+    // A maintainer took the lease and died mid-pass.
+    client
+        .batch_execute(
+            "INSERT INTO relayops.maintenance_leases (name, holder, expires_at)
+             VALUES ('partitions', 'a-maintainer-that-died', now() + interval '5 minutes')",
+        )
+        .await
+        .unwrap();
+    let while_live = partitions::maintain(&client, &history).await.unwrap();
+    assert!(while_live.skipped, "a live lease of another is respected: {while_live:?}");
+
+    client
+        .batch_execute("UPDATE relayops.maintenance_leases SET expires_at = now() - interval '1 second'")
+        .await
+        .unwrap();
+    let after_expiry = partitions::maintain(&client, &history).await.unwrap();
+    assert!(!after_expiry.skipped && !after_expiry.created.is_empty(), "{after_expiry:?}");
+    let (holder, _) = lease_of(&client).await.unwrap();
+    assert_ne!(holder, "a-maintainer-that-died", "the lease was taken over");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_is_honoured_for_its_window_and_then_free_again() {
     // No publisher: its own maintenance would prune the keys this test ages.
     let config = relayops_tests::TestConfig { run_publisher: false, ..relayops_tests::TestConfig::default() };
@@ -301,10 +398,7 @@ async fn a_tenant_with_a_shorter_retention_loses_its_old_finished_rows_in_batche
     let history = HistoryConfig { partition: Duration::from_secs(7 * 86_400), ..HistoryConfig::default() };
     partitions::ensure(&client, &history).await.unwrap();
     let ids: Vec<uuid::Uuid> = (0..4).map(|_| uuid::Uuid::now_v7()).collect();
-    let mut script = SEED_TENANTS.to_owned();
-    for (n, id) in ids.iter().enumerate() {
-        script = script.replace(&format!("${}", n + 1), &format!("'{id}'::uuid"));
-    }
+    let script = inline_params(SEED_TENANTS, &ids.iter().copied().map(uuid_literal).collect::<Vec<_>>());
     client.batch_execute(&script).await.unwrap();
     let count = |sql: &'static str| {
         let client = &client;

@@ -225,8 +225,8 @@ async fn a_pipelined_batch_answers_every_item_in_its_own_place() {
     assert_eq!(env.count("events").await, 60 + created);
 }
 
-/// A payload whose compact JSON is exactly 256 KiB (`{"blob":"…"}`: 11 bytes
-/// around the string).
+/// A payload whose compact JSON is exactly `bytes` long (`{"blob":"…"}`: 11
+/// bytes around the string).
 fn payload_of(bytes: usize) -> serde_json::Value {
     let payload = json!({ "blob": "x".repeat(bytes - 11) });
     assert_eq!(serde_json::to_vec(&payload).unwrap().len(), bytes);

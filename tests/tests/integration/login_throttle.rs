@@ -5,7 +5,6 @@
 //! Oversized passwords are refused before any of this.
 use std::net::IpAddr;
 
-use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_tests::{Answer, TestConfig, TestEnv};
 use serde_json::json;
 
@@ -37,14 +36,6 @@ fn assert_throttled(answer: &Answer, whom: &str) -> u64 {
     retry_after
 }
 
-/// Another tenant's admin, with a known email and password.
-async fn other_account(env: &TestEnv) -> (String, String) {
-    let (email, password) = (format!("other-{}@example.com", uuid::Uuid::new_v4().simple()), "other-password-1");
-    let request = BootstrapRequest { tenant_name: "Other", admin_email: &email, admin_password: password };
-    bootstrap_tenant(&env.pool, &request).await.expect("second tenant");
-    (email, password.to_owned())
-}
-
 fn config() -> TestConfig {
     TestConfig { run_worker: false, run_publisher: false, ..TestConfig::default() }
 }
@@ -64,8 +55,8 @@ async fn bad_passwords_for_one_account_lock_it_even_for_the_right_password_and_n
     // The account, from another address too (guessing spread over addresses).
     assert_throttled(&login_via(&env, &other_client, &email.to_uppercase(), password).await, "this account");
     // Another account from another address is unaffected.
-    let (other_email, other_password) = other_account(&env).await;
-    let answer = login_via(&env, &other_client, &other_email, &other_password).await;
+    let other = env.second_account().await;
+    let answer = login_via(&env, &other_client, &other.email, &other.password).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
 }
 

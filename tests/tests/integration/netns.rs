@@ -74,9 +74,8 @@ async fn exclusive_names_resolving_to_private_and_link_local_receivers_are_refus
     let mut env = TestEnv::start_with(config).await;
     for (n, (name, _, _)) in RECEIVERS.iter().enumerate() {
         let url = format!("http://{name}:8080/sim/ok");
-        let answer = env.post("/v1/endpoints", json!({ "url": url, "event_types": [format!("t.r{n}")] })).await;
-        assert_eq!(answer.status, 201, "names are judged when connecting: {:?}", answer.body);
-        simulator.register_secret(answer.body["secret"].as_str().unwrap()).unwrap();
+        // Created (201): names are judged when connecting.
+        env.create_endpoint_on(&simulator, &url, &[&format!("t.r{n}")], json!({})).await;
     }
 
     // Production: each name resolves inward, so nothing is dialled.

@@ -10,7 +10,7 @@ use relayops_shared::ids::{DeliveryId, TenantId};
 use relayops_shared::repo::delivery_queries::{list_deliveries, DeliveryFilter, TimeKey};
 use relayops_shared::repo::events::{insert_event_with_deliveries, IngestOutcome, NewEvent};
 use relayops_shared::repo::{attempts, deliveries, replay};
-use relayops_tests::scratch::ScratchDatabase;
+use relayops_tests::scratch::{inline_params, uuid_literal, ScratchDatabase};
 use serde_json::json;
 
 /// Rows per table in the upgrade test; `RELAYOPS_UPGRADE_EVENTS` makes it a
@@ -69,11 +69,7 @@ async fn an_upgrade_keeps_every_row_of_a_populated_database_and_its_uses() {
     let mut client = db.pool.get().await.unwrap();
     migrate::run_through(&mut client, "0006_pending_sweep_index").await.unwrap();
     let (tenant, endpoint, events) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7(), upgrade_events());
-    // Bound parameters cannot span statements: inline them.
-    let script = POPULATE
-        .replace("$1", &format!("'{tenant}'::uuid"))
-        .replace("$2", &format!("'{endpoint}'::uuid"))
-        .replace("$3", &events.to_string());
+    let script = inline_params(POPULATE, &[uuid_literal(tenant), uuid_literal(endpoint), events.to_string()]);
     client.batch_execute(&script).await.unwrap();
     client.batch_execute("ANALYZE").await.unwrap();
     let before = counts(&client).await;
