@@ -1,5 +1,6 @@
 //! One endpoint: its health, subscriptions, limits and retry policy, its
-//! deliveries by status; forms to enable/disable it and to rotate its signing
+//! deliveries by status; forms to enable/disable it (through the PATCH's own
+//! path, so switching it emits the same operational event) and to rotate its signing
 //! secret (the new secret is shown once, the old one keeps signing beside it
 //! for a day, as `POST /v1/endpoints/{id}/secret/rotate` does by default).
 use axum::extract::{Path, State};
@@ -131,8 +132,7 @@ pub async fn set_enabled(
         _ => return Err(ConsoleError::BadRequest("enabled: must be true or false".into())),
     };
     let changes = endpoints::EndpointChanges { enabled: Some(enabled), ..Default::default() };
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    endpoints::update_endpoint(&client, form.session.tenant(), id, &changes)
+    relayops_manage::apply_endpoint_changes(&state, form.session.tenant(), id, &changes)
         .await?
         .ok_or(ConsoleError::NotFound("endpoint"))?;
     tracing::info!(tenant_id = %form.session.tenant(), endpoint_id = %id, enabled, "endpoint changed in the console");

@@ -5,8 +5,9 @@
 //!
 //! Invariant: manage never touches events, deliveries or the outbox, except to
 //! emit an operational event (`endpoint.enabled`/`endpoint.disabled` when a
-//! PATCH switches an endpoint) through `repo::operational::emit`, in the
-//! PATCH's transaction.
+//! PATCH or the console's form switches an endpoint) through
+//! `repo::operational::emit`, in the change's transaction
+//! (`apply_endpoint_changes`).
 mod api_keys;
 mod destination;
 mod endpoint_changes;
@@ -19,6 +20,9 @@ use axum::Router;
 use relayops_shared::api::{not_found_fallback, ApiState};
 use utoipa::OpenApi;
 
+/// Changing an endpoint as the PATCH does (transaction, operational event,
+/// publisher wake-up), for the console's enable/disable form.
+pub use endpoint_changes::apply_changes as apply_endpoint_changes;
 /// The account rules (email, password) the admin API's tenant creation shares.
 pub use sessions::{checked_email, checked_password};
 /// The login handler itself, so the console signs in through exactly the
