@@ -138,13 +138,12 @@ pub async fn apply_changes(
     let mut emitted = false;
     if let Some(enabled) = updated.switched {
         let subject = Subject { id, kind: endpoint.kind, url: endpoint.url.clone() };
-        let event = if enabled {
-            OperationalEvent::endpoint_enabled(tenant, &subject)
+        emitted = if enabled {
+            operational::emit(&tx, tenant, &OperationalEvent::endpoint_enabled(tenant, &subject)).await?
         } else {
             let reason = endpoint.disabled_reason.as_deref().unwrap_or("disabled by an operator");
-            OperationalEvent::endpoint_disabled(tenant, &subject, DisabledBy::Operator, reason, None)
+            operational::emit_disabled(&tx, tenant, &subject, DisabledBy::Operator, reason, None).await?
         };
-        emitted = operational::emit(&tx, tenant, &event).await?;
     }
     tx.commit().await?;
     if emitted {
