@@ -27,7 +27,7 @@ pub use endpoint_changes::apply_changes as apply_endpoint_changes;
 pub use sessions::{checked_email, checked_password};
 /// The login handler itself, so the console signs in through exactly the
 /// API's path (the same checks, throttling and errors).
-pub use sessions::{login, LoginRequest};
+pub use sessions::{login, LoginRequest, LoginResponse};
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {

@@ -60,6 +60,13 @@ pub struct LoginRequest {
     password: String,
 }
 
+impl LoginRequest {
+    /// A login as a form other than the API's JSON body supplies it (the console's).
+    pub fn new(email: String, password: String) -> Self {
+        Self { email, password }
+    }
+}
+
 /// A login token: send it as `Authorization: Bearer <token>`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LoginResponse {
@@ -69,6 +76,16 @@ pub struct LoginResponse {
     expires_at: DateTime<Utc>,
     tenant_id: TenantId,
     user_id: UserId,
+}
+
+impl LoginResponse {
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    pub fn expires_at(&self) -> DateTime<Utc> {
+        self.expires_at
+    }
 }
 
 /// Exchanges a user's email and password for a short-lived token.
