@@ -13,6 +13,7 @@ mod destination;
 mod endpoint_changes;
 mod endpoints;
 mod health_view;
+mod lambda_peer;
 mod sessions;
 
 use axum::routing::{get, post};
@@ -23,6 +24,9 @@ use utoipa::OpenApi;
 /// Changing an endpoint as the PATCH does (transaction, operational event,
 /// publisher wake-up), for the console's enable/disable form.
 pub use endpoint_changes::apply_changes as apply_endpoint_changes;
+/// API Gateway's source address as the peer, for every HTTP Lambda that reads
+/// `ClientAddress` (manage, console).
+pub use lambda_peer::source_ip_as_peer;
 /// The account rules (email, password) the admin API's tenant creation shares.
 pub use sessions::{checked_email, checked_password};
 /// The login handler itself, so the console signs in through exactly the
