@@ -18,9 +18,6 @@ use crate::error::ConsoleError;
 use crate::layout::{self, csrf_field, Section};
 use crate::session::{ConsoleForm, NoFields, Session};
 
-/// How long the previous secret keeps signing after a rotation.
-const ROTATION_GRACE_SECS: i64 = 24 * 3600;
-
 fn parse_endpoint_id(text: &str) -> Result<EndpointId, ConsoleError> {
     parse_path_id(text).map_err(|_| ConsoleError::NotFound("endpoint"))
 }
@@ -149,7 +146,9 @@ pub async fn rotate_secret(
     let id = parse_endpoint_id(&endpoint_id)?;
     let secret = SigningSecret::generate();
     let client = state.pool.get().await.map_err(DbError::from)?;
-    if !endpoints::rotate_secret(&client, form.session.tenant(), id, &secret, ROTATION_GRACE_SECS).await? {
+    if !endpoints::rotate_secret(&client, form.session.tenant(), id, &secret, relayops_manage::DEFAULT_GRACE_SECS)
+        .await?
+    {
         return Err(ConsoleError::NotFound("endpoint"));
     }
     tracing::info!(tenant_id = %form.session.tenant(), endpoint_id = %id, "endpoint secret rotated in the console");

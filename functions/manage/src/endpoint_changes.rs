@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 use crate::endpoints::{in_range, parse_schedule, EndpointView};
 
 /// Default and longest overlap of an old secret with its replacement.
-const DEFAULT_GRACE_SECS: i64 = 24 * 3600;
+pub const DEFAULT_GRACE_SECS: i64 = 24 * 3600;
 const MAX_GRACE_SECS: i64 = 7 * 24 * 3600;
 
 /// Tells "absent" (leave as is) from `null` (clear) for nullable fields.

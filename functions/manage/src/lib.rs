@@ -24,6 +24,9 @@ use utoipa::OpenApi;
 /// Changing an endpoint as the PATCH does (transaction, operational event,
 /// publisher wake-up), for the console's enable/disable form.
 pub use endpoint_changes::apply_changes as apply_endpoint_changes;
+/// How long a rotated-out secret keeps signing unless the rotation says otherwise
+/// (the console's rotation uses it as is).
+pub use endpoint_changes::DEFAULT_GRACE_SECS;
 /// API Gateway's source address as the peer, for every HTTP Lambda that reads
 /// `ClientAddress` (manage, console).
 pub use lambda_peer::source_ip_as_peer;
