@@ -20,6 +20,7 @@ use crate::broker::{self, Topology};
 use crate::config::{BackpressureConfig, BrokerConfig};
 use crate::db::Pool;
 use crate::repo::outbox;
+use crate::task::AbortOnDrop;
 
 /// The latest measurements; `None` where none was taken recently.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -145,14 +146,6 @@ impl Backpressure {
                 tokio::time::sleep(interval).await;
             }
         })
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

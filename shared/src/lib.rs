@@ -27,5 +27,6 @@ pub mod repo;
 pub mod signing;
 #[cfg(feature = "sqs")]
 pub mod sqs_wakeup;
+pub mod task;
 pub mod telemetry;
 pub mod tls;

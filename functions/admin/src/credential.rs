@@ -3,9 +3,8 @@
 //! login tokens are never accepted here (and the admin token is no tenant
 //! credential: tenant routes refuse it as they refuse any unknown token).
 use axum::extract::FromRequestParts;
-use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use relayops_shared::api::{ApiError, ApiState};
+use relayops_shared::api::{bearer, ApiError, ApiState};
 use relayops_shared::auth::admin;
 
 /// A request made with the platform admin token.
@@ -21,14 +20,7 @@ impl FromRequestParts<ApiState> for PlatformAdmin {
                 "the admin API is not enabled on this installation (RELAYOPS_ADMIN_TOKEN_SHA256)".into(),
             )
         })?;
-        let presented = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .ok_or(ApiError::Unauthorized)?;
+        let presented = bearer(parts).ok_or(ApiError::Unauthorized)?;
         if admin::matches(presented, expected) {
             Ok(Self)
         } else {

@@ -269,10 +269,7 @@ pub async fn set_limits(
         );
     }
     let client = state.pool.get().await.map_err(DbError::from)?;
-    if !tenants::set_ingest_limit(&client, id, rate, burst).await? {
-        return Err(ApiError::NotFound("tenant"));
-    }
-    let tenant = tenants::get_tenant(&client, id).await?.ok_or(ApiError::NotFound("tenant"))?;
+    let tenant = tenants::set_ingest_limit(&client, id, rate, burst).await?.ok_or(ApiError::NotFound("tenant"))?;
     tracing::info!(tenant_id = %id, ?rate, ?burst, "tenant ingest limit set by the platform operator");
     Ok(Json(tenant.into()))
 }

@@ -107,19 +107,10 @@ impl ConsoleRun<'_> {
 
     /// An endpoint on a loopback port where nothing listens, one attempt allowed.
     async fn failing_endpoint(&self) -> anyhow::Result<String> {
-        let target = self.target;
         let body = serde_json::json!({
             "url": "http://127.0.0.1:9/closed", "event_types": [EVENT_TYPE], "max_attempts": 1,
         });
-        let response = target
-            .http
-            .post(format!("{}/v1/endpoints", target.api))
-            .bearer_auth(&target.key)
-            .json(&body)
-            .send()
-            .await?;
-        anyhow::ensure!(response.status().as_u16() == 201, "creating an endpoint: {}", response.text().await?);
-        Ok(response.json::<Value>().await?["id"].as_str().unwrap_or_default().to_owned())
+        self.target.create_endpoint(&body).await
     }
 
     /// Until the receiver has two deliveries per event and the failing

@@ -62,8 +62,13 @@ impl Target {
             "event_types": [event_type],
             "max_in_flight": max_in_flight,
         });
+        self.create_endpoint(&body).await
+    }
+
+    /// Creates an endpoint from a `POST /v1/endpoints` body; returns its id.
+    pub async fn create_endpoint(&self, body: &serde_json::Value) -> anyhow::Result<String> {
         let response =
-            self.http.post(format!("{}/v1/endpoints", self.api)).bearer_auth(&self.key).json(&body).send().await?;
+            self.http.post(format!("{}/v1/endpoints", self.api)).bearer_auth(&self.key).json(body).send().await?;
         anyhow::ensure!(response.status().as_u16() == 201, "creating an endpoint: {}", response.text().await?);
         let created: serde_json::Value = response.json().await?;
         Ok(created["id"].as_str().unwrap_or_default().to_owned())

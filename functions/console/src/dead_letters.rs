@@ -4,23 +4,20 @@
 //! shows how many match, then the replay itself (at most 1000 per click, as
 //! `POST /v1/replays`; the result says how many remain). Same repository
 //! calls as the replay function (`repo::replay::count_matching` /
-//! `replay_matching`).
+//! `replay_bulk`).
 use axum::extract::{Query, State};
 use axum::response::Html;
 use maud::html;
 use relayops_shared::api::ApiState;
 use relayops_shared::db::DbError;
 use relayops_shared::domain::DeliveryStatus;
-use relayops_shared::repo::replay::{self, ReplayFilter};
+use relayops_shared::repo::replay::{self, ReplayFilter, MAX_PER_CALL};
 
 use crate::deliveries::{filter_form, DeliveryPage};
 use crate::error::ConsoleError;
 use crate::filters::DeliveryQuery;
 use crate::layout::{self, csrf_field, Section};
 use crate::session::{ConsoleForm, Session};
-
-/// The most deliveries one bulk replay takes.
-const MAX_PER_REPLAY: i64 = 1000;
 
 /// The dead deliveries the filters describe, as the replay repository reads them.
 fn replay_filter(query: &DeliveryQuery) -> Result<ReplayFilter, ConsoleError> {
@@ -78,14 +75,14 @@ pub async fn preview(
     let body = html! {
         section.card {
             p #dry-run { strong { (matched) } " dead deliveries match these filters." }
-            @if matched > MAX_PER_REPLAY {
-                p.muted { "One replay takes the oldest " (MAX_PER_REPLAY) "; replay again for the rest." }
+            @if matched > MAX_PER_CALL {
+                p.muted { "One replay takes the oldest " (MAX_PER_CALL) "; replay again for the rest." }
             }
             @if matched > 0 {
                 form method="post" action="/console/dead-letters/replay" {
                     (csrf_field(&form.session))
                     (hidden_filters(&form.fields))
-                    button #bulk-confirm type="submit" { "Replay " (matched.min(MAX_PER_REPLAY)) " deliveries" }
+                    button #bulk-confirm type="submit" { "Replay " (matched.min(MAX_PER_CALL)) " deliveries" }
                 }
             }
             p { a href="/console/dead-letters" { "Cancel" } }
@@ -102,11 +99,7 @@ pub async fn replay(
     form.session.require_admin()?;
     let filter = replay_filter(&form.fields)?;
     let tenant = form.session.tenant();
-    let mut client = state.pool.get().await.map_err(DbError::from)?;
-    let matched = replay::count_matching(&client, tenant, &filter).await?;
-    let tx = client.transaction().await.map_err(DbError::from)?;
-    let replayed = replay::replay_matching(&tx, tenant, &filter, MAX_PER_REPLAY).await?;
-    tx.commit().await.map_err(DbError::from)?;
+    let (matched, replayed) = replay::replay_bulk(&state.pool, tenant, &filter, MAX_PER_CALL).await?;
     if !replayed.is_empty() {
         state.wake_publisher();
     }

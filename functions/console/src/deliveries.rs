@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use axum::extract::{Query, State};
 use axum::response::Html;
 use maud::{html, Markup};
-use relayops_shared::api::ApiState;
+use relayops_shared::api::{page_of, ApiState};
 use relayops_shared::db::DbError;
 use relayops_shared::domain::DeliveryStatus;
 use relayops_shared::ids::EndpointId;
@@ -41,7 +41,7 @@ impl DeliveryPage {
         let filter = query.filter(status)?;
         let after = filters::decode_cursor(&query.cursor)?;
         let rows = delivery_queries::list_deliveries(client, session.tenant(), &filter, after, PAGE_SIZE + 1).await?;
-        let (rows, more) = filters::page_of(rows, PAGE_SIZE);
+        let (rows, more) = page_of(rows, PAGE_SIZE);
         let next = rows
             .last()
             .filter(|_| more)

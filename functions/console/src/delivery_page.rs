@@ -133,11 +133,8 @@ pub async fn replay(
     form.session.require_admin()?;
     let id = delivery_id(&delivery_id_text)?;
     let tenant = form.session.tenant();
-    let mut client = state.pool.get().await.map_err(DbError::from)?;
-    let tx = client.transaction().await.map_err(DbError::from)?;
-    match replay::replay_delivery(&tx, tenant, id).await? {
+    match replay::replay_one(&state.pool, tenant, id).await? {
         ReplayOutcome::Replayed(previous) => {
-            tx.commit().await.map_err(DbError::from)?;
             state.wake_publisher();
             tracing::info!(tenant_id = %tenant, delivery_id = %id, previous_status = previous.as_str(),
                 "delivery replayed in the console");

@@ -1,5 +1,6 @@
 //! One endpoint: its health, subscriptions, limits and retry policy, its
-//! deliveries by status; forms to enable/disable it and to rotate its signing
+//! deliveries by status; forms to enable/disable it (through the PATCH's own
+//! path, so switching it emits the same operational event) and to rotate its signing
 //! secret (the new secret is shown once, the old one keeps signing beside it
 //! for a day, as `POST /v1/endpoints/{id}/secret/rotate` does by default).
 use axum::extract::{Path, State};
@@ -16,9 +17,6 @@ use crate::endpoints::{latest_text, legend, HealthData};
 use crate::error::ConsoleError;
 use crate::layout::{self, csrf_field, Section};
 use crate::session::{ConsoleForm, NoFields, Session};
-
-/// How long the previous secret keeps signing after a rotation.
-const ROTATION_GRACE_SECS: i64 = 24 * 3600;
 
 fn parse_endpoint_id(text: &str) -> Result<EndpointId, ConsoleError> {
     parse_path_id(text).map_err(|_| ConsoleError::NotFound("endpoint"))
@@ -131,8 +129,7 @@ pub async fn set_enabled(
         _ => return Err(ConsoleError::BadRequest("enabled: must be true or false".into())),
     };
     let changes = endpoints::EndpointChanges { enabled: Some(enabled), ..Default::default() };
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    endpoints::update_endpoint(&client, form.session.tenant(), id, &changes)
+    relayops_manage::apply_endpoint_changes(&state, form.session.tenant(), id, &changes)
         .await?
         .ok_or(ConsoleError::NotFound("endpoint"))?;
     tracing::info!(tenant_id = %form.session.tenant(), endpoint_id = %id, enabled, "endpoint changed in the console");
@@ -149,7 +146,9 @@ pub async fn rotate_secret(
     let id = parse_endpoint_id(&endpoint_id)?;
     let secret = SigningSecret::generate();
     let client = state.pool.get().await.map_err(DbError::from)?;
-    if !endpoints::rotate_secret(&client, form.session.tenant(), id, &secret, ROTATION_GRACE_SECS).await? {
+    if !endpoints::rotate_secret(&client, form.session.tenant(), id, &secret, relayops_manage::DEFAULT_GRACE_SECS)
+        .await?
+    {
         return Err(ConsoleError::NotFound("endpoint"));
     }
     tracing::info!(tenant_id = %form.session.tenant(), endpoint_id = %id, "endpoint secret rotated in the console");

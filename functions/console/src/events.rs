@@ -4,7 +4,7 @@
 use axum::extract::{Path, Query, State};
 use axum::response::Html;
 use maud::html;
-use relayops_shared::api::{parse_path_id, ApiState};
+use relayops_shared::api::{page_of, parse_path_id, ApiState};
 use relayops_shared::db::DbError;
 use relayops_shared::ids::EventId;
 use relayops_shared::repo::delivery_queries::TimeKey;
@@ -54,7 +54,7 @@ pub async fn list(
     let after = filters::decode_cursor(&query.cursor)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let rows = event_queries::list_events(&client, session.tenant(), &filter, after, PAGE_SIZE + 1).await?;
-    let (rows, more) = filters::page_of(rows, PAGE_SIZE);
+    let (rows, more) = page_of(rows, PAGE_SIZE);
     let next = rows
         .last()
         .filter(|_| more)

@@ -126,13 +126,6 @@ pub fn decode_cursor(text: &str) -> Result<Option<TimeKey>, ConsoleError> {
     Ok(Some(TimeKey { at, id }))
 }
 
-/// Splits `limit + 1` fetched rows into the page and whether more follow.
-pub fn page_of<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
-    let more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    (rows, more)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! The console Lambda: builds its clients once per container, then serves the
-//! router through lambda_http (API Gateway HTTP API routes `/console/…` here).
+//! router through lambda_http (API Gateway HTTP API routes `/console/…` here),
+//! with API Gateway's source address as the sign-in throttle's peer (as manage).
 use relayops_shared::api::lambda::LambdaHttp;
 use relayops_shared::telemetry;
 
@@ -7,5 +8,6 @@ use relayops_shared::telemetry;
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
     let app = LambdaHttp::from_env()?;
-    lambda_http::run(app.app(relayops_console::router)).await
+    let peer = axum::middleware::from_fn(relayops_manage::source_ip_as_peer);
+    lambda_http::run(app.app(relayops_console::router).layer(peer)).await
 }

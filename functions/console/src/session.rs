@@ -21,7 +21,7 @@ use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::Form;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use maud::html;
 use relayops_shared::api::{by_login_token, ApiError, ApiJson, ApiState, Authenticated, ClientAddress};
 use relayops_shared::auth::Scope;
@@ -202,21 +202,16 @@ pub async fn login(
         return ConsoleError::Forbidden("The sign-in form expired; reload the page and try again.".into())
             .into_response();
     }
-    let request: relayops_manage::LoginRequest =
-        match serde_json::from_value(serde_json::json!({ "email": fields.email, "password": fields.password })) {
-            Ok(request) => request,
-            Err(error) => return ConsoleError::BadRequest(error.to_string()).into_response(),
-        };
+    let request = relayops_manage::LoginRequest::new(fields.email.clone(), fields.password);
     let answer = match relayops_manage::login(State(state), client, ApiJson(request)).await {
-        Ok(axum::Json(answer)) => serde_json::to_value(answer).unwrap_or_default(),
+        Ok(axum::Json(answer)) => answer,
         Err(error @ (ApiError::Unauthenticated(_) | ApiError::Validation(_) | ApiError::RateLimited { .. })) => {
             return login_form(&headers, StatusCode::UNAUTHORIZED, Some(&error.to_string()), &fields.email);
         }
         Err(other) => return ConsoleError::Api(other).into_response(),
     };
-    let token = answer["token"].as_str().unwrap_or_default();
-    let expires_at = answer["expires_at"].as_str().and_then(|text| text.parse::<DateTime<Utc>>().ok());
-    let lifetime = expires_at.map(|at| (at - Utc::now()).num_seconds().max(1)).unwrap_or(60);
+    let token = answer.token();
+    let lifetime = (answer.expires_at() - Utc::now()).num_seconds().max(1);
     let secure = over_https(&headers);
     (
         StatusCode::SEE_OTHER,

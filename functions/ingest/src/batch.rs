@@ -10,7 +10,7 @@ use futures_util::stream::{self, StreamExt};
 use relayops_shared::api::{ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, PayloadError, ValidationError};
+use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, ValidationError};
 use relayops_shared::repo::events::{self, IngestOutcome, NewEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -85,9 +85,10 @@ fn keys_are_distinct(parsed: &[Result<Parsed, Refused>]) -> bool {
 fn parse_item(value: Value) -> Result<Parsed, Refused> {
     let item: PostEventRequest = serde_json::from_value(value).map_err(Refused::invalid)?;
     let event_type = EventType::parse(&item.event_type).map_err(Refused::invalid)?;
-    let payload = EventPayload::parse(item.payload).map_err(|error| match error {
-        PayloadError::TooLarge { .. } => Refused { status: 413, error: error.to_string() },
-        PayloadError::Invalid(invalid) => Refused::invalid(invalid),
+    let payload = EventPayload::parse(item.payload).map_err(|error| {
+        // As a single event's: over the limit 413, otherwise 422.
+        let error = ApiError::from(error);
+        Refused { status: error.status().as_u16(), error: error.to_string() }
     })?;
     let key = item.idempotency_key.as_deref().map(IdempotencyKey::parse).transpose().map_err(Refused::invalid)?;
     Ok(Parsed { event_type, payload, key })

@@ -9,8 +9,8 @@ use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
 use relayops_shared::domain::operational::{DisabledBy, OperationalEvent, Subject};
 use relayops_shared::domain::{SigningSecret, ValidationError};
-use relayops_shared::ids::EndpointId;
-use relayops_shared::repo::endpoints::{self, EndpointChanges};
+use relayops_shared::ids::{EndpointId, TenantId};
+use relayops_shared::repo::endpoints::{self, EndpointChanges, EndpointRecord};
 use relayops_shared::repo::operational;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 use crate::endpoints::{in_range, parse_schedule, EndpointView};
 
 /// Default and longest overlap of an old secret with its replacement.
-const DEFAULT_GRACE_SECS: i64 = 24 * 3600;
+pub const DEFAULT_GRACE_SECS: i64 = 24 * 3600;
 const MAX_GRACE_SECS: i64 = 7 * 24 * 3600;
 
 /// Tells "absent" (leave as is) from `null` (clear) for nullable fields.
@@ -111,27 +111,45 @@ pub async fn update(
         retry_schedule_secs: schedule,
         timeout_ms: checked("timeout_ms", request.timeout_ms, 100..=60_000)?,
     };
-    let mut client = state.pool.get().await.map_err(DbError::from)?;
-    let tx = client.transaction().await.map_err(DbError::from)?;
-    let updated =
-        endpoints::update_endpoint(&tx, caller.tenant_id, id, &changes).await?.ok_or(ApiError::NotFound("endpoint"))?;
+    let endpoint =
+        apply_changes(&state, caller.tenant_id, id, &changes).await?.ok_or(ApiError::NotFound("endpoint"))?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
+    Ok(Json(EndpointView::new(endpoint, &subscriptions)))
+}
+
+/// Applies `changes` to the tenant's endpoint as the PATCH does (the console's
+/// enable/disable form uses it too): in one transaction, the update and, when
+/// it switched the endpoint on or off, the `endpoint.enabled` /
+/// `endpoint.disabled` operational event; after the commit the publisher is
+/// woken if an event was stored. `None`: no such endpoint in the tenant.
+pub async fn apply_changes(
+    state: &ApiState,
+    tenant: TenantId,
+    id: EndpointId,
+    changes: &EndpointChanges<'_>,
+) -> Result<Option<EndpointRecord>, DbError> {
+    let mut client = state.pool.get().await?;
+    let tx = client.transaction().await?;
+    let Some(updated) = endpoints::update_endpoint(&tx, tenant, id, changes).await? else {
+        return Ok(None);
+    };
     let endpoint = updated.endpoint;
+    let mut emitted = false;
     if let Some(enabled) = updated.switched {
         let subject = Subject { id, kind: endpoint.kind, url: endpoint.url.clone() };
-        let event = if enabled {
-            OperationalEvent::endpoint_enabled(caller.tenant_id, &subject)
+        emitted = if enabled {
+            operational::emit(&tx, tenant, &OperationalEvent::endpoint_enabled(tenant, &subject)).await?
         } else {
             let reason = endpoint.disabled_reason.as_deref().unwrap_or("disabled by an operator");
-            OperationalEvent::endpoint_disabled(caller.tenant_id, &subject, DisabledBy::Operator, reason, None)
+            operational::emit_disabled(&tx, tenant, &subject, DisabledBy::Operator, reason, None).await?
         };
-        operational::emit(&tx, caller.tenant_id, &event).await?;
     }
-    let subscriptions = endpoints::list_subscriptions(&tx, caller.tenant_id, id).await?;
-    tx.commit().await.map_err(DbError::from)?;
-    if updated.switched.is_some() {
+    tx.commit().await?;
+    if emitted {
         state.wake_publisher();
     }
-    Ok(Json(EndpointView::new(endpoint, &subscriptions)))
+    Ok(Some(endpoint))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

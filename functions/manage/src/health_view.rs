@@ -1,5 +1,7 @@
-//! An endpoint's kind and health as the API shows them (the console reads the
-//! same fields).
+//! An endpoint's kind and health as the API shows them (the health record the
+//! worker keeps: `failing_since`, the last success and failure). The console
+//! classifies differently, from success rates over its recent attempts
+//! (the console's `endpoints::Health`).
 use chrono::{DateTime, Utc};
 use relayops_shared::domain::EndpointKind;
 use relayops_shared::repo::endpoints::EndpointHealth;

@@ -10,14 +10,13 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use relayops_shared::api::{ApiError, ApiJson, ApiState, ClientAddress};
 use relayops_shared::auth::password::{decoy_hash, verify_password_blocking};
+use relayops_shared::auth::token_hash;
 use relayops_shared::bootstrap::{bootstrap_with_token, BootstrapError, BootstrapRequest};
 use relayops_shared::db::DbError;
 use relayops_shared::domain::ValidationError;
 use relayops_shared::ids::{ApiKeyId, TenantId, UserId};
 use relayops_shared::repo::users;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use utoipa::ToSchema;
 
 const BAD_LOGIN: &str = "invalid email or password";
@@ -45,8 +44,8 @@ const MAX_PASSWORD_CHARS: usize = 1024;
 
 pub fn checked_password(password: &str) -> Result<&str, ValidationError> {
     match password.chars().count() {
-        10..=1024 => Ok(password),
-        _ => Err(ValidationError::new("password", "must be 10 to 1024 characters")),
+        10..=MAX_PASSWORD_CHARS => Ok(password),
+        _ => Err(ValidationError::new("password", format!("must be 10 to {MAX_PASSWORD_CHARS} characters"))),
     }
 }
 
@@ -60,6 +59,13 @@ pub struct LoginRequest {
     password: String,
 }
 
+impl LoginRequest {
+    /// A login as a form other than the API's JSON body supplies it (the console's).
+    pub fn new(email: String, password: String) -> Self {
+        Self { email, password }
+    }
+}
+
 /// A login token: send it as `Authorization: Bearer <token>`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LoginResponse {
@@ -69,6 +75,16 @@ pub struct LoginResponse {
     expires_at: DateTime<Utc>,
     tenant_id: TenantId,
     user_id: UserId,
+}
+
+impl LoginResponse {
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    pub fn expires_at(&self) -> DateTime<Utc> {
+        self.expires_at
+    }
 }
 
 /// Exchanges a user's email and password for a short-lived token.
@@ -153,8 +169,7 @@ pub async fn bootstrap(
     ApiJson(body): ApiJson<BootstrapBody>,
 ) -> Result<(StatusCode, Json<BootstrapResponse>), ApiError> {
     let expected = state.bootstrap_token_hash.ok_or(ApiError::NotFound("route"))?;
-    let presented: [u8; 32] = Sha256::digest(body.token.as_bytes()).into();
-    if !bool::from(presented.ct_eq(&expected)) {
+    if !token_hash::matches(&body.token, &expected) {
         return Err(ApiError::Unauthenticated("invalid bootstrap token".into()));
     }
     let name = body.tenant_name.trim();
@@ -166,7 +181,7 @@ pub async fn bootstrap(
         admin_email: checked_email(&body.admin_email)?,
         admin_password: checked_password(&body.admin_password)?,
     };
-    let created = match bootstrap_with_token(&state.pool, &presented, &request).await {
+    let created = match bootstrap_with_token(&state.pool, &expected, &request).await {
         Ok(created) => created,
         Err(BootstrapError::TokenUsed) => {
             return Err(ApiError::Conflict("this bootstrap token has already been used".into()))

@@ -11,6 +11,7 @@ pub mod figures;
 pub mod lambda;
 mod session;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,7 @@ use relayops_shared::db::DbError;
 use relayops_shared::db::Pool;
 use relayops_shared::history;
 use relayops_shared::repo::{outbox, recovery};
+use relayops_shared::task::AbortOnDrop;
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
 use tokio::sync::{Mutex, Notify};
@@ -67,8 +69,13 @@ pub struct Publisher {
     /// `RECOVERY_INTERVAL`, not on every wake-up (which, under load, is every
     /// ingest).
     last_recovery: std::sync::Mutex<Option<Instant>>,
-    /// When history maintenance (partitions, retention) last ran.
+    /// When history maintenance (partitions, retention) last ran inline.
     last_history: std::sync::Mutex<Option<Instant>>,
+    /// Set by the long-lived loop, which maintains history from a task of its
+    /// own: then the recovery pass leaves it out, and publishing never waits
+    /// behind it (a `DETACH … CONCURRENTLY` can take a while). The Lambda tick
+    /// keeps it inline.
+    history_in_own_task: AtomicBool,
     /// Whether the last attempt to reach the broker worked (for readiness).
     broker_connected: tokio::sync::watch::Sender<bool>,
 }
@@ -86,6 +93,7 @@ impl Publisher {
             session: Mutex::new(None),
             last_recovery: std::sync::Mutex::new(None),
             last_history: std::sync::Mutex::new(None),
+            history_in_own_task: AtomicBool::new(false),
             broker_connected: tokio::sync::watch::channel(false).0,
         }
     }
@@ -151,7 +159,11 @@ impl Publisher {
     /// Runs the recovery pass when due (at most once a second), then publishes batches until the outbox is empty
     /// or the next batch might not finish before `deadline`.
     pub async fn drain(&self, deadline: Option<Instant>) -> Result<PublishReport, PublishError> {
-        let mut report = if self.recovery_due() { self.recover().await? } else { PublishReport::default() };
+        let mut report = if take_if_due(&self.last_recovery, RECOVERY_INTERVAL) {
+            self.recover().await?
+        } else {
+            PublishReport::default()
+        };
         let mut slowest_batch = Duration::ZERO;
         loop {
             if let Some(deadline) = deadline {
@@ -170,15 +182,6 @@ impl Publisher {
             }
         }
         Ok(report)
-    }
-
-    fn history_due(&self) -> bool {
-        let mut last = self.last_history.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let due = last.is_none_or(|at| at.elapsed() >= self.config.history.maintenance_interval);
-        if due {
-            *last = Some(Instant::now());
-        }
-        due
     }
 
     /// History maintenance (`relayops_shared::history`): partitions created
@@ -203,15 +206,6 @@ impl Publisher {
         }
     }
 
-    fn recovery_due(&self) -> bool {
-        let mut last = self.last_recovery.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let due = last.is_none_or(|at| at.elapsed() >= RECOVERY_INTERVAL);
-        if due {
-            *last = Some(Instant::now());
-        }
-        due
-    }
-
     /// The recovery pass: reclaims expired outbox claims, re-enqueues stranded
     /// deliveries (see `repo::recovery`) and deletes old published rows.
     pub async fn recover(&self) -> Result<PublishReport, PublishError> {
@@ -230,7 +224,9 @@ impl Publisher {
         }
         let purged = outbox::purge_published(&client, self.config.outbox_retention, PURGE_BATCH).await?;
         drop(client);
-        if self.history_due() {
+        if !self.history_in_own_task.load(Ordering::Relaxed)
+            && take_if_due(&self.last_history, self.config.history.maintenance_interval)
+        {
             self.maintain_history().await;
         }
         let report = PublishReport { reclaimed, requeued, purged, ..Default::default() };
@@ -238,12 +234,27 @@ impl Publisher {
         Ok(report)
     }
 
+    /// History maintenance every interval (at most once per recovery interval),
+    /// the first at once: the long-lived loop's own task.
+    async fn maintain_history_forever(self: Arc<Self>) {
+        let every = self.config.history.maintenance_interval.max(RECOVERY_INTERVAL);
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            self.maintain_history().await;
+        }
+    }
+
     /// The long-lived loop (local runner): drains whenever woken, and at least
     /// every idle interval; while idle it keeps its broker session open, so a
     /// broker outage shows in readiness and the session is back before the
-    /// next batch. Errors are logged and retried with a growing pause (200 ms
-    /// doubling to 6.4 s).
+    /// next batch. History maintenance runs beside it in a task of its own
+    /// (ended with the loop). Errors are logged and retried with a growing
+    /// pause (200 ms doubling to 6.4 s).
     pub async fn run(self: Arc<Self>, wakeup: Arc<Notify>) {
+        self.history_in_own_task.store(true, Ordering::Relaxed);
+        let _history = AbortOnDrop(tokio::spawn(Arc::clone(&self).maintain_history_forever()));
         let mut failures: u32 = 0;
         loop {
             let tick = match self.drain(None).await {
@@ -268,6 +279,17 @@ impl Publisher {
             }
         }
     }
+}
+
+/// Whether `every` has passed since the time in `slot` (or it holds none); if
+/// so, `slot` takes the time now.
+fn take_if_due(slot: &std::sync::Mutex<Option<Instant>>, every: Duration) -> bool {
+    let mut last = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let due = last.is_none_or(|at| at.elapsed() >= every);
+    if due {
+        *last = Some(Instant::now());
+    }
+    due
 }
 
 fn uuid_suffix() -> String {

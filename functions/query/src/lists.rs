@@ -3,7 +3,7 @@
 //! `next_cursor`) without another round trip.
 use axum::extract::{Path, State};
 use axum::Json;
-use relayops_shared::api::{parse_path_id, ApiError, ApiQuery, ApiState, Authenticated};
+use relayops_shared::api::{page_of, parse_path_id, ApiError, ApiQuery, ApiState, Authenticated};
 use relayops_shared::db::DbError;
 use relayops_shared::ids::{DeliveryId, EndpointId, EventId};
 use relayops_shared::repo::delivery_queries::{self, DeliveryFilter, TimeKey};
@@ -13,13 +13,6 @@ use relayops_shared::repo::{attempts, deliveries, events};
 use crate::cursor::{self, CursorKind};
 use crate::params::{self, AttemptListParams, DeliveryListParams, EventListParams};
 use crate::views::{AttemptPage, AttemptView, DeliveryPage, DeliveryView, EventPage, EventView};
-
-/// Splits `limit + 1` fetched rows into the page and whether more follow.
-fn page_of<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
-    let more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    (rows, more)
-}
 
 /// Events the tenant posted, newest first.
 #[utoipa::path(

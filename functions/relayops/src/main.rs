@@ -127,7 +127,7 @@ async fn run() -> anyhow::Result<()> {
             }
             let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
             let client = pool.get().await.map_err(db::DbError::from)?;
-            if !relayops_shared::repo::tenants::set_ingest_limit(&client, tenant, rate, burst).await? {
+            if relayops_shared::repo::tenants::set_ingest_limit(&client, tenant, rate, burst).await?.is_none() {
                 anyhow::bail!("no tenant {tenant}");
             }
             println!(

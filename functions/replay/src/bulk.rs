@@ -10,12 +10,9 @@ use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
 use relayops_shared::domain::{DeliveryStatus, EventType, ValidationError};
 use relayops_shared::ids::{DeliveryId, EndpointId};
-use relayops_shared::repo::replay::{self, ReplayFilter};
+use relayops_shared::repo::replay::{self, ReplayFilter, MAX_PER_CALL};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-
-/// The most deliveries one call replays.
-pub const MAX_PER_CALL: i64 = 1000;
 
 /// The statuses a replay can start from.
 #[derive(ToSchema)]
@@ -119,16 +116,14 @@ pub async fn replay_matching(
     caller.require(Scope::Admin)?;
     let filter = request.filter()?;
     let limit = request.limit()?;
-    let mut client = state.pool.get().await.map_err(DbError::from)?;
-    let matched = replay::count_matching(&client, caller.tenant_id, &filter).await?;
     if request.dry_run {
+        let client = state.pool.get().await.map_err(DbError::from)?;
+        let matched = replay::count_matching(&client, caller.tenant_id, &filter).await?;
         let response =
             BulkReplayResponse { dry_run: true, matched, replayed: 0, remaining: matched, delivery_ids: Vec::new() };
         return Ok((StatusCode::OK, Json(response)));
     }
-    let tx = client.transaction().await.map_err(DbError::from)?;
-    let replayed = replay::replay_matching(&tx, caller.tenant_id, &filter, limit).await?;
-    tx.commit().await.map_err(DbError::from)?;
+    let (matched, replayed) = replay::replay_bulk(&state.pool, caller.tenant_id, &filter, limit).await?;
     if !replayed.is_empty() {
         state.wake_publisher();
     }

@@ -13,7 +13,6 @@ use axum::routing::post;
 use axum::{Json, Router};
 use relayops_shared::api::{not_found_fallback, parse_path_id, ApiError, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
-use relayops_shared::db::DbError;
 use relayops_shared::ids::DeliveryId;
 use relayops_shared::repo::replay::{self, ReplayOutcome};
 use serde::Serialize;
@@ -76,11 +75,8 @@ async fn replay_one(
 ) -> Result<(StatusCode, Json<ReplayedView>), ApiError> {
     caller.require(Scope::Admin)?;
     let delivery_id: DeliveryId = parse_path_id(&delivery_id)?;
-    let mut client = state.pool.get().await.map_err(DbError::from)?;
-    let tx = client.transaction().await.map_err(DbError::from)?;
-    match replay::replay_delivery(&tx, caller.tenant_id, delivery_id).await? {
+    match replay::replay_one(&state.pool, caller.tenant_id, delivery_id).await? {
         ReplayOutcome::Replayed(previous) => {
-            tx.commit().await.map_err(DbError::from)?;
             state.wake_publisher();
             tracing::info!(tenant_id = %caller.tenant_id, delivery_id = %delivery_id,
                 previous_status = previous.as_str(), "delivery replayed");

@@ -15,7 +15,7 @@ use std::time::Duration;
 use chrono::Utc;
 use relayops_shared::api::PublisherWakeup;
 use relayops_shared::db::{DbError, Pool};
-use relayops_shared::domain::operational::{DisabledBy, OperationalEvent};
+use relayops_shared::domain::operational::DisabledBy;
 use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::deliveries::DeliveryJob;
 use relayops_shared::repo::endpoint_health::{self, HealthWrite};
@@ -88,19 +88,21 @@ async fn apply(
     write: HealthWrite,
     window: Duration,
 ) -> Result<(), DbError> {
-    let mut client = pool.get().await?;
     let (tenant, endpoint) = (job.tenant_id, job.endpoint_id);
     match write {
         HealthWrite::Nothing => Ok(()),
         HealthWrite::Success => {
+            let client = pool.get().await?;
             report::health_write("success");
             endpoint_health::record_success(&client, tenant, endpoint).await
         }
         HealthWrite::Failure => {
+            let client = pool.get().await?;
             report::health_write("failure");
             endpoint_health::record_failure(&client, tenant, endpoint).await
         }
         HealthWrite::FailureAndDisable => {
+            let mut client = pool.get().await?;
             let tx = client.transaction().await?;
             endpoint_health::record_failure(&tx, tenant, endpoint).await?;
             let reason = format!("every attempt failed for {} or longer", describe(window));
@@ -108,14 +110,8 @@ async fn apply(
             else {
                 return Ok(tx.commit().await?);
             };
-            let event = OperationalEvent::endpoint_disabled(
-                tenant,
-                &disabled.subject,
-                DisabledBy::Health,
-                &reason,
-                disabled.failing_since,
-            );
-            let emitted = operational::emit(&tx, tenant, &event).await?;
+            let (subject, since) = (&disabled.subject, disabled.failing_since);
+            let emitted = operational::emit_disabled(&tx, tenant, subject, DisabledBy::Health, &reason, since).await?;
             tx.commit().await?;
             if emitted {
                 wakeup.wake();

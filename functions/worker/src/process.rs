@@ -371,14 +371,9 @@ impl Processor {
                     if let Some(disabled) =
                         endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, reason).await?
                     {
-                        let event = OperationalEvent::endpoint_disabled(
-                            job.tenant_id,
-                            &disabled.subject,
-                            DisabledBy::ReceiverGone,
-                            reason,
-                            disabled.failing_since,
-                        );
-                        emitted |= operational::emit(&tx, job.tenant_id, &event).await?;
+                        let (subject, since) = (&disabled.subject, disabled.failing_since);
+                        let by = DisabledBy::ReceiverGone;
+                        emitted |= operational::emit_disabled(&tx, job.tenant_id, subject, by, reason, since).await?;
                     }
                 }
                 tx.commit().await.map_err(DbError::from)?;

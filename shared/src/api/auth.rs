@@ -41,7 +41,8 @@ impl Authenticated {
     }
 }
 
-fn bearer(parts: &Parts) -> Option<&str> {
+/// The token of an `Authorization: Bearer …` header (scheme case-insensitive).
+pub fn bearer(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())

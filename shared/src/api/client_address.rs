@@ -3,8 +3,9 @@
 //! that peer is a configured trusted proxy (`RELAYOPS_TRUSTED_PROXIES`): then
 //! `X-Forwarded-For` is read from the right, skipping trusted proxies, and the
 //! first other address is the client — entries further left were written by
-//! the client and prove nothing. In the manage Lambda the peer is the source
-//! address from API Gateway's request context (its `main.rs` sets it). Without
+//! the client and prove nothing. In the manage and console Lambdas the peer is
+//! the source address from API Gateway's request context
+//! (`relayops_manage::source_ip_as_peer`, layered in their `main.rs`). Without
 //! any peer the last `X-Forwarded-For` entry is taken: the one API Gateway
 //! appends.
 use std::net::{IpAddr, SocketAddr};

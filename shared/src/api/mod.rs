@@ -13,8 +13,6 @@ mod query;
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
 use crate::auth::jwt::JwtKeys;
 use crate::backpressure::Backpressure;
 use crate::config::AuthConfig;
@@ -22,7 +20,7 @@ use crate::db::Pool;
 use crate::flow::{FlowControl, Limit, TokenDecision};
 use crate::net_policy::{AddressPolicy, AllowList};
 
-pub use auth::{by_login_token, Authenticated, Principal};
+pub use auth::{bearer, by_login_token, Authenticated, Principal};
 pub use client_address::ClientAddress;
 pub use json::ApiJson;
 pub use key_cache::KeyCache;
@@ -119,8 +117,7 @@ impl ApiState {
         if let Some(secret) = &config.jwt_secret {
             self.jwt = Some(Arc::new(JwtKeys::new(secret.as_bytes(), config.jwt_ttl)?));
         }
-        self.bootstrap_token_hash =
-            config.bootstrap_token.as_ref().map(|token| Sha256::digest(token.as_bytes()).into());
+        self.bootstrap_token_hash = config.bootstrap_token.as_deref().map(crate::auth::token_hash::token_sha256);
         self.admin_token_sha256 = config.admin_token_sha256;
         if let Some(ttl) = config.api_key_cache_ttl {
             self.api_keys = Arc::new(KeyCache::new(ttl));
@@ -189,6 +186,14 @@ impl ApiState {
             wakeup.wake();
         }
     }
+}
+
+/// Splits `limit + 1` fetched rows into the page and whether more follow (the
+/// query API's lists and the console's).
+pub fn page_of<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    (rows, more)
 }
 
 /// Parses a path id; a malformed id is a 400 that says what was expected.

@@ -51,6 +51,11 @@ impl ApiError {
         Self::Internal(Box::new(error))
     }
 
+    /// The HTTP status this error answers with.
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
     fn parts(&self) -> (StatusCode, &'static str, &'static str) {
         match self {
             Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation", "Invalid request"),

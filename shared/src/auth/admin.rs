@@ -2,17 +2,7 @@
 //! environment, known to the processes only as its SHA-256 and compared in
 //! constant time. It is not a tenant credential: tenant routes do not accept
 //! it, and the admin API accepts nothing else.
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
-
-pub fn token_sha256(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-/// Whether `presented` is the token whose hash is `expected`.
-pub fn matches(presented: &str, expected: &[u8; 32]) -> bool {
-    bool::from(token_sha256(presented).ct_eq(expected))
-}
+pub use super::token_hash::{matches, token_sha256};
 
 #[cfg(test)]
 mod tests {

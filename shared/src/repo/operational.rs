@@ -4,7 +4,9 @@
 //! outbound filter as for any event). Run it in the transaction that makes the
 //! change it reports, so the event exists exactly when the change does.
 use crate::db::DbError;
-use crate::domain::operational::OperationalEvent;
+use chrono::{DateTime, Utc};
+
+use crate::domain::operational::{DisabledBy, OperationalEvent, Subject};
 use crate::ids::TenantId;
 use crate::repo::events::{self, NewEvent};
 use crate::repo::{sql, GenericClient};
@@ -28,4 +30,18 @@ pub async fn emit(client: &impl GenericClient, tenant: TenantId, event: &Operati
     events::insert_operational_event(client, tenant, &new_event).await?;
     tracing::info!(tenant_id = %tenant, event_type = event.event_type.as_str(), "operational event emitted");
     Ok(true)
+}
+
+/// Reports a disabled endpoint (`endpoint.disabled`, saying who disabled it
+/// and why) as `emit` does; returns whether it was stored.
+pub async fn emit_disabled(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    subject: &Subject,
+    by: DisabledBy,
+    reason: &str,
+    failing_since: Option<DateTime<Utc>>,
+) -> Result<bool, DbError> {
+    let event = OperationalEvent::endpoint_disabled(tenant, subject, by, reason, failing_since);
+    emit(client, tenant, &event).await
 }

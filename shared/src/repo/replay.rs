@@ -6,16 +6,20 @@
 //! `attempt_count` is left as it is.
 use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::broker::envelope::DeliveryTask;
 use crate::db::partitions::{uuid_floor, CLOCK_SLACK};
-use crate::db::DbError;
+use crate::db::{DbError, Pool};
 use crate::domain::DeliveryStatus;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
 use crate::repo::sql;
+
+/// The most deliveries one bulk replay takes (`POST /v1/replays`, the console's).
+pub const MAX_PER_CALL: i64 = 1000;
 
 /// Dead and failed rows are replayed; `pending` and `scheduled` rows are
 /// rescued (sent now: a row whose message was lost need not wait for recovery,
@@ -81,6 +85,18 @@ pub async fn replay_delivery(
     Ok(ReplayOutcome::Replayed(previous))
 }
 
+/// `replay_delivery` in a transaction of its own, committed when the delivery
+/// was replayed (the API's and the console's replay of one delivery).
+pub async fn replay_one(pool: &Pool, tenant: TenantId, id: DeliveryId) -> Result<ReplayOutcome, DbError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let outcome = replay_delivery(&tx, tenant, id).await?;
+    if matches!(outcome, ReplayOutcome::Replayed(_)) {
+        tx.commit().await?;
+    }
+    Ok(outcome)
+}
+
 /// Which deliveries a bulk replay takes. `statuses` holds only dead and/or failed.
 #[derive(Debug, Clone)]
 pub struct ReplayFilter {
@@ -105,6 +121,37 @@ impl ReplayFilter {
     }
 }
 
+/// `MATCHING`'s parameters ($1..$8), owned here so both statements bind them alike.
+struct MatchingParams<'a> {
+    tenant: Uuid,
+    statuses: Vec<&'static str>,
+    endpoint: Option<Uuid>,
+    filter: &'a ReplayFilter,
+    floor: Uuid,
+    ceiling: Uuid,
+}
+
+impl<'a> MatchingParams<'a> {
+    fn new(tenant: TenantId, filter: &'a ReplayFilter) -> Self {
+        let (floor, ceiling) = filter.event_id_range();
+        let endpoint = filter.endpoint.map(|id| id.as_uuid());
+        Self { tenant: tenant.as_uuid(), statuses: filter.statuses(), endpoint, filter, floor, ceiling }
+    }
+
+    fn list(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.tenant,
+            &self.statuses,
+            &self.endpoint,
+            &self.filter.event_type,
+            &self.filter.since,
+            &self.filter.until,
+            &self.floor,
+            &self.ceiling,
+        ]
+    }
+}
+
 /// How many deliveries match (for a dry run, and to report what remains).
 pub async fn count_matching(
     client: &impl GenericClient,
@@ -112,23 +159,8 @@ pub async fn count_matching(
     filter: &ReplayFilter,
 ) -> Result<i64, DbError> {
     let sql = format!("SELECT count(*) {MATCHING}");
-    let endpoint = filter.endpoint.map(|id| id.as_uuid());
-    let (floor, ceiling) = filter.event_id_range();
-    let row = sql::query_one(
-        client,
-        &sql,
-        &[
-            &tenant.as_uuid(),
-            &filter.statuses(),
-            &endpoint,
-            &filter.event_type,
-            &filter.since,
-            &filter.until,
-            &floor,
-            &ceiling,
-        ],
-    )
-    .await?;
+    let params = MatchingParams::new(tenant, filter);
+    let row = sql::query_one(client, &sql, &params.list()).await?;
     Ok(row.get(0))
 }
 
@@ -147,25 +179,27 @@ pub async fn replay_matching(
          FROM picked WHERE d.id = picked.id AND d.event_id = picked.event_id
          RETURNING d.id, d.event_id, d.endpoint_id"
     );
-    let endpoint = filter.endpoint.map(|id| id.as_uuid());
-    let (floor, ceiling) = filter.event_id_range();
-    let rows = sql::query(
-        tx,
-        &sql,
-        &[
-            &tenant.as_uuid(),
-            &filter.statuses(),
-            &endpoint,
-            &filter.event_type,
-            &filter.since,
-            &filter.until,
-            &floor,
-            &ceiling,
-            &cap,
-        ],
-    )
-    .await?;
+    let params = MatchingParams::new(tenant, filter);
+    let mut list = params.list();
+    list.push(&cap);
+    let rows = sql::query(tx, &sql, &list).await?;
     let tasks: Vec<DeliveryTask> = rows.iter().map(|row| task(tenant, row)).collect();
     outbox::insert_delivery_messages(tx, &tasks).await?;
     Ok(tasks.iter().map(|task| task.delivery_id).collect())
+}
+
+/// A bulk replay in one transaction: how many deliveries match, and the ids of
+/// the up to `cap` replayed (the API's `POST /v1/replays` and the console's).
+pub async fn replay_bulk(
+    pool: &Pool,
+    tenant: TenantId,
+    filter: &ReplayFilter,
+    cap: i64,
+) -> Result<(i64, Vec<DeliveryId>), DbError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let matched = count_matching(&tx, tenant, filter).await?;
+    let replayed = replay_matching(&tx, tenant, filter, cap).await?;
+    tx.commit().await?;
+    Ok((matched, replayed))
 }

@@ -36,17 +36,20 @@ pub async fn insert_user(client: &impl GenericClient, tenant: TenantId, user: &N
     Ok(id)
 }
 
-const SET_INGEST_LIMIT: &str = "UPDATE relayops.tenants SET ingest_rate_per_sec = $2, ingest_burst = $3 WHERE id = $1";
-
 /// Sets (or, with `None`, clears back to the platform default) a tenant's
 /// ingest limit. An operator action: tenants cannot raise their own limit.
+/// Returns the tenant as it now is; `None` when there is no such tenant.
 pub async fn set_ingest_limit(
     client: &impl GenericClient,
     tenant: TenantId,
     rate_per_sec: Option<i32>,
     burst: Option<i32>,
-) -> Result<bool, DbError> {
-    Ok(sql::execute(client, SET_INGEST_LIMIT, &[&tenant.as_uuid(), &rate_per_sec, &burst]).await? == 1)
+) -> Result<Option<TenantRecord>, DbError> {
+    let sql = format!(
+        "UPDATE relayops.tenants SET ingest_rate_per_sec = $2, ingest_burst = $3 WHERE id = $1 RETURNING {TENANT_COLUMNS}"
+    );
+    let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &rate_per_sec, &burst]).await?;
+    Ok(row.as_ref().map(TenantRecord::from_row))
 }
 
 /// A tenant as the platform operator sees it (the admin API).

@@ -1,12 +1,14 @@
 //! Endpoint health (issue 16, SPEC §10): a rolling record of outcomes kept off
 //! the hot path, automatic disabling after a window of nothing but failures,
 //! re-enabling with one PATCH, and operational webhooks that tell the tenant
-//! about it — signed, through the same pipeline, never looping.
+//! about it — signed, through the same pipeline, never looping — whether the
+//! API or the console switched it.
 use std::time::Duration;
 
 use relayops_shared::domain::SigningSecret;
 use relayops_shared::signing;
 use relayops_simulator::{Received, Simulator};
+use relayops_tests::console::ConsoleClient;
 use relayops_tests::{eventually, start_receiver, TestConfig, TestEnv, WAIT};
 use serde_json::{json, Value};
 
@@ -234,4 +236,25 @@ async fn a_gone_receiver_and_an_operator_disabling_are_reported_with_who_did_it(
     let listed = env.get("/v1/events?event_type=endpoint.disabled").await;
     assert_eq!(listed.body["data"].as_array().unwrap().len(), 2, "{:?}", listed.body);
     assert_eq!(ops.received().len(), 2, "the second PATCH reported nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_disabled_in_the_console_is_reported_as_by_an_operator() {
+    let env = TestEnv::start().await;
+    let (ops, ops_url) = start_receiver().await;
+    let (_, ops_secret) = operational_endpoint(&env, &ops, &format!("{ops_url}/sim/ok"), &["endpoint.disabled"]).await;
+    let endpoint = env.create_endpoint("/sim/ok", &["order.*"], json!({})).await;
+    let endpoint_id = endpoint["id"].as_str().unwrap();
+    let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let csrf = console.csrf().await;
+    let answer = console
+        .post(&format!("/console/endpoints/{endpoint_id}/enabled"), &[("csrf", &csrf), ("enabled", "false")])
+        .await;
+    assert_eq!(answer.status(), 303, "{:?}", answer.text().await);
+    assert_eq!(env.get(&format!("/v1/endpoints/{endpoint_id}")).await.body["enabled"], false);
+
+    let told = wait_for_type(&ops, "/sim/ok", "endpoint.disabled").await;
+    assert_signed_with(&told, &ops_secret);
+    assert_eq!(told.body["data"]["endpoint_id"], endpoint["id"]);
+    assert_eq!(told.body["data"]["disabled_by"], "operator");
 }
