@@ -11,10 +11,11 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::broker::envelope::DeliveryTask;
-use crate::db::partitions::{uuid_floor, CLOCK_SLACK};
+use crate::db::partitions::{id_lower_bound, id_upper_bound};
 use crate::db::{DbError, Pool};
 use crate::domain::DeliveryStatus;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::deliveries::in_its_partition;
 use crate::repo::outbox;
 use crate::repo::sql;
 
@@ -24,19 +25,26 @@ pub const MAX_PER_CALL: i64 = 1000;
 /// Dead and failed rows are replayed; `pending` and `scheduled` rows are
 /// rescued (sent now: a row whose message was lost need not wait for recovery,
 /// a retry can be brought forward). The previous status is returned.
-const REVIVE_ONE: &str = "UPDATE relayops.deliveries d
+const REVIVE_ONE: &str = concat!(
+    "UPDATE relayops.deliveries d
      SET status = 'pending', next_attempt_at = NULL, updated_at = now()
      FROM (SELECT id, event_id, status FROM relayops.deliveries
            WHERE tenant_id = $1 AND id = $2
-             AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)
+             AND ",
+    in_its_partition!("$2"),
+    "
            FOR UPDATE) previous
      WHERE d.tenant_id = $1 AND d.id = previous.id AND d.event_id = previous.event_id
        AND previous.status IN ('dead', 'failed', 'pending', 'scheduled')
-     RETURNING d.id, d.event_id, d.endpoint_id, previous.status AS previous_status";
+     RETURNING d.id, d.event_id, d.endpoint_id, previous.status AS previous_status"
+);
 
-const CURRENT_STATUS: &str = "SELECT status FROM relayops.deliveries
+const CURRENT_STATUS: &str = concat!(
+    "SELECT status FROM relayops.deliveries
      WHERE tenant_id = $1 AND id = $2
-       AND event_id BETWEEN relayops.event_id_floor($2) AND relayops.event_id_ceiling($2)";
+       AND ",
+    in_its_partition!("$2")
+);
 
 /// The filter shared by the bulk count and the bulk replay ($1..$8). A time
 /// window also bounds the partition key ($7, $8: the window widened by the
@@ -114,9 +122,8 @@ impl ReplayFilter {
 
     /// The partition key range the time window can reach.
     fn event_id_range(&self) -> (Uuid, Uuid) {
-        let slack = chrono::Duration::from_std(CLOCK_SLACK).unwrap_or_default();
-        let floor = self.since.map(|since| uuid_floor(since - slack)).unwrap_or(Uuid::nil());
-        let ceiling = self.until.map(|until| uuid_floor(until + slack)).unwrap_or(Uuid::max());
+        let floor = self.since.map(id_lower_bound).unwrap_or(Uuid::nil());
+        let ceiling = self.until.map(id_upper_bound).unwrap_or(Uuid::max());
         (floor, ceiling)
     }
 }
