@@ -112,6 +112,26 @@ pub fn delivery_event_millis(delivery: Uuid) -> Option<i64> {
     (delivery.get_version_num() == 7).then(|| uuid_millis(delivery))
 }
 
+/// The event ids deliveries `ids` can belong to, as one range `(lowest,
+/// highest)` inclusive: from the first event id of the smallest delivery id's
+/// millisecond to the last of the largest's (what `relayops.event_id_floor`
+/// and `event_id_ceiling` say per id), or every id when one is not a UUIDv7
+/// (made before partitioning). Bound to a statement as parameters, it lets
+/// Postgres prune the partitions a batch cannot touch before it runs.
+pub fn event_id_range(ids: impl IntoIterator<Item = Uuid>) -> (Uuid, Uuid) {
+    let mut range: Option<(i64, i64)> = None;
+    for id in ids {
+        let Some(millis) = delivery_event_millis(id) else {
+            return (Uuid::nil(), Uuid::max());
+        };
+        range = Some(range.map_or((millis, millis), |(low, high)| (low.min(millis), high.max(millis))));
+    }
+    match range {
+        Some((low, high)) => (uuid_floor_ms(low), Uuid::from_u128(uuid_floor_ms(high).as_u128() | ((1 << 80) - 1))),
+        None => (Uuid::nil(), Uuid::nil()),
+    }
+}
+
 fn now_millis() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
@@ -191,6 +211,7 @@ pub async fn maintain(client: &Client, config: &HistoryConfig) -> Result<Partiti
         let mut report = PartitionReport::default();
         ensure_unlocked(client, config, &mut report).await?;
         drop_expired_unlocked(client, config, &mut report).await?;
+        ensure_delivery_id_keys(client).await?;
         Ok(report)
     };
     Ok(with_lease(client, pass).await?.unwrap_or(PartitionReport { skipped: true, ..PartitionReport::default() }))
@@ -202,9 +223,52 @@ pub async fn ensure(client: &Client, config: &HistoryConfig) -> Result<Vec<Strin
     let pass = async {
         let mut report = PartitionReport::default();
         ensure_unlocked(client, config, &mut report).await?;
+        ensure_delivery_id_keys(client).await?;
         Ok(report.created)
     };
     Ok(with_lease(client, pass).await?.unwrap_or_default())
+}
+
+/// The `deliveries` partitions without a valid unique index on `id` alone
+/// (partitions made before it existed, or a build that was interrupted).
+const WITHOUT_ID_KEY: &str = "SELECT c.relname AS name
+     FROM pg_inherits i
+     JOIN pg_class c ON c.oid = i.inhrelid
+     JOIN pg_class p ON p.oid = i.inhparent
+     JOIN pg_namespace n ON n.oid = p.relnamespace
+     WHERE n.nspname = 'relayops' AND p.relname = 'deliveries'
+       AND NOT EXISTS (SELECT 1 FROM pg_index x
+                       WHERE x.indrelid = c.oid AND x.indisunique AND x.indisvalid
+                         AND x.indnkeyatts = 1 AND x.indkey[0] = (SELECT attnum FROM pg_attribute
+                                                                   WHERE attrelid = c.oid AND attname = 'id'))
+     ORDER BY c.relname";
+
+/// Gives every `deliveries` partition a unique index on `id` alone. The
+/// parent's keys must hold the partition key (`(id, event_id)`), which tells
+/// the planner nothing about one id; with this index it knows `id = $1` is
+/// one row whether or not the partition was analyzed yet, so the worker's
+/// lookups by id stay index probes in a partition that is filling up (without
+/// it, a fresh partition's claims were planned as scans: issue 14's
+/// regression). New partitions get it empty, before they are attached; a
+/// partition from before this index (an upgrade) gets it `CONCURRENTLY`, so
+/// writes go on while it builds. A build that fails is logged and tried
+/// again on the next pass.
+async fn ensure_delivery_id_keys(client: &Client) -> Result<(), DbError> {
+    for row in client.query(WITHOUT_ID_KEY, &[]).await? {
+        let name: String = row.get("name");
+        // One statement per call: CONCURRENTLY refuses the implicit
+        // transaction of a multi-statement query.
+        let build = async {
+            client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS relayops.{name}_id_unique")).await?;
+            client
+                .batch_execute(&format!("CREATE UNIQUE INDEX CONCURRENTLY {name}_id_unique ON relayops.{name} (id)"))
+                .await
+        };
+        if let Err(error) = build.await {
+            tracing::warn!(partition = %name, error = %crate::telemetry::error_chain(&error), "delivery id index not built; tried again next pass");
+        }
+    }
+    Ok(())
 }
 
 async fn ensure_unlocked(client: &Client, config: &HistoryConfig, report: &mut PartitionReport) -> Result<(), DbError> {
@@ -222,6 +286,14 @@ async fn ensure_unlocked(client: &Client, config: &HistoryConfig, report: &mut P
                          (LIKE relayops.{table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
                 ))
                 .await?;
+            if table == DELIVERIES {
+                // Empty yet: built at once (see `ensure_delivery_id_keys`).
+                client
+                    .batch_execute(&format!(
+                        "CREATE UNIQUE INDEX IF NOT EXISTS {name}_id_unique ON relayops.{name} (id)"
+                    ))
+                    .await?;
+            }
             client
                 .batch_execute(&format!(
                     "ALTER TABLE relayops.{table} ATTACH PARTITION relayops.{name} FOR VALUES FROM ('{}') TO ('{}')",
@@ -348,6 +420,16 @@ mod tests {
         assert!(uuid_floor_ms(ms) <= id && id < uuid_floor_ms(ms + 1));
         assert_eq!(delivery_event_millis(id), Some(ms));
         assert_eq!(delivery_event_millis(Uuid::new_v4()), None);
+    }
+
+    #[test]
+    fn a_batch_range_holds_every_event_id_its_deliveries_can_belong_to() {
+        let delivery_at = |millis: i64| Uuid::from_u128(((millis as u128) << 80) | (7 << 76) | 0xabc);
+        let (low, high) = event_id_range([delivery_at(1_000), delivery_at(900), delivery_at(1_005)]);
+        assert_eq!(low, uuid_floor_ms(900));
+        assert_eq!(high, Uuid::from_u128(uuid_floor_ms(1_006).as_u128() - 1), "the last id of the last millisecond");
+        // An id from before partitioning may be in any partition.
+        assert_eq!(event_id_range([delivery_at(1_000), Uuid::new_v4()]), (Uuid::nil(), Uuid::max()));
     }
 
     #[test]

@@ -7,13 +7,16 @@
 //! [`deliveries`](super::deliveries): a claim takes only due rows, and only the
 //! lease holder's attempt is recorded (attempt and state, both or neither).
 //!
-//! Rows are locked in id order, so two batches that overlap cannot deadlock.
+//! Rows are locked in id order, so two batches that overlap cannot deadlock,
+//! and every row is found by key, so a batch costs O(batch) however large the
+//! partitions are.
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::repo::GenericClient;
 use uuid::Uuid;
 
+use crate::db::partitions::event_id_range;
 use crate::db::DbError;
 use crate::domain::DeliveryStatus;
 use crate::ids::{AttemptId, DeliveryId, TenantId};
@@ -23,54 +26,81 @@ use crate::repo::deliveries::{
 use crate::repo::sql;
 
 /// A `locked` CTE: the deliveries named by `$source` (a CTE with `tenant_id`
-/// and `id` columns), found by id in their partition (the id carries its
-/// event id's time: `relayops.event_id_floor`), locked in id order, so two
-/// batches that overlap cannot deadlock.
+/// and `id` columns) that meet `$condition`, each looked up on its own by id
+/// in its partition (the id carries its event id's time:
+/// `relayops.event_id_floor`) and locked, in id order, so two batches that
+/// overlap cannot deadlock. The condition is checked again on the row as
+/// locked (`FOR UPDATE` rechecks a row another transaction changed), so the
+/// statement that follows may rely on it. `$low` and `$high` are the batch's
+/// event id range ([`event_id_range`]): partitions the batch cannot touch are
+/// pruned before the statement runs.
+///
+/// Every lookup in these statements is by key, whatever the statistics say
+/// (a partition that is filling up has none until it is first analyzed): the
+/// locking subquery is LATERAL (a subquery with `FOR UPDATE` is never
+/// flattened into a join), each partition has a unique index on `id` alone
+/// (`partitions::ensure_delivery_id_keys`), and the UPDATE that follows is
+/// given nothing but the locked rows' keys to find its rows by. A version
+/// that also gave it the status and the event id range let the planner pick
+/// a scan of every pending row per batch (BENCHMARKS.md, issue 14).
 macro_rules! locked_in_id_order {
-    ($source:literal) => {
+    ($source:literal, $low:literal, $high:literal, $condition:expr) => {
         concat!(
-            "locked AS (
-         SELECT d.tenant_id, d.id, d.event_id FROM relayops.deliveries d
-         JOIN (SELECT DISTINCT tenant_id, id FROM ",
+            "locked AS MATERIALIZED (
+         SELECT x.tenant_id, x.id, x.event_id, x.endpoint_id
+         FROM (SELECT DISTINCT tenant_id, id FROM ",
             $source,
-            ") s ON d.tenant_id = s.tenant_id AND d.id = s.id
-             AND ",
+            " ORDER BY id) s
+         CROSS JOIN LATERAL (
+             SELECT d.tenant_id, d.id, d.event_id, d.endpoint_id FROM relayops.deliveries d
+             WHERE d.id = s.id AND d.tenant_id = s.tenant_id
+               AND ",
             in_its_partition!("d.event_id", "s.id"),
             "
-         ORDER BY d.id
-         FOR UPDATE OF d)"
+               AND d.event_id BETWEEN ",
+            $low,
+            " AND ",
+            $high,
+            "
+               AND ",
+            $condition,
+            "
+             FOR UPDATE) x)"
         )
     };
 }
 
-/// Rows are found by primary key only (so the plan is O(batch) whatever the
-/// statistics say about statuses), locked in id order, and then updated if due.
+/// Rows are found by key only (so the plan is O(batch) whatever the
+/// statistics say about statuses), locked in id order if due, and updated.
+/// Each delivery's event and endpoint are read by primary key (LATERAL with
+/// `OFFSET 0`: never turned into a join over the whole table).
 const CLAIM_MANY: &str = concat!(
     "WITH wanted AS (
-         SELECT DISTINCT w.tenant_id, w.id FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)),
+         SELECT w.tenant_id, w.id FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)),
      ",
-    locked_in_id_order!("wanted"),
+    locked_in_id_order!("wanted", "$5", "$6", claimable!()),
     "
      UPDATE relayops.deliveries d
      SET status = 'in_progress', lease_owner = $3,
          lease_expires_at = now() + $4::bigint * interval '1 millisecond', updated_at = now()
-     FROM locked l, relayops.events e, relayops.webhook_endpoints ep
+     FROM locked l
+     CROSS JOIN LATERAL (SELECT e.event_type, e.payload FROM relayops.events e
+                         WHERE e.id = l.event_id AND e.tenant_id = l.tenant_id OFFSET 0) e
+     CROSS JOIN LATERAL (SELECT ep.* FROM relayops.webhook_endpoints ep
+                         WHERE ep.tenant_id = l.tenant_id AND ep.id = l.endpoint_id OFFSET 0) ep
      WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id
-       AND e.tenant_id = d.tenant_id AND e.id = d.event_id
-       AND ep.tenant_id = d.tenant_id AND ep.id = d.endpoint_id
-       AND ",
-    claimable!(),
-    "
      RETURNING d.tenant_id, d.id, ",
     claimed_columns!()
 );
 
 const CURRENT_STATES: &str = concat!(
-    "SELECT d.tenant_id, d.id, d.status, d.next_attempt_at
-     FROM relayops.deliveries d
-     JOIN unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id) ON d.tenant_id = w.tenant_id AND d.id = w.id
-      AND ",
-    in_its_partition!("d.event_id", "w.id")
+    "SELECT x.tenant_id, x.id, x.status, x.next_attempt_at
+     FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)
+     CROSS JOIN LATERAL (
+         SELECT d.tenant_id, d.id, d.status, d.next_attempt_at FROM relayops.deliveries d
+         WHERE d.id = w.id AND d.tenant_id = w.tenant_id AND ",
+    in_its_partition!("d.event_id", "w.id"),
+    " OFFSET 0) x"
 );
 
 const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
@@ -81,7 +111,7 @@ const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
              AS i(tenant_id, id, status, attempt_number, next_attempt_at, http_status,
                   error, attempt_id, outcome, request_headers, response_body, latency_ms, started_at)),
 ",
-    locked_in_id_order!("input"),
+    locked_in_id_order!("input", "$15", "$16", "d.status = 'in_progress' AND d.lease_owner = $14"),
     ",
      settled AS (
          UPDATE relayops.deliveries d
@@ -90,9 +120,8 @@ const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
              last_http_status = i.http_status, last_error = i.error,
              delivered_at = CASE WHEN i.status = 'delivered' THEN now() ELSE d.delivered_at END,
              updated_at = now()
-         FROM locked l, input i
-         WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id AND i.tenant_id = l.tenant_id AND i.id = l.id
-           AND d.status = 'in_progress' AND d.lease_owner = $14
+         FROM locked l JOIN input i ON i.tenant_id = l.tenant_id AND i.id = l.id
+         WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id
          RETURNING d.tenant_id, d.id)
      INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
          http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
@@ -108,14 +137,13 @@ const DEFER_MANY: &str = concat!(
     "WITH input AS (
          SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS i(tenant_id, id, wait_ms)),
 ",
-    locked_in_id_order!("input"),
+    locked_in_id_order!("input", "$5", "$6", "d.status = 'in_progress' AND d.lease_owner = $4"),
     "
      UPDATE relayops.deliveries d
      SET status = 'scheduled', next_attempt_at = now() + i.wait_ms * interval '1 millisecond',
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-     FROM locked l, input i
-     WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id AND i.tenant_id = l.tenant_id AND i.id = l.id
-       AND d.status = 'in_progress' AND d.lease_owner = $4
+     FROM locked l JOIN input i ON i.tenant_id = l.tenant_id AND i.id = l.id
+     WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id
      RETURNING d.tenant_id, d.id"
 );
 
@@ -135,7 +163,8 @@ pub async fn claim_many(
 ) -> Result<Vec<ClaimOutcome>, DbError> {
     let (tenants, ids) = key_columns(keys);
     let lease_ms = lease.as_millis() as i64;
-    let rows = sql::query_unflushed(client, CLAIM_MANY, &[&tenants, &ids, &worker_id, &lease_ms]).await?;
+    let (low, high) = event_id_range(ids.iter().copied());
+    let rows = sql::query_unflushed(client, CLAIM_MANY, &[&tenants, &ids, &worker_id, &lease_ms, &low, &high]).await?;
     // Keyed by tenant and id: an id under the wrong tenant matches nothing.
     let mut claimed: HashMap<(Uuid, Uuid), _> = rows.iter().map(|row| (row_key(row), row)).collect();
     let missing: Vec<DeliveryKey> = keys.iter().filter(|key| !claimed.contains_key(&uuids(key))).copied().collect();
@@ -169,6 +198,25 @@ pub async fn claim_many(
     Ok(outcomes)
 }
 
+/// How the batch claim of `keys` runs, as `EXPLAIN (ANALYZE, FORMAT JSON)`
+/// reports it, in a transaction that is rolled back (nothing is claimed): so
+/// a test can check what a claim reads, not only what it returns.
+pub async fn explain_claim_many(
+    client: &mut deadpool_postgres::Object,
+    keys: &[DeliveryKey],
+    worker_id: &str,
+    lease: Duration,
+) -> Result<serde_json::Value, DbError> {
+    let (tenants, ids) = key_columns(keys);
+    let lease_ms = lease.as_millis() as i64;
+    let (low, high) = event_id_range(ids.iter().copied());
+    let tx = client.transaction().await?;
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_MANY}");
+    let rows = sql::query(&tx, &explain, &[&tenants, &ids, &worker_id, &lease_ms, &low, &high]).await?;
+    tx.rollback().await?;
+    Ok(rows.first().map(|row| row.get(0)).unwrap_or_default())
+}
+
 /// One attempt to record: which delivery, its number, and what happened.
 #[derive(Debug, Clone)]
 pub struct Settlement {
@@ -199,6 +247,7 @@ pub async fn record_many(
     let bodies: Vec<Option<&str>> = settlements.iter().map(|s| s.attempt.response_body.as_deref()).collect();
     let latencies: Vec<i32> = settlements.iter().map(|s| s.attempt.latency_ms).collect();
     let started: Vec<_> = settlements.iter().map(|s| s.attempt.started_at).collect();
+    let (low, high) = event_id_range(ids.iter().copied());
     let rows = sql::query(
         client,
         SETTLE_MANY_WITH_ATTEMPTS,
@@ -217,6 +266,8 @@ pub async fn record_many(
             &latencies,
             &started,
             &worker_id,
+            &low,
+            &high,
         ],
     )
     .await?;
@@ -242,7 +293,8 @@ pub async fn defer_many(
     let keys: Vec<DeliveryKey> = deferrals.iter().map(|deferral| deferral.key).collect();
     let (tenants, ids) = key_columns(&keys);
     let waits: Vec<i64> = deferrals.iter().map(|deferral| deferral.wait.as_millis() as i64).collect();
-    let rows = sql::query(client, DEFER_MANY, &[&tenants, &ids, &waits, &worker_id]).await?;
+    let (low, high) = event_id_range(ids.iter().copied());
+    let rows = sql::query(client, DEFER_MANY, &[&tenants, &ids, &waits, &worker_id, &low, &high]).await?;
     let deferred: HashSet<(Uuid, Uuid)> = rows.iter().map(row_key).collect();
     Ok(keys
         .iter()
