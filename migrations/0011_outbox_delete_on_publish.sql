@@ -12,6 +12,10 @@ CREATE TABLE relayops.outbox_watermarks (
     published_before timestamptz NOT NULL
 );
 
--- Rows published under the old scheme, and the index that found them.
+-- Rows published under the old scheme, and the index that found them. (A
+-- publisher of the previous release still running during a rolling upgrade
+-- marks rows published and purges them, without the index, for an hour; the
+-- recovery pass ignores such rows. Any left once it is gone can be removed
+-- with `DELETE FROM relayops.outbox_messages WHERE status = 'published'`.)
 DELETE FROM relayops.outbox_messages WHERE status = 'published';
 DROP INDEX relayops.outbox_messages_published_idx;

@@ -61,16 +61,21 @@ const FIND_LOST_PENDING: &str = "SELECT d.id, d.tenant_id, d.event_id, d.endpoin
          ORDER BY updated_at
          LIMIT $2::bigint * 4)
        AND d.status = 'pending'
-       AND NOT EXISTS (SELECT 1 FROM relayops.outbox_messages o WHERE o.delivery_id = d.id)
+       AND NOT EXISTS (SELECT 1 FROM relayops.outbox_messages o WHERE o.delivery_id = d.id AND o.status <> 'published')
      LIMIT $2::bigint
      FOR UPDATE OF d SKIP LOCKED";
 
-/// This pass's watermark: the oldest outbox row still waiting (pending or
-/// claimed; the primary key finds it), or now when none is. Samples older than
-/// the newest one the next passes still need are deleted.
+/// This pass's watermark: the oldest outbox row still waiting — pending (the
+/// oldest id, through the pending index) or claimed (few: the batches in
+/// flight, through the claimed index) — or now when none is. A row marked
+/// `published` by a publisher older than `0011` (a rolling upgrade) is
+/// ignored. Samples older than the newest one the next passes still need
+/// are deleted.
 const SAMPLE_WATERMARK: &str = "WITH sampled AS (
          INSERT INTO relayops.outbox_watermarks (sampled_at, published_before)
-         SELECT now(), least(now(), (SELECT created_at FROM relayops.outbox_messages ORDER BY id LIMIT 1))
+         SELECT now(), least(now(),
+             (SELECT created_at FROM relayops.outbox_messages WHERE status = 'pending' ORDER BY id LIMIT 1),
+             (SELECT min(created_at) FROM relayops.outbox_messages WHERE status = 'claimed'))
          ON CONFLICT (sampled_at) DO NOTHING)
      DELETE FROM relayops.outbox_watermarks
      WHERE sampled_at < (SELECT max(sampled_at) FROM relayops.outbox_watermarks
