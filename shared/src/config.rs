@@ -178,9 +178,6 @@ pub struct PublisherConfig {
     /// a scheduled retry may go without being picked up before the recovery pass
     /// re-enqueues it.
     pub recovery_grace: Duration,
-    /// `RELAYOPS_OUTBOX_RETENTION_MS` (default 3600000): published outbox rows
-    /// are deleted this long after publication (kept a while for inspection).
-    pub outbox_retention: Duration,
     /// Partitions ahead, retention: run by the publisher's recovery pass.
     pub history: HistoryConfig,
 }
@@ -193,7 +190,6 @@ impl Default for PublisherConfig {
             idle_interval: Duration::from_millis(500),
             confirm_timeout: Duration::from_secs(10),
             recovery_grace: Duration::from_secs(60),
-            outbox_retention: Duration::from_secs(3600),
             history: HistoryConfig::default(),
         }
     }
@@ -208,7 +204,6 @@ impl PublisherConfig {
             idle_interval: millis("PUBLISHER_IDLE_MS", 500)?,
             confirm_timeout: millis("PUBLISHER_CONFIRM_TIMEOUT_MS", 10_000)?,
             recovery_grace: millis("RECOVERY_GRACE_MS", 60_000)?,
-            outbox_retention: millis("OUTBOX_RETENTION_MS", 3_600_000)?,
             history: HistoryConfig::from_env()?,
         })
     }

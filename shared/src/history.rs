@@ -3,6 +3,8 @@
 //! idempotency keys pruned (`repo::retention`), each in bounded work. Run by
 //! the publisher's recovery pass (long-lived loop and scheduled Lambda alike)
 //! every `RELAYOPS_HISTORY_MAINTENANCE_MS`.
+pub mod missing;
+
 use crate::config::HistoryConfig;
 use crate::db::partitions::{self, PartitionReport};
 use crate::db::{DbError, Pool};

@@ -16,6 +16,7 @@ pub mod lambda;
 pub mod managed;
 pub mod moto;
 pub mod netns;
+mod outbox;
 mod process;
 pub mod prometheus;
 pub mod scratch;
@@ -286,6 +287,7 @@ pub(crate) fn api_state(pool: &Pool, config: &TestConfig) -> ApiState {
         // The API refuses endpoint URLs the worker would refuse to send to.
         .with_outbound_allow(config.worker.outbound_allow.clone())
         .with_login_throttle(throttle)
+        .with_platform_retention(config.publisher.history.retention)
 }
 
 async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {

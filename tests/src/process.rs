@@ -107,7 +107,6 @@ impl TestEnv {
             .env("RELAYOPS_WORKER_CONCURRENCY", worker.concurrency.to_string())
             .env("RELAYOPS_PUBLISHER_IDLE_MS", self.config.publisher.idle_interval.as_millis().to_string())
             .env("RELAYOPS_PUBLISHER_CLAIM_TTL_MS", self.config.publisher.claim_ttl.as_millis().to_string())
-            .env("RELAYOPS_OUTBOX_RETENTION_MS", self.config.publisher.outbox_retention.as_millis().to_string())
             .env("RELAYOPS_RECOVERY_GRACE_MS", self.config.publisher.recovery_grace.as_millis().to_string())
             .env("RELAYOPS_OUTBOUND_ALLOW_CIDRS", allow)
             .env("RELAYOPS_JWT_SECRET", self.config.auth.jwt_secret.clone().unwrap_or_default())

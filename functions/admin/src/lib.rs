@@ -7,6 +7,7 @@
 //! `repo::tenants` and `bootstrap`); it never touches events, deliveries,
 //! endpoints or the outbox.
 pub mod credential;
+mod retention;
 mod tenants;
 
 use axum::routing::{get, post, put};
@@ -22,6 +23,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/admin/v1/tenants/{tenant_id}/suspend", post(tenants::suspend))
         .route("/admin/v1/tenants/{tenant_id}/resume", post(tenants::resume))
         .route("/admin/v1/tenants/{tenant_id}/limits", put(tenants::set_limits))
+        .route("/admin/v1/tenants/{tenant_id}/retention", put(retention::set_retention))
 }
 
 /// The function on its own, as its Lambda serves it.
@@ -37,9 +39,10 @@ pub fn router(state: ApiState) -> Router {
         tenants::get_one,
         tenants::suspend,
         tenants::resume,
-        tenants::set_limits
+        tenants::set_limits,
+        retention::set_retention
     ),
-    tags((name = "admin", description = "Platform operators: tenants, suspension and limits (the platform admin token)"))
+    tags((name = "admin", description = "Platform operators: tenants, suspension, limits and retention (the platform admin token)"))
 )]
 struct AdminApi;
 

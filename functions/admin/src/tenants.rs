@@ -1,5 +1,6 @@
 //! Tenants, for platform operators: create (with the first admin user and an
-//! API key, shown once), list, get, suspend, resume, and set ingest limits.
+//! API key, shown once), list, get, suspend, resume, and set ingest limits
+//! (retention: `crate::retention`).
 //!
 //! Suspension refuses the tenant's ingest (`POST /v1/events` and the batch:
 //! 403 `tenant-suspended`) within the API-key cache's lifetime (2 s by
@@ -26,7 +27,7 @@ const MAX_LIMIT: i32 = 1_000_000;
 
 /// A tenant as operators see it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TenantView {
+pub(crate) struct TenantView {
     id: TenantId,
     name: String,
     /// `true` while the tenant's ingest is refused.
@@ -36,6 +37,9 @@ pub struct TenantView {
     /// The tenant's own ingest limit; `null` means the platform default.
     ingest_rate_per_sec: Option<i32>,
     ingest_burst: Option<i32>,
+    /// Days of finished history kept for this tenant; `null` means the
+    /// platform default (`RELAYOPS_RETENTION_DAYS`).
+    retention_days: Option<i32>,
     created_at: DateTime<Utc>,
 }
 
@@ -49,6 +53,7 @@ impl From<TenantRecord> for TenantView {
             suspended_reason: tenant.suspended_reason,
             ingest_rate_per_sec: tenant.ingest_rate_per_sec,
             ingest_burst: tenant.ingest_burst,
+            retention_days: tenant.retention_days,
             created_at: tenant.created_at,
         }
     }

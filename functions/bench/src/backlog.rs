@@ -114,9 +114,7 @@ impl BacklogRun<'_> {
         let deadline = Instant::now() + self.timeout;
         loop {
             let client = self.pool.get().await?;
-            let row = client
-                .query_one("SELECT count(*) FROM relayops.outbox_messages WHERE status <> 'published'", &[])
-                .await?;
+            let row = client.query_one("SELECT count(*) FROM relayops.outbox_messages", &[]).await?;
             if row.get::<_, i64>(0) == 0 {
                 return Ok(());
             }

@@ -102,7 +102,7 @@ fn parse_item(value: Value) -> Result<Parsed, Refused> {
         (status = 200, description = "Every item's result (an item whose payload is over 256 KiB: 413)", body = BatchResponse),
         (status = 413, description = "The body is over 8 MiB"),
         (status = 429, description = "The tenant is over its ingest rate (see `Retry-After`)"),
-        (status = 503, description = "The pipeline is backed up (see `Retry-After`)")
+        (status = 503, description = "The pipeline is backed up, or history partitions are missing (see `Retry-After` and the problem type)")
     )
 )]
 pub async fn post_batch(

@@ -127,7 +127,7 @@ fn idempotency_key(headers: &HeaderMap, body: Option<&str>) -> Result<Option<Ide
         (status = 409, description = "The idempotency key was used for a different event"),
         (status = 413, description = "The payload is over 256 KiB, or the body too large"),
         (status = 429, description = "The tenant is over its ingest rate (see `Retry-After`)"),
-        (status = 503, description = "The pipeline is backed up (see `Retry-After`)")
+        (status = 503, description = "The pipeline is backed up, or history partitions are missing (see `Retry-After` and the problem type)")
     )
 )]
 async fn post_event(

@@ -10,7 +10,7 @@ use relayops_shared::observe::names::{
 
 use crate::PublishReport;
 
-/// After a batch was settled (published rows marked, refused ones released).
+/// After a batch was settled (published rows deleted, refused ones released).
 pub(crate) fn batch(report: &PublishReport, elapsed: Duration) {
     metrics::counter!(OUTBOX_PUBLISHED).increment(report.published);
     if report.released > 0 {
@@ -21,7 +21,7 @@ pub(crate) fn batch(report: &PublishReport, elapsed: Duration) {
 
 /// After a recovery pass.
 pub(crate) fn recovery(report: &PublishReport) {
-    for (action, count) in [("reclaimed", report.reclaimed), ("requeued", report.requeued), ("purged", report.purged)] {
+    for (action, count) in [("reclaimed", report.reclaimed), ("requeued", report.requeued)] {
         if count > 0 {
             metrics::counter!(RECOVERY_ACTIONS, "action" => action).increment(count);
         }
@@ -44,7 +44,6 @@ pub fn emit_invocation(report: &PublishReport, elapsed: Duration, failed: bool) 
             ("OutboxPublishErrors", f64::from(u8::from(failed)), Unit::Count),
             ("RecoveryReclaimed", report.reclaimed as f64, Unit::Count),
             ("RecoveryRequeued", report.requeued as f64, Unit::Count),
-            ("OutboxPurged", report.purged as f64, Unit::Count),
             ("PublishLatency", elapsed.as_secs_f64() * 1000.0, Unit::Milliseconds),
         ],
     );

@@ -1,7 +1,7 @@
 //! The outbox publisher: claims outbox rows in short transactions
 //! (`FOR UPDATE SKIP LOCKED`, so any number run in parallel), publishes them as
 //! persistent messages with publisher confirms — all of a batch sent before any
-//! confirm is awaited — and marks a row published only after its confirm. Rows
+//! confirm is awaited — and deletes a row only after its confirm. Rows
 //! the broker refused are released for another try; rows of a publisher that
 //! died are reclaimed when their claim expires.
 //!
@@ -40,8 +40,6 @@ pub struct PublishReport {
     /// Stranded deliveries (expired worker lease, overdue retry, pending
     /// whose message was lost) re-enqueued.
     pub requeued: u64,
-    /// Published rows past their retention, deleted.
-    pub purged: u64,
 }
 
 impl PublishReport {
@@ -51,12 +49,8 @@ impl PublishReport {
         self.released += other.released;
         self.reclaimed += other.reclaimed;
         self.requeued += other.requeued;
-        self.purged += other.purged;
     }
 }
-
-/// Published rows deleted per tick at most: cleanup never competes with work.
-const PURGE_BATCH: i64 = 5_000;
 
 pub struct Publisher {
     pool: Pool,
@@ -146,10 +140,10 @@ impl Publisher {
         }
         drop(guard);
         if !results.confirmed.is_empty() {
-            // The broker has the messages; dying here leaves them claimed but unmarked.
+            // The broker has the messages; dying here leaves them claimed, to be published again.
             relayops_shared::failpoint::crash_if_armed("publisher.after_confirm");
         }
-        let published = outbox::mark_published(&mut client, &self.owner, &results.confirmed).await?;
+        let published = outbox::delete_published(&mut client, &self.owner, &results.confirmed).await?;
         let released = outbox::release(&client, &self.owner, &results.refused, "refused by broker").await?;
         let report = PublishReport { batches: 1, published, released, ..Default::default() };
         figures::batch(&report, started.elapsed());
@@ -207,7 +201,7 @@ impl Publisher {
     }
 
     /// The recovery pass: reclaims expired outbox claims, re-enqueues stranded
-    /// deliveries (see `repo::recovery`) and deletes old published rows.
+    /// deliveries (see `repo::recovery`).
     pub async fn recover(&self) -> Result<PublishReport, PublishError> {
         let mut client = self.pool.get().await.map_err(DbError::from)?;
         let reclaimed = outbox::reclaim_expired(&client).await?;
@@ -222,14 +216,13 @@ impl Publisher {
                 "stranded deliveries re-enqueued"
             );
         }
-        let purged = outbox::purge_published(&client, self.config.outbox_retention, PURGE_BATCH).await?;
         drop(client);
         if !self.history_in_own_task.load(Ordering::Relaxed)
             && take_if_due(&self.last_history, self.config.history.maintenance_interval)
         {
             self.maintain_history().await;
         }
-        let report = PublishReport { reclaimed, requeued, purged, ..Default::default() };
+        let report = PublishReport { reclaimed, requeued, ..Default::default() };
         figures::recovery(&report);
         Ok(report)
     }

@@ -52,6 +52,19 @@ pub(crate) async fn postgres_state(pool: &Pool) -> &'static str {
     }
 }
 
+/// History partitions (`history::missing::coverage`): `ok`, `low` (none
+/// ahead of the current one), `missing` (none for now), or `unknown` when
+/// Postgres did not answer (its own state says why).
+pub(crate) async fn partitions_state(pool: &Pool) -> &'static str {
+    let Ok(Ok(client)) = tokio::time::timeout(Duration::from_secs(2), pool.get()).await else {
+        return "unknown";
+    };
+    match relayops_shared::history::missing::coverage(&client).await {
+        Ok(coverage) => coverage.as_str(),
+        Err(_) => "unknown",
+    }
+}
+
 /// Redis as flow control sees it: `ok`, or `degraded` while limits are per
 /// process (not a reason to be unready: ingest and delivery go on without it).
 pub(crate) async fn redis_state(flow: Option<&FlowControl>) -> &'static str {

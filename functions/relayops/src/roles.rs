@@ -67,9 +67,13 @@ pub fn api_router(state: ApiState) -> Router {
 /// last measurement) but an unreachable broker does not make the replica
 /// unready: events go to the outbox and are published when it returns. Redis
 /// not answering is `"degraded"`, still ready: ingest goes on under
-/// per-process limits. The body names each dependency's state.
+/// per-process limits. History partitions (`history::missing`): none for now
+/// is unready (ingest refuses); none ahead of the current one is
+/// `"degraded"` (maintenance is not running; ingest fails when the current
+/// window ends). The body names each dependency's state.
 async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
     let postgres = ops::postgres_state(&state.pool).await;
+    let partitions = ops::partitions_state(&state.pool).await;
     let redis = ops::redis_state(state.ingest_limiter.as_ref().map(|limiter| &limiter.flow)).await;
     let backpressure = state.backpressure.as_ref().map(|gauge| gauge.report());
     let rabbitmq = match &backpressure {
@@ -78,11 +82,13 @@ async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
         None => "not sampled",
     };
     let accepting = backpressure.as_ref().is_none_or(|report| report["accepting"] == true);
-    let ready = postgres == "ok" && redis != "unreachable" && accepting;
+    let ready = postgres == "ok" && redis != "unreachable" && accepting && partitions != "missing";
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let degraded = redis == "degraded" || partitions == "low";
     let body = json!({
-        "status": match (ready, redis) { (false, _) => "unready", (true, "degraded") => "degraded", (true, _) => "ready" },
+        "status": match (ready, degraded) { (false, _) => "unready", (true, true) => "degraded", (true, false) => "ready" },
         "postgres": postgres,
+        "history_partitions": partitions,
         "rabbitmq": rabbitmq,
         "redis": redis,
         "backpressure": backpressure,
@@ -171,7 +177,8 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 .with_backpressure(backpressure)
                 .with_ingest_limiter(limiter)
                 .with_outbound_allow(outbound_allow.clone())
-                .with_login_throttle(throttle);
+                .with_login_throttle(throttle)
+                .with_platform_retention(relayops_shared::config::HistoryConfig::from_env()?.retention);
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");
             // The peer address is the client (login throttling), unless a

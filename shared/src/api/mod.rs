@@ -75,6 +75,9 @@ pub struct ApiState {
     pub login_throttle: Option<LoginThrottle>,
     /// SHA-256 of the platform operators' admin token, when one is configured.
     pub admin_token_sha256: Option<[u8; 32]>,
+    /// The platform's history retention (`RELAYOPS_RETENTION_DAYS`): a
+    /// tenant's own may only be shorter (the admin API checks it).
+    pub platform_retention: std::time::Duration,
 }
 
 /// The tenant ingest limit: the shared token bucket and the default rate.
@@ -97,7 +100,13 @@ impl ApiState {
             outbound: Arc::new(AddressPolicy::default()),
             login_throttle: None,
             admin_token_sha256: None,
+            platform_retention: crate::config::HistoryConfig::default().retention,
         }
+    }
+
+    pub fn with_platform_retention(mut self, retention: std::time::Duration) -> Self {
+        self.platform_retention = retention;
+        self
     }
 
     pub fn with_login_throttle(mut self, throttle: LoginThrottle) -> Self {
@@ -223,5 +232,6 @@ pub fn state_from_env() -> Result<ApiState, Box<dyn std::error::Error + Send + S
         .with_ingest_limiter(limiter)
         .with_wakeup(notifier)
         .with_outbound_allow(crate::config::outbound_allow_from_env()?)
-        .with_login_throttle(throttle))
+        .with_login_throttle(throttle)
+        .with_platform_retention(crate::config::HistoryConfig::from_env()?.retention))
 }

@@ -40,6 +40,13 @@ pub enum ApiError {
     /// The pipeline is backed up; the detail says which part.
     #[error("{detail}")]
     Overloaded { detail: String, retry_after_secs: u64 },
+    /// A history table has no partition for now (`db::partitions`): nothing
+    /// can be stored until partition maintenance runs again.
+    #[error(
+        "history partitions missing: no partition covers the current time, so events cannot be stored; \
+         partition maintenance (the publisher's history maintenance) is not running. Retry later"
+    )]
+    PartitionsMissing { retry_after_secs: u64 },
     #[error("service temporarily unavailable")]
     Unavailable { retry_after_secs: u64, source: Option<Box<dyn StdError + Send + Sync>> },
     #[error("internal error")]
@@ -71,6 +78,9 @@ impl ApiError {
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate-limited", "Too many requests"),
             Self::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "Backlog over threshold"),
+            Self::PartitionsMissing { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "history-partitions-missing", "History partitions missing")
+            }
             Self::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal server error"),
         }
@@ -87,11 +97,19 @@ impl From<crate::domain::PayloadError> for ApiError {
     }
 }
 
+/// A write refused for a missing history partition is worth retrying once
+/// maintenance had a chance to run (it runs every minute by default).
+const PARTITIONS_MISSING_RETRY_SECS: u64 = 30;
+
 /// Constraint names become client messages here and nowhere else.
 impl From<DbError> for ApiError {
     fn from(error: DbError) -> Self {
         if error.is_unavailable() {
             return Self::Unavailable { retry_after_secs: 1, source: Some(Box::new(error)) };
+        }
+        if let DbError::NoPartition(_) = &error {
+            crate::history::missing::refused(&error);
+            return Self::PartitionsMissing { retry_after_secs: PARTITIONS_MISSING_RETRY_SECS };
         }
         match error.constraint() {
             Some("user_accounts_email_key") => Self::Conflict("a user with this email already exists".into()),
@@ -132,6 +150,7 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if let Self::Unavailable { retry_after_secs, .. }
+        | Self::PartitionsMissing { retry_after_secs }
         | Self::Overloaded { retry_after_secs, .. }
         | Self::RateLimited { retry_after_secs, .. } = self
         {

@@ -25,6 +25,11 @@ pub enum DbError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// A history table has no partition for the row's time: partition
+    /// maintenance (the publisher's) has not run for longer than the
+    /// partitions it keeps ahead.
+    #[error("history partitions missing: no partition covers the row; partition maintenance is not running")]
+    NoPartition(#[source] tokio_postgres::Error),
     #[error("database query failed")]
     Query(#[source] tokio_postgres::Error),
     /// The URL or its TLS settings are unusable (bad `sslmode`, unreadable CA file).
@@ -66,7 +71,9 @@ impl From<tokio_postgres::Error> for DbError {
         };
         let code = db.code().clone();
         let constraint = db.constraint().unwrap_or_default().to_owned();
-        if code == SqlState::UNIQUE_VIOLATION {
+        if code == SqlState::CHECK_VIOLATION && db.message().starts_with("no partition of relation") {
+            Self::NoPartition(source)
+        } else if code == SqlState::UNIQUE_VIOLATION {
             Self::UniqueViolation { constraint, source }
         } else if code == SqlState::FOREIGN_KEY_VIOLATION {
             Self::ForeignKeyViolation { constraint, source }

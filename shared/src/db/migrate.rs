@@ -36,6 +36,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0010_endpoint_health_and_tenant_admin",
         include_str!("../../../migrations/0010_endpoint_health_and_tenant_admin.sql"),
     ),
+    ("0011_outbox_delete_on_publish", include_str!("../../../migrations/0011_outbox_delete_on_publish.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -50,8 +50,12 @@ pub const OUTBOX_PUBLISH_FAILURES: &str = "relayops_outbox_publish_failures_tota
 /// Claim-to-settle time of one outbox batch.
 pub const OUTBOX_PUBLISH_DURATION: &str = "relayops_outbox_publish_batch_duration_seconds";
 /// Recovery actions; `action`: `reclaimed` (expired outbox claims),
-/// `requeued` (stranded deliveries), `purged` (old published rows).
+/// `requeued` (stranded deliveries).
 pub const RECOVERY_ACTIONS: &str = "relayops_recovery_actions_total";
+
+/// Writes refused because no history partition covers their time (partition
+/// maintenance not running); no labels.
+pub const HISTORY_PARTITIONS_MISSING: &str = "relayops_history_partitions_missing_total";
 
 /// Sampled: outbox rows not yet published.
 pub const OUTBOX_BACKLOG: &str = "relayops_outbox_backlog";
@@ -96,6 +100,10 @@ pub fn describe_all() {
     describe_counter!(OUTBOX_PUBLISH_FAILURES, "Outbox publish failures: refused rows, failed ticks.");
     describe_histogram!(OUTBOX_PUBLISH_DURATION, Unit::Seconds, "Claim-to-settle time of one outbox batch.");
     describe_counter!(RECOVERY_ACTIONS, "Recovery pass actions by kind.");
+    describe_counter!(
+        HISTORY_PARTITIONS_MISSING,
+        "Writes refused because no history partition covers their time (maintenance not running)."
+    );
     describe_gauge!(OUTBOX_BACKLOG, "Outbox rows not yet published (sampled).");
     describe_gauge!(QUEUE_DEPTH, "Messages ready in a queue (sampled).");
     describe_histogram!(HTTP_REQUEST_DURATION, Unit::Seconds, "HTTP requests served, by method, route and status.");

@@ -5,10 +5,22 @@
 //! - deliveries due for a retry whose message never came (`grace` after the
 //!   due time);
 //! - `pending` deliveries whose message is gone: pending for longer than the
-//!   grace, with no outbox row still waiting to be published and none
-//!   published within the grace (the broker dropped the message at the ready
-//!   queue's delivery limit, or a database crash undid a claim after the
+//!   grace, with no outbox row still waiting to be published and their
+//!   message published longer than the grace ago (the broker dropped it at the
+//!   ready queue's delivery limit, or a database crash undid a claim after the
 //!   message was acked).
+//!
+//! Published outbox rows are deleted, so "published longer than the grace
+//! ago" comes from watermarks (`relayops.outbox_watermarks`) each pass
+//! samples: at `sampled_at`, every outbox row created before
+//! `published_before` had been published. An outbox row and the delivery
+//! state it enqueues are written in one transaction (same `now()`), so a
+//! pending row whose `updated_at` is before the watermark of a sample taken
+//! more than the grace ago had its message published before that sample. This
+//! keeps what the kept rows protected: after a broker outage, the backlog's
+//! deliveries (old `updated_at`, messages published moments ago, still on a
+//! long ready queue) are not re-enqueued a second time. Until a sample older
+//! than the grace exists (a new installation), no pending row counts as lost.
 //!
 //! Each re-enqueued row's clock (`updated_at`, or `next_attempt_at` for a
 //! retry) restarts, so a row is re-enqueued at most once per grace. A duplicate
@@ -34,29 +46,40 @@ const FIND_EXPIRED_OR_OVERDUE: &str = "SELECT id, tenant_id, event_id, endpoint_
 
 /// Pending rows whose message is gone. Candidates are the oldest pending rows
 /// (`deliveries_pending_since_idx`), at most four times the limit, and only
-/// those older than the oldest outbox row still waiting to be published: while
-/// a broker outage holds a large backlog, rows behind it are not looked at one
-/// by one every tick. (An outbox row and the delivery state it enqueues are
-/// written in one transaction, so they carry the same `now()`.) The
-/// `NOT EXISTS` is the precise test: no outbox row for the delivery is
-/// unpublished, and none was published within the grace (its message may still
-/// be on its way through a long ready queue).
+/// those written before the newest watermark older than the grace: while a
+/// broker outage holds a large backlog, rows behind it are not looked at one
+/// by one every tick. The `NOT EXISTS` is the precise test: no outbox row for
+/// the delivery is still waiting (one written by a later replay or recovery).
 const FIND_LOST_PENDING: &str = "SELECT d.id, d.tenant_id, d.event_id, d.endpoint_id FROM relayops.deliveries d
      WHERE (d.id, d.event_id) IN (
          SELECT id, event_id FROM relayops.deliveries
          WHERE status = 'pending'
            AND updated_at < now() - $1::bigint * interval '1 millisecond'
-           AND updated_at < coalesce((SELECT created_at FROM relayops.outbox_messages
-                                      WHERE status = 'pending' ORDER BY id LIMIT 1), 'infinity')
+           AND updated_at < coalesce((SELECT published_before FROM relayops.outbox_watermarks
+                                      WHERE sampled_at < now() - $1::bigint * interval '1 millisecond'
+                                      ORDER BY sampled_at DESC LIMIT 1), '-infinity')
          ORDER BY updated_at
          LIMIT $2::bigint * 4)
        AND d.status = 'pending'
-       AND NOT EXISTS (
-         SELECT 1 FROM relayops.outbox_messages o
-         WHERE o.delivery_id = d.id
-           AND (o.status <> 'published' OR o.published_at > now() - $1::bigint * interval '1 millisecond'))
+       AND NOT EXISTS (SELECT 1 FROM relayops.outbox_messages o WHERE o.delivery_id = d.id AND o.status <> 'published')
      LIMIT $2::bigint
      FOR UPDATE OF d SKIP LOCKED";
+
+/// This pass's watermark: the oldest outbox row still waiting — pending (the
+/// oldest id, through the pending index) or claimed (few: the batches in
+/// flight, through the claimed index) — or now when none is. A row marked
+/// `published` by a publisher older than `0011` (a rolling upgrade) is
+/// ignored. Samples older than the newest one the next passes still need
+/// are deleted.
+const SAMPLE_WATERMARK: &str = "WITH sampled AS (
+         INSERT INTO relayops.outbox_watermarks (sampled_at, published_before)
+         SELECT now(), least(now(),
+             (SELECT created_at FROM relayops.outbox_messages WHERE status = 'pending' ORDER BY id LIMIT 1),
+             (SELECT min(created_at) FROM relayops.outbox_messages WHERE status = 'claimed'))
+         ON CONFLICT (sampled_at) DO NOTHING)
+     DELETE FROM relayops.outbox_watermarks
+     WHERE sampled_at < (SELECT max(sampled_at) FROM relayops.outbox_watermarks
+                         WHERE sampled_at < now() - $1::bigint * interval '1 millisecond')";
 
 /// Expired leases become pending; overdue retries get their due time reset, so
 /// the grace period starts again instead of re-enqueueing on every tick; lost
@@ -88,6 +111,7 @@ pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i
     let grace_ms = grace.as_millis() as i64;
     let expired = sql::query(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit]).await?;
     let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit]).await?;
+    sql::execute(tx, SAMPLE_WATERMARK, &[&grace_ms]).await?;
     let requeued = Requeued { expired_or_overdue: expired.len() as u64, lost_pending: lost.len() as u64 };
     if requeued.total() == 0 {
         return Ok(requeued);

@@ -212,8 +212,8 @@ pub async fn explain(
 /// Runs one statement in a transaction of its own whose commit does not wait
 /// for the WAL flush (`SET LOCAL synchronous_commit = off`). Only for writes
 /// whose loss in a database crash costs a repeat and nothing else — a claim's
-/// lease, a "published" mark (a lost one means the message is published again,
-/// which the worker's claim absorbs) — never for anything acknowledged to a
+/// lease, the delete of a published outbox row (a lost one means the message is
+/// published again, which the worker's claim absorbs) — never for anything acknowledged to a
 /// client or followed by an ack. Any later synchronous commit flushes it too,
 /// since the WAL is written in order. It saves a disk flush in the latency of
 /// every hop that uses it.

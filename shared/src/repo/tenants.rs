@@ -1,4 +1,5 @@
-//! Tenants and their first admin; suspension and limits (platform operators).
+//! Tenants and their first admin; suspension, limits and retention (platform
+//! operators).
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
@@ -52,6 +53,20 @@ pub async fn set_ingest_limit(
     Ok(row.as_ref().map(TenantRecord::from_row))
 }
 
+/// Sets (or, with `None`, clears back to the platform default) how many days a
+/// tenant's finished history is kept (`repo::retention` removes older rows).
+/// The caller checks it against the platform default. `None` when there is no
+/// such tenant.
+pub async fn set_retention(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    days: Option<i32>,
+) -> Result<Option<TenantRecord>, DbError> {
+    let sql = format!("UPDATE relayops.tenants SET retention_days = $2 WHERE id = $1 RETURNING {TENANT_COLUMNS}");
+    let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &days]).await?;
+    Ok(row.as_ref().map(TenantRecord::from_row))
+}
+
 /// A tenant as the platform operator sees it (the admin API).
 #[derive(Debug, Clone)]
 pub struct TenantRecord {
@@ -59,12 +74,15 @@ pub struct TenantRecord {
     pub name: String,
     pub ingest_rate_per_sec: Option<i32>,
     pub ingest_burst: Option<i32>,
+    /// Days of history kept; `None`: the platform default.
+    pub retention_days: Option<i32>,
     pub suspended_at: Option<DateTime<Utc>>,
     pub suspended_reason: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
-const TENANT_COLUMNS: &str = "id, name, ingest_rate_per_sec, ingest_burst, suspended_at, suspended_reason, created_at";
+const TENANT_COLUMNS: &str =
+    "id, name, ingest_rate_per_sec, ingest_burst, retention_days, suspended_at, suspended_reason, created_at";
 
 impl TenantRecord {
     fn from_row(row: &Row) -> Self {
@@ -73,6 +91,7 @@ impl TenantRecord {
             name: row.get("name"),
             ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
             ingest_burst: row.get("ingest_burst"),
+            retention_days: row.get("retention_days"),
             suspended_at: row.get("suspended_at"),
             suspended_reason: row.get("suspended_reason"),
             created_at: row.get("created_at"),

@@ -208,3 +208,80 @@ async fn without_a_configured_admin_token_the_admin_api_says_it_is_not_enabled()
     }
     assert_eq!(env.count("tenants").await, tenants_before, "no tenant was created");
 }
+
+/// One finished event two days old per tenant ($1, $2), with its endpoint
+/// ($3, $4) and delivered delivery: history as it looks two days on.
+const SEED_OLD_EVENTS: &str = "
+INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, secret) VALUES
+    ($3, $1, 'http://127.0.0.1:9/a', 'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdA=='),
+    ($4, $2, 'http://127.0.0.1:9/b', 'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdA==');
+CREATE TEMP TABLE seed AS
+SELECT tenant, endpoint, now() - interval '2 days' AS at,
+       (left(relayops.uuid_floor(now() - interval '2 days')::text, 13) || '-7'
+        || substr(gen_random_uuid()::text, 16))::uuid AS event_id
+FROM (VALUES ($1, $3), ($2, $4)) AS v(tenant, endpoint);
+INSERT INTO relayops.events (id, tenant_id, event_type, payload, request_hash, received_at)
+SELECT event_id, tenant, 'a.b', '{}'::jsonb, sha256('x'::bytea), at FROM seed;
+INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id, status, created_at)
+SELECT relayops.delivery_id_for(event_id), tenant, event_id, endpoint, 'delivered', at FROM seed;
+DROP TABLE seed;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_shorten_a_tenants_retention_and_only_its_old_history_goes() {
+    use relayops_shared::ids::{EventId, TenantId};
+    use relayops_tests::scratch::{inline_params, uuid_literal};
+    let mut config = relayops_tests::TestConfig::default();
+    // Week-long partitions (two days back is in one that exists), history
+    // maintenance every second (platform retention: the default 30 days).
+    config.publisher.history.partition = std::time::Duration::from_secs(7 * 86_400);
+    config.publisher.history.maintenance_interval = std::time::Duration::from_secs(1);
+    let env = TestEnv::start_with(config).await;
+    let other = create_tenant(&env, "retention-other@example.com").await;
+    let other_key = other["api_key"].as_str().unwrap().to_owned();
+    let other_id: TenantId = other["tenant"]["id"].as_str().unwrap().parse().unwrap();
+    let ids = [env.tenant_id.as_uuid(), other_id.as_uuid(), uuid::Uuid::now_v7(), uuid::Uuid::now_v7()];
+    let client = env.pool.get().await.unwrap();
+    client.batch_execute(&inline_params(SEED_OLD_EVENTS, &ids.map(uuid_literal))).await.unwrap();
+    let old_events: Vec<String> = client
+        .query("SELECT id FROM relayops.events ORDER BY tenant_id = $1 DESC", &[&ids[0]])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| EventId::from_uuid(row.get(0)).to_string())
+        .collect();
+    let (mine, theirs) = (&old_events[0], &old_events[1]);
+    let fresh = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
+
+    // Validated: at least a day, at most the platform default.
+    let path = format!("/admin/v1/tenants/{}/retention", env.tenant_id);
+    let above = env.request(Method::PUT, &path, admin(&env), Some(json!({ "retention_days": 31 }))).await;
+    let detail = above.expect_problem(422);
+    assert!(detail.contains("above the platform default of 30 days"), "{detail}");
+    for bad in [json!({ "retention_days": 0 }), json!({ "retention_days": "1" }), json!({ "days": 1 })] {
+        env.request(Method::PUT, &path, admin(&env), Some(bad)).await.expect_problem(422);
+    }
+    let tenant_path = format!("/admin/v1/tenants/{}", env.tenant_id);
+    assert!(env.request(Method::GET, &tenant_path, admin(&env), None).await.body["retention_days"].is_null());
+
+    let set = env.request(Method::PUT, &path, admin(&env), Some(json!({ "retention_days": 1 }))).await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    assert_eq!(set.body["retention_days"], 1);
+    assert_eq!(env.request(Method::GET, &tenant_path, admin(&env), None).await.body["retention_days"], 1);
+
+    // The publisher's history maintenance removes the tenant's two-day-old
+    // event; the other tenant's, as old, stays, and so does today's.
+    eventually(WAIT, || async {
+        match env.get(&format!("/v1/events/{mine}")).await.status {
+            404 => Ok(()),
+            status => Err(format!("the old event still answers {status}")),
+        }
+    })
+    .await;
+    let kept = env.request(Method::GET, &format!("/v1/events/{theirs}"), Some(&other_key), None).await;
+    assert_eq!(kept.status, 200, "the other tenant keeps the platform's retention: {:?}", kept.body);
+    assert_eq!(env.get(&format!("/v1/events/{fresh}")).await.status, 200, "today's event stays");
+
+    let cleared = env.request(Method::PUT, &path, admin(&env), Some(json!({ "retention_days": null }))).await;
+    assert_eq!(cleared.status, 200, "{:?}", cleared.body);
+    assert!(cleared.body["retention_days"].is_null(), "back to the platform default");
+}

@@ -43,7 +43,7 @@ async fn exclusive_rabbitmq_restart_still_delivers_the_retries_that_were_waiting
         let delivered = env.wait_for_status_within(event, "delivered", LONG_WAIT).await;
         assert_eq!(delivered["attempt_count"], 2);
     }
-    let through_recovery = env.count("outbox_messages").await - 5;
+    let through_recovery = env.messages_published().await as i64 - 5;
     println!("rabbitmq restart: {} of 5 retries came back through the retry queues", 5 - through_recovery);
 }
 

@@ -134,7 +134,7 @@ async fn exclusive_postgres_hard_stop_for_a_minute_strands_nothing() {
         let batch = env.post("/v1/events/batch", json!({ "events": items })).await;
         assert_eq!(batch.body["accepted"], 200, "{:?}", batch.body);
     }
-    env.wait_for_sql("published", "SELECT bool_and(status = 'published') FROM relayops.outbox_messages").await;
+    env.wait_for_outbox_drained().await;
     let ready = env.topology().ready_queue;
     assert_eq!(env.queue_depth(&ready).await, 3_000);
 

@@ -17,10 +17,11 @@ const FAIL_OUTBOX: &str = "CREATE FUNCTION relayops.fail_outbox() RETURNS trigge
        FOR EACH STATEMENT EXECUTE FUNCTION relayops.fail_outbox();";
 const FAIL_OUTBOX_OFF: &str = "DROP TRIGGER fail_outbox ON relayops.outbox_messages";
 
-/// An env (no worker) with an endpoint for every event, whose ingest fails at
-/// its last statement.
+/// An env (no worker, no publisher: the outbox rows ingest writes stay to be
+/// counted) with an endpoint for every event, whose ingest fails at its last
+/// statement.
 async fn ingest_failing_at_the_outbox() -> TestEnv {
-    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
     env.pool.get().await.unwrap().batch_execute(FAIL_OUTBOX).await.unwrap();
     env
@@ -94,9 +95,10 @@ async fn rows_claimed_by_a_publisher_that_died_are_reclaimed_and_published() {
 
     env.start_publisher();
     env.wait_for_status(&event_id, "delivered").await;
-    let row = client.query_one("SELECT status, publish_attempts FROM relayops.outbox_messages", &[]).await.unwrap();
-    assert_eq!(row.get::<_, String>(0), "published");
-    assert_eq!(row.get::<_, i32>(1), 2, "published by the second claim");
+    env.wait_for_outbox_drained().await;
+    let reclaimed = env.metric("relayops_recovery_actions_total", &[("action", "reclaimed")]).await;
+    assert_eq!(reclaimed, 1.0, "the dead publisher's claim was reclaimed");
+    env.wait_for_messages_published(1).await;
     assert_eq!(env.simulator.received().len(), 1);
 }
 
@@ -108,17 +110,13 @@ async fn duplicate_message_after_confirm_is_absorbed_by_the_worker_claim() {
     let env = TestEnv::start_with(config).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
     let first = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
-    env.wait_for_status(&first, "delivered").await;
+    let delivered = env.wait_for_status(&first, "delivered").await;
 
-    // The publisher's confirm arrived but it died before marking the row: the
-    // row is pending again and gets published a second time.
-    let client = env.pool.get().await.unwrap();
-    client.execute("UPDATE relayops.outbox_messages SET status = 'pending', published_at = NULL", &[]).await.unwrap();
-    env.wait_for_sql(
-        "duplicate published",
-        "SELECT bool_and(status = 'published' AND publish_attempts = 2) FROM relayops.outbox_messages",
-    )
-    .await;
+    // The publisher's confirm arrived but it died before deleting the row: the
+    // row is still there and gets published a second time.
+    env.wait_for_messages_published(1).await;
+    env.enqueue_duplicate(delivered["id"].as_str().unwrap()).await;
+    env.wait_for_messages_published(2).await;
     let second = env.post_event("a.b", json!({ "n": 2 })).await.body["id"].as_str().unwrap().to_owned();
     env.wait_for_status(&second, "delivered").await;
 

@@ -4,7 +4,12 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_idempotency_key_returns_original_event_and_creates_nothing_new() {
-    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    let env = TestEnv::start_with(relayops_tests::TestConfig {
+        run_worker: false,
+        run_publisher: false,
+        ..Default::default()
+    })
+    .await;
     env.create_endpoint("/sim/ok", &["order.created"], json!({})).await;
     let body = json!({ "event_type": "order.created", "payload": { "id": 7 }, "idempotency_key": "order-7" });
 

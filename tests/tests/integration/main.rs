@@ -26,6 +26,7 @@ mod netns;
 mod openapi;
 mod operations;
 mod outages;
+mod partitions_missing;
 mod pipeline;
 mod publishing;
 mod queries;

@@ -33,5 +33,5 @@ async fn postgres_outage_is_survived_without_restarts_and_loses_nothing() {
         env.wait_for_status(event, "delivered").await;
     }
     assert_eq!(env.count("events").await, 25, "the refused event was not half-written");
-    env.wait_for_sql("outbox drained", "SELECT bool_and(status = 'published') FROM relayops.outbox_messages").await;
+    env.wait_for_outbox_drained().await;
 }

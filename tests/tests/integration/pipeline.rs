@@ -38,8 +38,8 @@ async fn event_is_delivered_end_to_end_with_a_valid_signature_and_one_attempt() 
     assert!(attempts[0]["request_headers"].get("webhook-signature").is_none(), "signatures are not stored");
 
     // The outbox row was published, and the event reads back as posted.
-    env.wait_for_sql("outbox row published", "SELECT bool_and(status = 'published') FROM relayops.outbox_messages")
-        .await;
+    env.wait_for_outbox_drained().await;
+    env.wait_for_messages_published(1).await;
     let event = env.get(&format!("/v1/events/{event_id}")).await;
     assert_eq!(event.status, 200);
     assert_eq!(event.body["payload"]["order"], 42);
@@ -62,7 +62,7 @@ async fn one_event_fans_out_to_every_matching_endpoint() {
     let received = env.simulator.received();
     assert_eq!(received.len(), 3);
     assert!(received.iter().all(|r| r.signature_valid == Some(true)));
-    assert_eq!(env.count("outbox_messages").await, 3);
+    env.wait_for_messages_published(3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,6 +79,7 @@ async fn event_without_matching_subscription_creates_no_delivery() {
     assert_eq!(env.count("events").await, 3);
     assert_eq!(env.count("deliveries").await, 0);
     assert_eq!(env.count("outbox_messages").await, 0);
+    assert_eq!(env.messages_published().await, 0.0, "no outbox row was written (and published)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

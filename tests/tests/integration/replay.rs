@@ -10,8 +10,7 @@ async fn dead_delivery_is_replayed_and_its_attempt_numbers_continue() {
     let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
     let dead = env.wait_for_status(&event_id, "dead").await;
     let delivery_id = dead["id"].as_str().unwrap();
-    env.wait_for_sql("dead letter published", "SELECT bool_and(status = 'published') FROM relayops.outbox_messages")
-        .await;
+    env.wait_for_outbox_drained().await;
     let letters = env.take_dead_letters().await;
     assert_eq!(letters.len(), 1, "one ops-DLQ message");
     assert_eq!(letters[0]["delivery_id"], delivery_id);
@@ -25,15 +24,8 @@ async fn dead_delivery_is_replayed_and_its_attempt_numbers_continue() {
     assert_eq!(history[0]["outcome"], "dead");
     assert_eq!(history[1]["attempt_number"], 2);
     assert_eq!(history[1]["outcome"], "delivered");
-    let client = env.pool.get().await.unwrap();
-    let kinds: Vec<String> = client
-        .query("SELECT envelope->>'type' FROM relayops.outbox_messages ORDER BY id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    assert_eq!(kinds, ["delivery.v1", "dead_letter.v1", "delivery.v1"], "the replay wrote a new outbox row");
+    // The delivery, its dead letter, and the replay's new message.
+    env.wait_for_messages_published(3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,9 +35,12 @@ async fn replaying_a_delivery_that_is_not_dead_or_failed_is_a_conflict() {
     let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
     let delivered = env.wait_for_status(&event_id, "delivered").await;
     let delivery_id = delivered["id"].as_str().unwrap();
+    env.wait_for_messages_published(1).await;
     let detail = env.post(&format!("/v1/deliveries/{delivery_id}/replay"), json!({})).await.expect_problem(409);
     assert!(detail.contains("delivered"), "{detail}");
-    assert_eq!(env.count("outbox_messages").await, 1, "nothing written");
+    // Nothing written: no outbox row waiting, none published.
+    assert_eq!(env.count("outbox_messages").await, 0, "nothing written");
+    assert_eq!(env.messages_published().await, 1.0, "nothing written");
     env.post(&format!("/v1/deliveries/dlv_{}/replay", "0".repeat(32)), json!({})).await.expect_problem(404);
 }
 
@@ -57,8 +52,7 @@ async fn exhausted_delivery_reaches_the_ops_dlq_and_the_dead_list() {
     let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
     let dead = env.wait_for_status(&event_id, "dead").await;
 
-    env.wait_for_sql("dead letter published", "SELECT bool_and(status = 'published') FROM relayops.outbox_messages")
-        .await;
+    env.wait_for_outbox_drained().await;
     let letters = env.take_dead_letters().await;
     assert_eq!(letters.len(), 1, "exactly one ops-DLQ message: {letters:?}");
     let letter = &letters[0];

@@ -143,17 +143,7 @@ async fn a_message_arriving_before_its_retry_is_due_waits_instead_of_sending_ear
     let scheduled = env.wait_for_status(&event_id, "scheduled").await;
 
     // A stray duplicate reaches the ready queue long before the retry is due.
-    let client = env.pool.get().await.unwrap();
-    let envelope: Value = client
-        .query_one("SELECT envelope FROM relayops.outbox_messages ORDER BY id LIMIT 1", &[])
-        .await
-        .unwrap()
-        .get(0);
-    client
-        .execute("INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope) SELECT tenant_id, delivery_id, envelope FROM relayops.outbox_messages ORDER BY id LIMIT 1", &[])
-        .await
-        .unwrap();
-    assert_eq!(envelope["type"], "delivery.v1");
+    env.enqueue_duplicate(scheduled["id"].as_str().unwrap()).await;
 
     let delivered = env.wait_for_status(&event_id, "delivered").await;
     let history = attempts(&env, &delivered).await;

@@ -8,14 +8,12 @@ use relayops_tests::prometheus::{sample, scrape};
 use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
 
-const PUBLISHED: &str = "SELECT bool_and(status = 'published') FROM relayops.outbox_messages";
-
 /// Posts one event with the worker stopped, waits until its message is on the
 /// ready queue, then empties the queue: the row is `pending` with no message.
 async fn strand_one(env: &TestEnv) -> (String, String) {
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
     let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
-    env.wait_for_sql("published", PUBLISHED).await;
+    env.wait_for_outbox_drained().await;
     let ready = env.topology().ready_queue;
     relayops_tests::eventually(relayops_tests::WAIT, || async {
         match env.queue_depth(&ready).await {
@@ -29,10 +27,9 @@ async fn strand_one(env: &TestEnv) -> (String, String) {
     (event_id, pending["id"].as_str().unwrap().to_owned())
 }
 
-async fn delivery_messages(env: &TestEnv) -> i64 {
-    let client = env.pool.get().await.unwrap();
-    let sql = "SELECT count(*) FROM relayops.outbox_messages WHERE envelope->>'type' = 'delivery.v1'";
-    client.query_one(sql, &[]).await.unwrap().get(0)
+/// Stranded deliveries the recovery pass re-enqueued (a message each).
+async fn requeued_by_recovery(env: &TestEnv) -> f64 {
+    env.metric("relayops_recovery_actions_total", &[("action", "requeued")]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +42,8 @@ async fn a_pending_delivery_whose_message_was_lost_is_re_enqueued_by_recovery() 
 
     let delivered = env.wait_for_status(&event_id, "delivered").await;
     assert_eq!(delivered["attempt_count"], 1);
-    assert_eq!(delivery_messages(&env).await, 2, "recovery wrote a second message for the stranded row");
+    assert_eq!(requeued_by_recovery(&env).await, 1.0, "recovery re-enqueued the stranded row");
+    env.wait_for_messages_published(2).await;
     assert_eq!(env.simulator.received().len(), 1);
 }
 
@@ -102,7 +100,7 @@ async fn a_database_outage_holds_queued_messages_instead_of_burning_their_redeli
     let items: Vec<_> = (0..50).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
     let batch = env.post("/v1/events/batch", json!({ "events": items })).await;
     assert_eq!(batch.status, 200, "{:?}", batch.body);
-    env.wait_for_sql("published", PUBLISHED).await;
+    env.wait_for_outbox_drained().await;
 
     env.cut_database().await;
     env.start_worker().await;
@@ -124,7 +122,8 @@ async fn a_database_outage_holds_queued_messages_instead_of_burning_their_redeli
         }
     })
     .await;
-    assert_eq!(delivery_messages(&env).await, 50, "every delivery came through its first message");
+    assert_eq!(requeued_by_recovery(&env).await, 0.0, "every delivery came through its first message");
+    assert_eq!(env.messages_published().await, 50.0, "one message per delivery, none written since");
     assert_eq!(env.queue_depth(&env.topology().ready_queue).await, 0);
     // Held, not requeued: no message came near the delivery limit (where the
     // worker's last defence publishes a fresh copy).
@@ -164,4 +163,60 @@ async fn a_send_longer_than_a_third_of_the_lease_extends_it_and_is_sent_once() {
     let delivered = env.wait_for_status(&event_id, "delivered").await;
     assert_eq!(delivered["attempt_count"], 1);
     assert_eq!(env.simulator.received().len(), 1, "sent once: the lease was never lost");
+}
+
+/// After a backlog (here: a row held by a publisher that died), a delivery
+/// written long ago whose message was published just now is on its way, not
+/// lost: recovery leaves it for the grace after its publication (published
+/// rows are deleted, so this rests on the outbox watermarks), then — still
+/// unclaimed, no worker runs — re-enqueues it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_published_late_from_a_backlog_is_not_re_enqueued_within_the_grace() {
+    let grace = Duration::from_secs(4);
+    let mut config = TestConfig { run_worker: false, run_publisher: false, ..Default::default() };
+    config.publisher.recovery_grace = grace;
+    let mut env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    env.post_event("a.b", json!({})).await;
+    let mut client = env.pool.get().await.unwrap();
+    let held = relayops_tests::relayops_shared::repo::outbox::claim_batch(
+        &mut client,
+        "publisher-that-died",
+        10,
+        Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
+    assert_eq!(held.len(), 1);
+    // Written ten minutes ago, as a backlog's oldest rows are.
+    client
+        .batch_execute(
+            "UPDATE relayops.deliveries SET updated_at = now() - interval '10 minutes';
+             UPDATE relayops.outbox_messages SET created_at = now() - interval '10 minutes';",
+        )
+        .await
+        .unwrap();
+    env.start_publisher();
+    // Recovery passes have run for longer than the grace while the row waited.
+    env.wait_for_sql(
+        "a watermark older than the grace",
+        "SELECT count(*) > 0 FROM relayops.outbox_watermarks WHERE sampled_at < now() - interval '5 seconds'",
+    )
+    .await;
+    assert_eq!(requeued_by_recovery(&env).await, 0.0, "a row still in the outbox is not lost");
+
+    // The dead publisher's claim expires: the row is published now.
+    client.execute("UPDATE relayops.outbox_messages SET claim_expires_at = now()", &[]).await.unwrap();
+    env.wait_for_outbox_drained().await;
+    let published = std::time::Instant::now();
+    relayops_tests::eventually(relayops_tests::WAIT, || async {
+        match requeued_by_recovery(&env).await {
+            0.0 => Err("not re-enqueued yet".to_owned()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    let after = published.elapsed();
+    assert!(after >= grace - Duration::from_secs(1), "re-enqueued {after:?} after its publication");
+    env.wait_for_messages_published(2).await;
 }
