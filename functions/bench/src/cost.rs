@@ -25,6 +25,9 @@ pub struct Cost {
     pub server_cores_busy: f64,
     /// Per component: CPU seconds per 1,000.
     pub by_component_per_1000: BTreeMap<&'static str, f64>,
+    /// Of `postgres`: the backends connected to the bench's database alone
+    /// (a lower bound, free of other databases' load; see `proc_cpu`).
+    pub postgres_own_database_per_1000: f64,
     /// The load generator and its receiver (not part of the server figure).
     pub bench_cpu_secs_per_1000: f64,
 }
@@ -60,6 +63,9 @@ impl Meter {
             server_cpu_secs_per_1000: per_1000(server_ticks),
             server_cores_busy: rounded(secs(server_ticks) / wall_secs.max(0.001)),
             by_component_per_1000: COMPONENTS.iter().map(|c| (*c, per_1000(used(c)))).collect(),
+            postgres_own_database_per_1000: per_1000(
+                after.postgres_own_database.saturating_sub(before.postgres_own_database),
+            ),
             bench_cpu_secs_per_1000: per_1000(after.bench.saturating_sub(before.bench)),
         })
     }
@@ -75,16 +81,22 @@ pub fn describe(cost: &serde_json::Value) -> String {
     let Some(total) = cost["server_cpu_secs_per_1000"].as_f64() else {
         return "cost n/a (CPU time is read from Linux /proc)".to_owned();
     };
+    let figure = |key: &str| cost[key].as_f64().unwrap_or(0.0);
     let parts: Vec<String> = COMPONENTS
         .iter()
-        .map(|c| format!("{c} {:.2}", cost["by_component_per_1000"][*c].as_f64().unwrap_or(0.0)))
+        .map(|c| match (*c, cost["by_component_per_1000"][*c].as_f64().unwrap_or(0.0)) {
+            ("postgres", all) => {
+                format!("postgres {all:.2} ({:.2} on the bench's database)", figure("postgres_own_database_per_1000"))
+            }
+            (c, all) => format!("{c} {all:.2}"),
+        })
         .collect();
     format!(
         "cost {total:.2} CPU s per 1,000 {} ({:.2} cores busy): {}; bench {:.2}",
         cost["per"].as_str().unwrap_or("deliveries"),
-        cost["server_cores_busy"].as_f64().unwrap_or(0.0),
+        figure("server_cores_busy"),
         parts.join(", "),
-        cost["bench_cpu_secs_per_1000"].as_f64().unwrap_or(0.0)
+        figure("bench_cpu_secs_per_1000")
     )
 }
 

@@ -12,6 +12,11 @@
 //!   children the bench has reaped;
 //! - `bench`: the bench itself.
 //!
+//! Beside them, `postgres_own_database`: the Postgres backends now connected
+//! to the bench's database alone (a lower bound of what the run cost Postgres:
+//! no WAL writer, checkpointer or autovacuum, no backend that has ended, but
+//! none of the other databases' load either).
+//!
 //! So the services' figures include any other load they carry while the
 //! bench runs. Elsewhere than Linux (no /proc) there is no sample.
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +29,7 @@ pub const COMPONENTS: [&str; 4] = ["postgres", "rabbitmq", "redis", "relayops"];
 pub struct CpuSample {
     pub by_component: BTreeMap<&'static str, u64>,
     pub bench: u64,
+    pub postgres_own_database: u64,
     pub ticks_per_sec: f64,
 }
 
@@ -73,6 +79,21 @@ pub fn same_database(pid: u32, database_url: Option<&str>) -> bool {
     theirs.as_deref() == database_url
 }
 
+/// The database name of a URL like `postgres://u:p@host:5432/name?options`.
+fn database_name(url: &str) -> Option<&str> {
+    let path = url.split_once("://")?.1.split_once('/')?.1;
+    let name = path.split(['?', '/']).next()?;
+    (!name.is_empty()).then_some(name)
+}
+
+/// Whether a Postgres process is a backend connected to `database`: its
+/// title reads `postgres: [cluster: ]user database host(port) activity`.
+fn serves_database(pid: u32, database: &str) -> bool {
+    let title = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let mut words = title.split(['\0', ' ']).filter(|w| !w.is_empty() && !w.ends_with(':'));
+    words.nth(1) == Some(database)
+}
+
 /// The component a process belongs to: its own name's or its nearest named
 /// ancestor's.
 fn component_of(pid: u32, procs: &HashMap<u32, ProcStat>) -> Option<(u32, &'static str)> {
@@ -102,6 +123,7 @@ fn ticks_per_sec() -> f64 {
 #[cfg(target_os = "linux")]
 pub fn sample() -> Option<CpuSample> {
     let database_url = std::env::var("RELAYOPS_DATABASE_URL").ok();
+    let database = database_url.as_deref().and_then(database_name);
     let me = std::process::id();
     let mut procs = HashMap::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
@@ -114,6 +136,7 @@ pub fn sample() -> Option<CpuSample> {
     let mut sample = CpuSample {
         by_component: COMPONENTS.iter().map(|c| (*c, 0)).collect(),
         bench: procs.get(&me)?.own,
+        postgres_own_database: 0,
         ticks_per_sec: ticks_per_sec(),
     };
     // Children the bench started and has reaped are `relayops` workers.
@@ -124,6 +147,9 @@ pub fn sample() -> Option<CpuSample> {
             continue;
         }
         *sample.by_component.entry(component).or_default() += stat.own + stat.reaped;
+        if component == "postgres" && database.is_some_and(|db| serves_database(*pid, db)) {
+            sample.postgres_own_database += stat.own;
+        }
     }
     Some(sample)
 }
@@ -142,5 +168,12 @@ mod tests {
         let line = "4242 (a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 75 9 3 20 0 4 0 1 2 3";
         let stat = parse_stat(line).expect("parsed");
         assert_eq!((stat.comm.as_str(), stat.ppid, stat.own, stat.reaped), ("a (b) c", 17, 325, 12));
+    }
+
+    #[test]
+    fn finds_the_database_name_in_a_url() {
+        assert_eq!(database_name("postgres://u:p@127.0.0.1:5432/relayops_cost?sslmode=require"), Some("relayops_cost"));
+        assert_eq!(database_name("postgres://u:p@127.0.0.1:5432/relayops"), Some("relayops"));
+        assert_eq!(database_name("postgres://u:p@127.0.0.1:5432"), None);
     }
 }
