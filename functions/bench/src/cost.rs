@@ -101,24 +101,22 @@ pub fn describe(cost: &serde_json::Value) -> String {
 }
 
 impl Target {
-    /// Waits (up to 30 s) until the bench tenant has no delivery waiting or
-    /// being sent, so the work of recording the last attempts is in the
-    /// measured window rather than the next scenario's.
+    /// Waits (up to 30 s) until the API lists no delivery of the bench's
+    /// tenant waiting or being sent, so the work of recording the last
+    /// attempts is in the measured window rather than the next scenario's.
     pub async fn await_recorded(&self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let client = self.pool.get().await?;
-            let row = client
-                .query_one(
-                    "SELECT count(*) FROM relayops.deliveries
-                      WHERE tenant_id = $1 AND status IN ('pending', 'in_progress')",
-                    &[&self.tenant_id],
-                )
-                .await?;
-            if row.get::<_, i64>(0) == 0 || Instant::now() > deadline {
-                return Ok(());
+        for status in ["pending", "in_progress"] {
+            let url = format!("{}/v1/deliveries?status={status}&limit=1", self.api);
+            loop {
+                let page: serde_json::Value =
+                    self.http.get(&url).bearer_auth(&self.key).send().await?.error_for_status()?.json().await?;
+                if page["data"].as_array().is_none_or(Vec::is_empty) || Instant::now() > deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        Ok(())
     }
 }

@@ -124,8 +124,6 @@ async fn main() -> anyhow::Result<()> {
         key: tenant.api_key.expose().to_owned(),
         receiver,
         receiver_url,
-        pool: pool.clone(),
-        tenant_id: tenant.tenant_id.as_uuid(),
     };
     let timeout = Duration::from_secs(300);
     let mut report = serde_json::Map::new();

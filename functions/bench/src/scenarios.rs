@@ -21,10 +21,6 @@ pub struct Target {
     pub key: String,
     pub receiver: Receiver,
     pub receiver_url: String,
-    /// The bench's own connection, for `await_recorded`.
-    pub pool: relayops_shared::db::Pool,
-    /// The bench's tenant.
-    pub tenant_id: uuid::Uuid,
 }
 
 #[derive(Debug, Serialize)]
