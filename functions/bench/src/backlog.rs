@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use relayops_shared::db::Pool;
 use serde::Serialize;
 
+use crate::cost::{Cost, Meter};
 use crate::scenarios::Target;
 use crate::stats::{percentiles, Percentiles};
 
@@ -28,6 +29,9 @@ pub struct BacklogFigures {
     pub worker_peak_rss_mib: f64,
     /// A probe of 20 events/s (no subscriber) while the worker drains.
     pub ingest_during_drain: Percentiles,
+    /// From the worker's start until every delivery is recorded (the probe's
+    /// events included).
+    pub cost: Option<Cost>,
 }
 
 pub struct BacklogRun<'a> {
@@ -50,6 +54,7 @@ impl BacklogRun<'_> {
         self.wait_for_published_outbox().await?;
 
         eprintln!("[backlog] starting a worker (prefetch {})", self.worker_prefetch);
+        let meter = Meter::start();
         let mut worker = tokio::process::Command::new(self.relayops_bin)
             .arg("worker")
             .env("RELAYOPS_WORKER_CONCURRENCY", self.worker_prefetch.to_string())
@@ -93,6 +98,8 @@ impl BacklogRun<'_> {
             (last - started).as_secs_f64().max(0.001)
         };
         let peak_rss = crate::memory::peak_rss_mib(pid);
+        target.await_recorded().await?;
+        let cost = meter.finish("deliveries", delivered);
         let _ = worker.kill().await;
         stop_probe.store(true, Ordering::Relaxed);
         let probe_latencies = probe.await.unwrap_or_default();
@@ -105,6 +112,7 @@ impl BacklogRun<'_> {
             complete: delivered >= queued.accepted,
             worker_peak_rss_mib: peak_rss,
             ingest_during_drain: percentiles(probe_latencies),
+            cost,
         })
     }
 

@@ -2,13 +2,17 @@
 //! roles) and prints ingest throughput and latency, delivery throughput and
 //! end-to-end latency (to a receiver the bench runs itself on loopback), the
 //! machine's own Postgres and RabbitMQ ceilings measured in the same run, the
-//! ratios between them, and the RelayOps processes' memory. `--json` for
-//! machines.
+//! ratios between them, the RelayOps processes' memory, and beside each
+//! throughput figure its cost in CPU seconds per 1,000 deliveries (`cost`).
+//! `--json` for machines.
 mod backlog;
 mod ceilings;
 mod console;
+mod cost;
+mod human;
 mod memory;
 mod paced;
+mod proc_cpu;
 mod protocol;
 mod receiver;
 mod scenarios;
@@ -45,10 +49,15 @@ struct Args {
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
     /// delivery-batched, fanout, fanout-batched, paced, slow, backlog, console.
+    /// `fanout` and `fanout-batched` run once per `--fanout-endpoints` count.
     /// `backlog` needs `--relayops-bin` and a target running without a worker
     /// (`relayops api`).
     #[arg(long, default_value = "ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow")]
     scenarios: String,
+    /// Endpoints the fan-out scenarios subscribe, comma-separated: one run of
+    /// each fan-out scenario per count, each `--events` deliveries in all.
+    #[arg(long, value_delimiter = ',', default_value = "10")]
+    fanout_endpoints: Vec<usize>,
     /// Offered rate (events/s) of the `paced` and `slow` scenarios.
     #[arg(long, default_value_t = 500)]
     rate: u32,
@@ -129,26 +138,23 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     if scenarios.contains(&"ingest") {
+        let meter = cost::Meter::start();
         let (figures, _) = target.ingest("bench.none", args.events, args.concurrency, "ingest").await;
-        report.insert("ingest".into(), serde_json::to_value(figures)?);
+        let cost = meter.finish("events", figures.accepted);
+        report.insert("ingest".into(), with_cost(figures, cost)?);
     }
     if scenarios.contains(&"batch") {
+        let meter = cost::Meter::start();
         let (figures, _) =
             target.ingest_batches("bench.none", args.events * 4, 500, (args.concurrency / 4).max(1)).await;
-        report.insert("batch_ingest".into(), serde_json::to_value(figures)?);
+        let cost = meter.finish("events", figures.accepted);
+        report.insert("batch_ingest".into(), with_cost(figures, cost)?);
     }
-    let deliveries = [
-        ("delivery", "delivery", "bench.one", 1, Feed::Single),
-        ("delivery-batched", "delivery_batched", "bench.one-batched", 1, Feed::Batches(FEED_BATCH)),
-        ("fanout", "fanout_10", "bench.fanout", 10, Feed::Single),
-        ("fanout-batched", "fanout_10_batched", "bench.fanout-batched", 10, Feed::Batches(FEED_BATCH)),
-    ];
-    for (scenario, key, event_type, endpoints, feed) in deliveries {
-        if scenarios.contains(&scenario) {
-            let events = (args.events / endpoints).max(1);
-            let figures = target.deliver(event_type, endpoints, events, args.concurrency, feed, timeout).await?;
-            report.insert(key.into(), serde_json::to_value(figures)?);
-        }
+    let deliveries = delivery_scenarios(&scenarios, &args.fanout_endpoints)?;
+    for d in &deliveries {
+        let events = (args.events / d.endpoints).max(1);
+        let figures = target.deliver(&d.event_type, d.endpoints, events, args.concurrency, d.feed, timeout).await?;
+        report.insert(d.key.clone(), serde_json::to_value(figures)?);
     }
     if scenarios.contains(&"paced") {
         let figures = target.paced(args.rate, args.paced_secs, timeout).await?;
@@ -190,9 +196,60 @@ async fn main() -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_human(&report);
+        let rows: Vec<(String, String)> = deliveries.into_iter().map(|d| (d.label, d.key)).collect();
+        human::print_human(&report, &rows);
     }
     Ok(())
+}
+
+/// A delivery scenario to run: its key in the report, its label in the human
+/// report, and what it posts.
+struct DeliveryScenario {
+    key: String,
+    label: String,
+    event_type: String,
+    endpoints: usize,
+    feed: Feed,
+}
+
+/// The delivery scenarios asked for, in order; the fan-out ones once per
+/// endpoint count (`fanout_10`, `fanout_10_batched`, ...).
+fn delivery_scenarios(asked: &[&str], fanout_endpoints: &[usize]) -> anyhow::Result<Vec<DeliveryScenario>> {
+    anyhow::ensure!(fanout_endpoints.iter().all(|n| *n > 0), "--fanout-endpoints: counts must be at least 1");
+    let scenario = |key: String, label: String, event_type: String, endpoints, feed| DeliveryScenario {
+        key,
+        label,
+        event_type,
+        endpoints,
+        feed,
+    };
+    let mut found = Vec::new();
+    if asked.contains(&"delivery") {
+        found.push(scenario("delivery".into(), "delivery".into(), "bench.one".into(), 1, Feed::Single));
+    }
+    if asked.contains(&"delivery-batched") {
+        let feed = Feed::Batches(FEED_BATCH);
+        found.push(scenario("delivery_batched".into(), "delivery*".into(), "bench.one-batched".into(), 1, feed));
+    }
+    for (name, suffix, feed) in
+        [("fanout", "", Feed::Single), ("fanout-batched", "_batched", Feed::Batches(FEED_BATCH))]
+    {
+        if !asked.contains(&name) {
+            continue;
+        }
+        for n in fanout_endpoints {
+            let (key, star) = (format!("fanout_{n}{suffix}"), if suffix.is_empty() { "" } else { "*" });
+            found.push(scenario(key, format!("fan-out {n}{star}"), format!("bench.{name}-{n}"), *n, feed));
+        }
+    }
+    Ok(found)
+}
+
+/// The figures as JSON with their `cost` (null where /proc is not readable).
+fn with_cost(figures: impl serde::Serialize, cost: Option<cost::Cost>) -> anyhow::Result<serde_json::Value> {
+    let mut value = serde_json::to_value(figures)?;
+    value["cost"] = serde_json::to_value(cost)?;
+    Ok(value)
 }
 
 async fn wait_until_ready(http: &reqwest::Client, api: &str) -> anyhow::Result<()> {
@@ -218,101 +275,4 @@ fn add_ratios(report: &mut serde_json::Map<String, serde_json::Value>) {
         ratios.insert("delivery_vs_rabbitmq_ceiling".into(), json!(delivery / mq));
     }
     report.insert("ratios".into(), serde_json::Value::Object(ratios));
-}
-
-fn print_human(report: &serde_json::Map<String, serde_json::Value>) {
-    let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
-    if let Some(c) = report.get("ceilings") {
-        println!(
-            "ceilings   postgres ingest-shaped tx/s {}   rabbitmq confirmed publishes/s {}",
-            f(&c["postgres_ingest_tx_per_sec"]),
-            f(&c["rabbitmq_confirmed_publishes_per_sec"])
-        );
-    }
-    if let Some(i) = report.get("ingest") {
-        println!(
-            "ingest     {} events/s   latency p50 {} ms  p95 {} ms  p99 {} ms   errors {}   retried {}",
-            f(&i["events_per_sec"]),
-            f(&i["latency"]["p50_ms"]),
-            f(&i["latency"]["p95_ms"]),
-            f(&i["latency"]["p99_ms"]),
-            i["errors_by_status"],
-            i["retried_by_status"]
-        );
-    }
-    if let Some(b) = report.get("batch_ingest") {
-        println!(
-            "batch      {} events/s in batches of {}   batch latency p50 {} ms  p99 {} ms",
-            f(&b["events_per_sec"]),
-            b["batch_size"],
-            f(&b["batch_latency"]["p50_ms"]),
-            f(&b["batch_latency"]["p99_ms"])
-        );
-    }
-    for (name, key) in [
-        ("delivery", "delivery"),
-        ("delivery*", "delivery_batched"),
-        ("fan-out 10", "fanout_10"),
-        ("fan-out*", "fanout_10_batched"),
-    ] {
-        if let Some(d) = report.get(key) {
-            println!(
-                "{name:<10} {} deliveries/s ({} of them{})   end-to-end p50 {} ms  p95 {} ms  p99 {} ms   attempts/delivery {}   ingest {} events/s ({})",
-                f(&d["deliveries_per_sec"]), d["deliveries"], if d["complete"] == true { "" } else { ", INCOMPLETE" },
-                f(&d["end_to_end"]["p50_ms"]), f(&d["end_to_end"]["p95_ms"]), f(&d["end_to_end"]["p99_ms"]),
-                f(&d["attempts_per_delivery"]), f(&d["ingest"]["events_per_sec"]), d["feed"].as_str().unwrap_or_default()
-            );
-        }
-    }
-    if let Some(p) = report.get("paced") {
-        println!(
-            "paced      {} events/s offered for {} s: ingest p50 {} ms p99 {} ms   end-to-end p50 {} ms  p95 {} ms  p99 {} ms{}",
-            p["offered_events_per_sec"], p["seconds"], f(&p["ingest_latency"]["p50_ms"]), f(&p["ingest_latency"]["p99_ms"]),
-            f(&p["end_to_end"]["p50_ms"]), f(&p["end_to_end"]["p95_ms"]), f(&p["end_to_end"]["p99_ms"]),
-            if p["complete"] == true { "" } else { "  INCOMPLETE" }
-        );
-    }
-    if let Some(s) = report.get("slow_endpoint") {
-        println!(
-            "slow       {} events/s to a fast and a {} ms endpoint (max_in_flight {}): fast end-to-end p50 {} ms  p99 {} ms; slow {} arrivals/s (limit {})",
-            s["offered_events_per_sec"], s["slow_response_ms"], s["slow_max_in_flight"],
-            f(&s["fast_end_to_end"]["p50_ms"]), f(&s["fast_end_to_end"]["p99_ms"]),
-            f(&s["slow_arrivals_per_sec"]), f(&s["slow_limit_per_sec"])
-        );
-    }
-    if let Some(b) = report.get("backlog") {
-        println!(
-            "backlog    {} queued, drained at {} deliveries/s in {} s{}; worker (prefetch {}) peak RSS {} MiB; ingest during drain p50 {} ms p99 {} ms",
-            b["accepted"], f(&b["deliveries_per_sec"]), f(&b["drain_secs"]),
-            if b["complete"] == true { "" } else { " INCOMPLETE" }, b["worker_prefetch"], f(&b["worker_peak_rss_mib"]),
-            f(&b["ingest_during_drain"]["p50_ms"]), f(&b["ingest_during_drain"]["p99_ms"])
-        );
-    }
-    if let Some(c) = report.get("console") {
-        println!("console    {} deliveries; {} requests per page:", c["deliveries"], c["rounds"]);
-        if let Some(pages) = c["pages"].as_object() {
-            for (page, p) in pages {
-                println!(
-                    "           {page:<38} p50 {} ms  p95 {} ms  max {} ms",
-                    f(&p["p50_ms"]),
-                    f(&p["p95_ms"]),
-                    f(&p["max_ms"])
-                );
-            }
-        }
-    }
-    if let Some(r) = report.get("ratios") {
-        println!("ratios     {r}");
-    }
-    if let Some(serde_json::Value::Array(processes)) = report.get("processes") {
-        for p in processes {
-            println!(
-                "memory     pid {} `{}`: peak RSS {} MiB, now {} MiB",
-                p["pid"],
-                p["command"].as_str().unwrap_or(""),
-                f(&p["peak_rss_mib"]),
-                f(&p["rss_mib"])
-            );
-        }
-    }
 }

@@ -1,5 +1,5 @@
-//! Peak and current resident memory of every running `relayops` process
-//! (Linux /proc).
+//! Peak and current resident memory of every running `relayops` process on
+//! the bench's database (Linux /proc; see `proc_cpu::same_database`).
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -17,11 +17,12 @@ fn kib(status: &str, field: &str) -> Option<f64> {
 
 pub fn relayops_processes() -> Vec<ProcessMemory> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let database_url = std::env::var("RELAYOPS_DATABASE_URL").ok();
     let mut found = Vec::new();
     for entry in entries.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-        if comm.trim() != "relayops" {
+        if comm.trim() != "relayops" || !crate::proc_cpu::same_database(pid, database_url.as_deref()) {
             continue;
         }
         let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::cost::{Cost, Meter};
 use crate::scenarios::Target;
 use crate::stats::{percentiles, Percentiles};
 
@@ -23,6 +24,9 @@ pub struct PacedFigures {
     pub delivered: usize,
     pub end_to_end: Percentiles,
     pub complete: bool,
+    /// From the first post until every delivery is recorded (the idle time
+    /// between events included: this is the cost at this rate).
+    pub cost: Option<Cost>,
 }
 
 #[derive(Debug, Serialize)]
@@ -110,8 +114,11 @@ impl Target {
         self.endpoint("hook/paced-0", "bench.paced", 256).await?;
         self.receiver.reset();
         eprintln!("[paced] {rate} events/s for {seconds} s");
+        let meter = Meter::start();
         let offered = self.offer("bench.paced", rate, seconds).await;
         let complete = self.await_arrivals("paced", offered.acked.len(), timeout).await;
+        self.await_recorded().await?;
+        let cost = meter.finish("deliveries", self.receiver.delivered_to("paced"));
         let (delivered, end_to_end) = self.end_to_end("paced", &offered.acked);
         Ok(PacedFigures {
             offered_events_per_sec: rate,
@@ -123,6 +130,7 @@ impl Target {
             delivered,
             end_to_end,
             complete,
+            cost,
         })
     }
 

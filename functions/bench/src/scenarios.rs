@@ -1,5 +1,5 @@
 //! The load scenarios: ingest only (no subscriber), delivery to one endpoint,
-//! and fan-out to ten. Events are posted by `concurrency` clients as fast as
+//! and fan-out to several (ten unless `--fanout-endpoints` says otherwise). Events are posted by `concurrency` clients as fast as
 //! the API answers; deliveries are timed from the ingest response to the
 //! receiver's arrival.
 use std::collections::{BTreeMap, HashMap};
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::cost::{Cost, Meter};
 use crate::receiver::Receiver;
 use crate::stats::{percentiles, Percentiles};
 
@@ -44,6 +45,8 @@ pub struct DeliveryFigures {
     pub complete: bool,
     /// How the events went in: `single` or `batches of N`.
     pub feed: String,
+    /// From the first post until every delivery is recorded.
+    pub cost: Option<Cost>,
 }
 
 impl Target {
@@ -179,6 +182,7 @@ impl Target {
     ) -> anyhow::Result<DeliveryFigures> {
         self.endpoints(event_type, endpoints).await?;
         self.receiver.reset();
+        let meter = Meter::start();
         let started = Instant::now();
         let (ingest, acked) = match feed {
             Feed::Single => self.ingest(event_type, events, concurrency, event_type).await,
@@ -200,6 +204,8 @@ impl Target {
         while self.receiver.delivered() < expected && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        self.await_recorded().await?;
+        let cost = meter.finish("deliveries", self.receiver.delivered());
         let arrivals = self.receiver.arrivals.lock().map_err(|_| anyhow::anyhow!("receiver lock"))?;
         let last = arrivals.by_delivery.values().map(|(_, at, _)| *at).max().unwrap_or(started);
         let latencies: Vec<f64> = arrivals
@@ -222,6 +228,7 @@ impl Target {
                 Feed::Batches(size) => format!("batches of {size}"),
             },
             ingest,
+            cost,
         })
     }
 }

@@ -1,0 +1,101 @@
+//! The human report: one line a scenario, its cost on the line below.
+use crate::cost::describe;
+
+/// Prints the report; `deliveries` names the delivery scenarios' rows in order:
+/// (label, key in the report).
+pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveries: &[(String, String)]) {
+    let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+    if let Some(c) = report.get("ceilings") {
+        println!(
+            "ceilings   postgres ingest-shaped tx/s {}   rabbitmq confirmed publishes/s {}",
+            f(&c["postgres_ingest_tx_per_sec"]),
+            f(&c["rabbitmq_confirmed_publishes_per_sec"])
+        );
+    }
+    if let Some(i) = report.get("ingest") {
+        println!(
+            "ingest     {} events/s   latency p50 {} ms  p95 {} ms  p99 {} ms   errors {}   retried {}",
+            f(&i["events_per_sec"]),
+            f(&i["latency"]["p50_ms"]),
+            f(&i["latency"]["p95_ms"]),
+            f(&i["latency"]["p99_ms"]),
+            i["errors_by_status"],
+            i["retried_by_status"]
+        );
+        println!("           {}", describe(&i["cost"]));
+    }
+    if let Some(b) = report.get("batch_ingest") {
+        println!(
+            "batch      {} events/s in batches of {}   batch latency p50 {} ms  p99 {} ms",
+            f(&b["events_per_sec"]),
+            b["batch_size"],
+            f(&b["batch_latency"]["p50_ms"]),
+            f(&b["batch_latency"]["p99_ms"])
+        );
+        println!("           {}", describe(&b["cost"]));
+    }
+    for (name, key) in deliveries {
+        if let Some(d) = report.get(key) {
+            println!(
+                "{name:<10} {} deliveries/s ({} of them{})   end-to-end p50 {} ms  p95 {} ms  p99 {} ms   attempts/delivery {}   ingest {} events/s ({})",
+                f(&d["deliveries_per_sec"]), d["deliveries"], if d["complete"] == true { "" } else { ", INCOMPLETE" },
+                f(&d["end_to_end"]["p50_ms"]), f(&d["end_to_end"]["p95_ms"]), f(&d["end_to_end"]["p99_ms"]),
+                f(&d["attempts_per_delivery"]), f(&d["ingest"]["events_per_sec"]), d["feed"].as_str().unwrap_or_default()
+            );
+            println!("           {}", describe(&d["cost"]));
+        }
+    }
+    if let Some(p) = report.get("paced") {
+        println!(
+            "paced      {} events/s offered for {} s: ingest p50 {} ms p99 {} ms   end-to-end p50 {} ms  p95 {} ms  p99 {} ms{}",
+            p["offered_events_per_sec"], p["seconds"], f(&p["ingest_latency"]["p50_ms"]), f(&p["ingest_latency"]["p99_ms"]),
+            f(&p["end_to_end"]["p50_ms"]), f(&p["end_to_end"]["p95_ms"]), f(&p["end_to_end"]["p99_ms"]),
+            if p["complete"] == true { "" } else { "  INCOMPLETE" }
+        );
+        println!("           {}", describe(&p["cost"]));
+    }
+    if let Some(s) = report.get("slow_endpoint") {
+        println!(
+            "slow       {} events/s to a fast and a {} ms endpoint (max_in_flight {}): fast end-to-end p50 {} ms  p99 {} ms; slow {} arrivals/s (limit {})",
+            s["offered_events_per_sec"], s["slow_response_ms"], s["slow_max_in_flight"],
+            f(&s["fast_end_to_end"]["p50_ms"]), f(&s["fast_end_to_end"]["p99_ms"]),
+            f(&s["slow_arrivals_per_sec"]), f(&s["slow_limit_per_sec"])
+        );
+    }
+    if let Some(b) = report.get("backlog") {
+        println!(
+            "backlog    {} queued, drained at {} deliveries/s in {} s{}; worker (prefetch {}) peak RSS {} MiB; ingest during drain p50 {} ms p99 {} ms",
+            b["accepted"], f(&b["deliveries_per_sec"]), f(&b["drain_secs"]),
+            if b["complete"] == true { "" } else { " INCOMPLETE" }, b["worker_prefetch"], f(&b["worker_peak_rss_mib"]),
+            f(&b["ingest_during_drain"]["p50_ms"]), f(&b["ingest_during_drain"]["p99_ms"])
+        );
+        println!("           {}", describe(&b["cost"]));
+    }
+    if let Some(c) = report.get("console") {
+        println!("console    {} deliveries; {} requests per page:", c["deliveries"], c["rounds"]);
+        if let Some(pages) = c["pages"].as_object() {
+            for (page, p) in pages {
+                println!(
+                    "           {page:<38} p50 {} ms  p95 {} ms  max {} ms",
+                    f(&p["p50_ms"]),
+                    f(&p["p95_ms"]),
+                    f(&p["max_ms"])
+                );
+            }
+        }
+    }
+    if let Some(r) = report.get("ratios") {
+        println!("ratios     {r}");
+    }
+    if let Some(serde_json::Value::Array(processes)) = report.get("processes") {
+        for p in processes {
+            println!(
+                "memory     pid {} `{}`: peak RSS {} MiB, now {} MiB",
+                p["pid"],
+                p["command"].as_str().unwrap_or(""),
+                f(&p["peak_rss_mib"]),
+                f(&p["rss_mib"])
+            );
+        }
+    }
+}
