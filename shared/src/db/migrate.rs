@@ -37,6 +37,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/0010_endpoint_health_and_tenant_admin.sql"),
     ),
     ("0011_outbox_delete_on_publish", include_str!("../../../migrations/0011_outbox_delete_on_publish.sql")),
+    ("0012_ingest_key_takeover_check", include_str!("../../../migrations/0012_ingest_key_takeover_check.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -14,7 +14,8 @@ use crate::repo::sql;
 
 /// The whole of ingest in ONE statement (atomic by itself, one round trip):
 /// the idempotency key, if any (a key older than its window, or whose event is
-/// gone, is taken over); the event; one delivery per enabled endpoint of the
+/// gone, is taken over: `relayops.event_exists`, a function so that the
+/// statement does not open every `events` partition when it starts); the event; one delivery per enabled endpoint of the
 /// tenant of the kind given (`$10`: the tenant's events go to its `webhook`
 /// endpoints only, the platform's operational events to its `operational`
 /// endpoints only) whose subscription matches exactly, by `prefix.*`, or `*` (the rule
@@ -33,7 +34,7 @@ const INGEST: &str = "WITH key AS (
          ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
              SET event_id = EXCLUDED.event_id, request_hash = EXCLUDED.request_hash, created_at = now()
              WHERE k.created_at < now() - $9::bigint * interval '1 second'
-                OR NOT EXISTS (SELECT 1 FROM relayops.events e WHERE e.id = k.event_id)
+                OR NOT relayops.event_exists(k.event_id)
          RETURNING 1),
      new_event AS (
          INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash)
