@@ -21,6 +21,8 @@
 //! bench runs. Elsewhere than Linux (no /proc) there is no sample.
 use std::collections::{BTreeMap, HashMap};
 
+use relayops_shared::db::PgTarget;
+
 /// The components a sample adds up, in report order.
 pub const COMPONENTS: [&str; 4] = ["postgres", "rabbitmq", "redis", "relayops"];
 
@@ -79,11 +81,10 @@ pub fn same_database(pid: u32, database_url: Option<&str>) -> bool {
     theirs.as_deref() == database_url
 }
 
-/// The database name of a URL like `postgres://u:p@host:5432/name?options`.
-fn database_name(url: &str) -> Option<&str> {
-    let path = url.split_once("://")?.1.split_once('/')?.1;
-    let name = path.split(['?', '/']).next()?;
-    (!name.is_empty()).then_some(name)
+/// The database a connection URL names, as the services read it
+/// (`db::PgTarget`, so TLS parameters and the rest are understood alike).
+fn database_name(url: &str) -> Option<String> {
+    PgTarget::parse(url).ok()?.config.get_dbname().map(str::to_owned)
 }
 
 /// Whether a Postgres process is a backend connected to `database`: its
@@ -147,7 +148,7 @@ pub fn sample() -> Option<CpuSample> {
             continue;
         }
         *sample.by_component.entry(component).or_default() += stat.own + stat.reaped;
-        if component == "postgres" && database.is_some_and(|db| serves_database(*pid, db)) {
+        if component == "postgres" && database.as_deref().is_some_and(|db| serves_database(*pid, db)) {
             sample.postgres_own_database += stat.own;
         }
     }
@@ -172,8 +173,11 @@ mod tests {
 
     #[test]
     fn finds_the_database_name_in_a_url() {
-        assert_eq!(database_name("postgres://u:p@127.0.0.1:5432/relayops_cost?sslmode=require"), Some("relayops_cost"));
-        assert_eq!(database_name("postgres://u:p@127.0.0.1:5432/relayops"), Some("relayops"));
+        assert_eq!(
+            database_name("postgres://u:p@127.0.0.1:5432/relayops_cost?sslmode=require"),
+            Some("relayops_cost".into())
+        );
+        assert_eq!(database_name("postgres://u:p@127.0.0.1:5432/relayops"), Some("relayops".into()));
         assert_eq!(database_name("postgres://u:p@127.0.0.1:5432"), None);
     }
 }

@@ -34,7 +34,7 @@ pub const EVENTS: &str = "events";
 pub const DELIVERIES: &str = "deliveries";
 pub const ATTEMPTS: &str = "delivery_attempts";
 /// Every partitioned history table, parents before children.
-const TABLES: [&str; 3] = [EVENTS, DELIVERIES, ATTEMPTS];
+pub const TABLES: [&str; 3] = [EVENTS, DELIVERIES, ATTEMPTS];
 
 /// How far app clocks may be from each other (ids are made by the process
 /// that writes them): bounds derived from a time are widened by this much.
@@ -132,7 +132,8 @@ pub fn event_id_range(ids: impl IntoIterator<Item = Uuid>) -> (Uuid, Uuid) {
     }
 }
 
-fn now_millis() -> i64 {
+/// Now, in milliseconds since the epoch (the unit of partition bounds).
+pub fn now_millis() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
@@ -243,6 +244,12 @@ const WITHOUT_ID_KEY: &str = "SELECT c.relname AS name
                                                                    WHERE attrelid = c.oid AND attname = 'id'))
      ORDER BY c.relname";
 
+/// The statement that gives `deliveries` partition `name` its unique index on
+/// `id` (`mode`: `CONCURRENTLY` on a partition in use, empty on a new one).
+fn create_id_key(name: &str, mode: &str) -> String {
+    format!("CREATE UNIQUE INDEX {mode} IF NOT EXISTS {name}_id_unique ON relayops.{name} (id)")
+}
+
 /// Gives every `deliveries` partition a unique index on `id` alone. The
 /// parent's keys must hold the partition key (`(id, event_id)`), which tells
 /// the planner nothing about one id; with this index it knows `id = $1` is
@@ -260,9 +267,7 @@ async fn ensure_delivery_id_keys(client: &Client) -> Result<(), DbError> {
         // transaction of a multi-statement query.
         let build = async {
             client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS relayops.{name}_id_unique")).await?;
-            client
-                .batch_execute(&format!("CREATE UNIQUE INDEX CONCURRENTLY {name}_id_unique ON relayops.{name} (id)"))
-                .await
+            client.batch_execute(&create_id_key(&name, "CONCURRENTLY")).await
         };
         if let Err(error) = build.await {
             tracing::warn!(partition = %name, error = %crate::telemetry::error_chain(&error), "delivery id index not built; tried again next pass");
@@ -288,11 +293,7 @@ async fn ensure_unlocked(client: &Client, config: &HistoryConfig, report: &mut P
                 .await?;
             if table == DELIVERIES {
                 // Empty yet: built at once (see `ensure_delivery_id_keys`).
-                client
-                    .batch_execute(&format!(
-                        "CREATE UNIQUE INDEX IF NOT EXISTS {name}_id_unique ON relayops.{name} (id)"
-                    ))
-                    .await?;
+                client.batch_execute(&create_id_key(&name, "")).await?;
             }
             client
                 .batch_execute(&format!(

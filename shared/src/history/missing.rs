@@ -6,11 +6,11 @@
 //! at most once per [`LOG_WINDOW`] per process; readiness reports how many
 //! partitions are left ahead ([`coverage`]).
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use crate::db::partitions::{self, EVENTS};
+use crate::db::partitions::{self, now_millis};
 use crate::db::DbError;
 use crate::observe::names::HISTORY_PARTITIONS_MISSING;
 use crate::telemetry::error_chain;
@@ -20,10 +20,6 @@ pub const LOG_WINDOW: Duration = Duration::from_secs(60);
 
 /// When this process last logged a refusal (Unix milliseconds; 0: never).
 static LAST_LOGGED_MS: AtomicI64 = AtomicI64::new(0);
-
-fn now_millis() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 /// A write refused for want of a partition: counted, and logged unless this
 /// process already logged one within the window.
@@ -73,7 +69,7 @@ impl Coverage {
 pub async fn coverage(client: &Client) -> Result<Coverage, DbError> {
     let now = now_millis();
     let mut fewest_ahead = usize::MAX;
-    for table in [EVENTS, partitions::DELIVERIES, partitions::ATTEMPTS] {
+    for table in partitions::TABLES {
         let list = partitions::list(client, table).await?;
         let covered = list.iter().any(|p| p.from_ms.is_none_or(|from| from <= now) && now < p.to_ms);
         if !covered {

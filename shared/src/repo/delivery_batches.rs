@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::repo::GenericClient;
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::db::partitions::event_id_range;
@@ -150,6 +151,28 @@ const DEFER_MANY: &str = concat!(
 /// A delivery named by a queue message.
 pub type DeliveryKey = (TenantId, DeliveryId);
 
+/// [`CLAIM_MANY`]'s parameters, in order.
+struct ClaimParams<'a> {
+    tenants: Vec<Uuid>,
+    ids: Vec<Uuid>,
+    worker_id: &'a str,
+    lease_ms: i64,
+    low: Uuid,
+    high: Uuid,
+}
+
+impl<'a> ClaimParams<'a> {
+    fn new(keys: &[DeliveryKey], worker_id: &'a str, lease: Duration) -> Self {
+        let (tenants, ids) = key_columns(keys);
+        let (low, high) = event_id_range(ids.iter().copied());
+        Self { tenants, ids, worker_id, lease_ms: lease.as_millis() as i64, low, high }
+    }
+
+    fn as_sql(&self) -> [&(dyn ToSql + Sync); 6] {
+        [&self.tenants, &self.ids, &self.worker_id, &self.lease_ms, &self.low, &self.high]
+    }
+}
+
 /// Claims every due delivery among `keys` for `worker_id`; one outcome per key,
 /// in order. A key named twice is claimed once (the second sees it leased).
 /// The claim's commit does not wait for the WAL flush ([`sql::query_unflushed`]):
@@ -161,10 +184,8 @@ pub async fn claim_many(
     worker_id: &str,
     lease: Duration,
 ) -> Result<Vec<ClaimOutcome>, DbError> {
-    let (tenants, ids) = key_columns(keys);
-    let lease_ms = lease.as_millis() as i64;
-    let (low, high) = event_id_range(ids.iter().copied());
-    let rows = sql::query_unflushed(client, CLAIM_MANY, &[&tenants, &ids, &worker_id, &lease_ms, &low, &high]).await?;
+    let params = ClaimParams::new(keys, worker_id, lease);
+    let rows = sql::query_unflushed(client, CLAIM_MANY, &params.as_sql()).await?;
     // Keyed by tenant and id: an id under the wrong tenant matches nothing.
     let mut claimed: HashMap<(Uuid, Uuid), _> = rows.iter().map(|row| (row_key(row), row)).collect();
     let missing: Vec<DeliveryKey> = keys.iter().filter(|key| !claimed.contains_key(&uuids(key))).copied().collect();
@@ -207,12 +228,10 @@ pub async fn explain_claim_many(
     worker_id: &str,
     lease: Duration,
 ) -> Result<serde_json::Value, DbError> {
-    let (tenants, ids) = key_columns(keys);
-    let lease_ms = lease.as_millis() as i64;
-    let (low, high) = event_id_range(ids.iter().copied());
+    let params = ClaimParams::new(keys, worker_id, lease);
     let tx = client.transaction().await?;
     let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_MANY}");
-    let rows = sql::query(&tx, &explain, &[&tenants, &ids, &worker_id, &lease_ms, &low, &high]).await?;
+    let rows = sql::query(&tx, &explain, &params.as_sql()).await?;
     tx.rollback().await?;
     Ok(rows.first().map(|row| row.get(0)).unwrap_or_default())
 }
