@@ -1,6 +1,7 @@
 //! History that does not grow forever (issue 14): the partition manager
 //! (created ahead, dropped after the retention, never while a delivery is
-//! unfinished; a soak), pruning in list plans, the idempotency window,
+//! unfinished; a soak; the delivery id index, rebuilt when a build fails),
+//! pruning in list plans, the idempotency window,
 //! tenants' shorter retention. The upgrade of a populated database is in
 //! `upgrade`.
 use std::time::{Duration, Instant};
@@ -455,4 +456,47 @@ async fn the_scheduled_publisher_lambda_keeps_partitions_ahead() {
     assert!(after.len() >= before.len() + 4, "windows ahead were added: {before:?} then {after:?}");
     let ahead = after.last().unwrap().to_ms - partitions::uuid_millis(uuid::Uuid::now_v7());
     assert!(ahead > 6 * 60_000, "six windows ahead: {ahead} ms");
+}
+
+/// Whether `index` exists and is valid (usable by the planner).
+async fn index_is_valid(client: &tokio_postgres::Client, index: &str) -> bool {
+    let sql = "SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)), false)";
+    client.query_one(sql, &[&index]).await.unwrap().get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deliveries_partition_without_its_id_index_gets_it_on_a_later_pass_when_a_build_fails() {
+    let db = migrated_scratch().await;
+    let client = db.pool.get().await.unwrap();
+    let history = HistoryConfig::default();
+    partitions::maintain(&client, &history).await.unwrap();
+    let now = partitions::now_millis();
+    let current = partitions::list(&client, partitions::DELIVERIES)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|p| p.from_ms.is_none_or(|from| from <= now) && now < p.to_ms)
+        .expect("a deliveries partition for now")
+        .name;
+    let index = format!("relayops.{current}_id_unique");
+    assert!(index_is_valid(&client, &index).await, "a new partition gets it before it is attached");
+    // As a partition from before the index (an upgrade) is.
+    client.batch_execute(&format!("DROP INDEX {index}")).await.unwrap();
+
+    // The build cannot get its lock in time: the pass goes on without it.
+    let blocker = db.pool.get().await.unwrap();
+    blocker
+        .batch_execute(&format!("BEGIN; LOCK TABLE relayops.{current} IN SHARE UPDATE EXCLUSIVE MODE"))
+        .await
+        .unwrap();
+    client.batch_execute("SET lock_timeout = '200ms'").await.unwrap();
+    let blocked = partitions::maintain(&client, &history).await;
+    assert!(blocked.is_ok(), "a failed index build does not fail the pass: {blocked:?}");
+    assert!(!index_is_valid(&client, &index).await, "not built while the partition was locked");
+
+    // The next pass builds it.
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+    client.batch_execute("RESET lock_timeout").await.unwrap();
+    partitions::maintain(&client, &history).await.unwrap();
+    assert!(index_is_valid(&client, &index).await, "built CONCURRENTLY by the next pass");
 }
