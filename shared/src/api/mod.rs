@@ -78,6 +78,8 @@ pub struct ApiState {
     /// The platform's history retention (`RELAYOPS_RETENTION_DAYS`): a
     /// tenant's own may only be shorter (the admin API checks it).
     pub platform_retention: std::time::Duration,
+    /// Ingest's writes: concurrent events share a statement (group commit).
+    pub ingest_writes: crate::repo::event_batches::IngestWrites,
 }
 
 /// The tenant ingest limit: the shared token bucket and the default rate.
@@ -90,7 +92,7 @@ pub struct IngestLimiter {
 impl ApiState {
     pub fn new(pool: Pool) -> Self {
         Self {
-            pool,
+            pool: pool.clone(),
             wakeup: None,
             backpressure: None,
             ingest_limiter: None,
@@ -101,6 +103,7 @@ impl ApiState {
             login_throttle: None,
             admin_token_sha256: None,
             platform_retention: crate::config::HistoryConfig::default().retention,
+            ingest_writes: crate::repo::event_batches::IngestWrites::new(pool.clone()),
         }
     }
 

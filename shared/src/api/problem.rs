@@ -121,6 +121,25 @@ impl From<DbError> for ApiError {
     }
 }
 
+/// A write that went through a batcher: its database error, shared with the
+/// other requests of its batch, answers as [`DbError`] would.
+impl From<crate::db::batcher::BatchError> for ApiError {
+    fn from(error: crate::db::batcher::BatchError) -> Self {
+        use crate::db::batcher::BatchError;
+        match error {
+            BatchError::Stopped => Self::Unavailable { retry_after_secs: 1, source: None },
+            BatchError::Failed(error) if error.is_unavailable() => {
+                Self::Unavailable { retry_after_secs: 1, source: Some(Box::new(error)) }
+            }
+            BatchError::Failed(error) if matches!(*error, DbError::NoPartition(_)) => {
+                crate::history::missing::refused(&error);
+                Self::PartitionsMissing { retry_after_secs: PARTITIONS_MISSING_RETRY_SECS }
+            }
+            BatchError::Failed(error) => Self::internal(error),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind, title) = self.parts();

@@ -38,6 +38,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ),
     ("0011_outbox_delete_on_publish", include_str!("../../../migrations/0011_outbox_delete_on_publish.sql")),
     ("0012_ingest_key_takeover_check", include_str!("../../../migrations/0012_ingest_key_takeover_check.sql")),
+    (
+        "0013_key_takeover_sees_committed_events",
+        include_str!("../../../migrations/0013_key_takeover_sees_committed_events.sql"),
+    ),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -113,6 +113,42 @@ pub enum IngestOutcome {
     },
 }
 
+/// An event ready to be written: its id (made now, so ids follow acceptance
+/// order) and what identifies a repeat of its request.
+#[derive(Debug, Clone)]
+pub struct PreparedEvent {
+    pub id: EventId,
+    pub tenant: TenantId,
+    pub event_type: String,
+    pub payload: Value,
+    pub idempotency_key: Option<String>,
+    pub request_hash: Vec<u8>,
+}
+
+impl PreparedEvent {
+    pub fn new(tenant: TenantId, event: &NewEvent<'_>) -> Self {
+        Self {
+            id: EventId::new(),
+            tenant,
+            event_type: event.event_type.as_str().to_owned(),
+            payload: Value::Object(event.payload.as_json().clone()),
+            idempotency_key: event.idempotency_key.map(|key| key.as_str().to_owned()),
+            request_hash: event.request_hash(),
+        }
+    }
+
+    /// The receipt of this event, written now with `deliveries` deliveries.
+    pub(crate) fn receipt(&self, received_at: DateTime<Utc>, deliveries: i64) -> EventReceipt {
+        EventReceipt {
+            id: self.id,
+            event_type: self.event_type.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            received_at,
+            deliveries,
+        }
+    }
+}
+
 /// One statement: atomic without a transaction; inside the caller's (a batch)
 /// it commits with the rest. Fans out to the tenant's `webhook` endpoints.
 pub async fn insert_event_with_deliveries(
@@ -120,7 +156,7 @@ pub async fn insert_event_with_deliveries(
     tenant: TenantId,
     event: &NewEvent<'_>,
 ) -> Result<IngestOutcome, DbError> {
-    insert_for_kind(client, tenant, event, EndpointKind::Webhook).await
+    insert_prepared(client, &PreparedEvent::new(tenant, event), EndpointKind::Webhook).await
 }
 
 /// The same statement for an operational event (see
@@ -131,49 +167,42 @@ pub(crate) async fn insert_operational_event(
     tenant: TenantId,
     event: &NewEvent<'_>,
 ) -> Result<IngestOutcome, DbError> {
-    insert_for_kind(client, tenant, event, EndpointKind::Operational).await
+    insert_prepared(client, &PreparedEvent::new(tenant, event), EndpointKind::Operational).await
 }
 
-async fn insert_for_kind(
+/// Writes one prepared event with [`INGEST`], fanning out to endpoints of `kind`.
+pub async fn insert_prepared(
     client: &impl GenericClient,
-    tenant: TenantId,
-    event: &NewEvent<'_>,
+    event: &PreparedEvent,
     kind: EndpointKind,
 ) -> Result<IngestOutcome, DbError> {
-    let id = EventId::new();
-    let request_hash = event.request_hash();
-    let payload = Value::Object(event.payload.as_json().clone());
-    let key = event.idempotency_key.map(IdempotencyKey::as_str);
+    let key = event.idempotency_key.as_deref();
     let inserted = sql::query_opt(
         client,
         INGEST,
         &[
-            &id.as_uuid(),
-            &tenant.as_uuid(),
-            &event.event_type.as_str(),
-            &payload,
+            &event.id.as_uuid(),
+            &event.tenant.as_uuid(),
+            &event.event_type,
+            &event.payload,
             &key,
-            &request_hash,
-            &tenant.to_string(),
-            &id.to_string(),
+            &event.request_hash,
+            &event.tenant.to_string(),
+            &event.id.to_string(),
             &(IDEMPOTENCY_WINDOW.as_secs() as i64),
             &kind.as_str(),
         ],
     )
     .await?;
-    let Some(inserted) = inserted else {
-        return find_duplicate(client, tenant, key.unwrap_or_default(), &request_hash).await;
-    };
-    Ok(IngestOutcome::Created(EventReceipt {
-        id,
-        event_type: event.event_type.as_str().to_owned(),
-        idempotency_key: key.map(str::to_owned),
-        received_at: inserted.get("received_at"),
-        deliveries: inserted.get("deliveries"),
-    }))
+    match inserted {
+        Some(row) => Ok(IngestOutcome::Created(event.receipt(row.get("received_at"), row.get("deliveries")))),
+        None => find_duplicate(client, event.tenant, key.unwrap_or_default(), &event.request_hash).await,
+    }
 }
 
-async fn find_duplicate(
+/// What a request whose key is held by an earlier event gets: that event
+/// (a repeat) or a conflict (the key was used for a different request).
+pub(crate) async fn find_duplicate(
     tx: &impl GenericClient,
     tenant: TenantId,
     key: &str,

@@ -15,6 +15,7 @@ pub mod delivery_queries;
 pub mod endpoint_health;
 pub mod endpoint_stats;
 pub mod endpoints;
+pub mod event_batches;
 pub mod event_queries;
 pub mod events;
 pub mod operational;

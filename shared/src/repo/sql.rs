@@ -87,6 +87,7 @@ const WIRE_TYPES: &[Type] = &[
     Type::TIMESTAMPTZ_ARRAY,
     Type::BOOL_ARRAY,
     Type::FLOAT8_ARRAY,
+    Type::BYTEA_ARRAY,
 ];
 
 fn wire_type(param: &(dyn ToSql + Sync), position: usize) -> Result<Type, DbError> {

@@ -4,12 +4,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_idempotency_key_returns_original_event_and_creates_nothing_new() {
-    let env = TestEnv::start_with(relayops_tests::TestConfig {
-        run_worker: false,
-        run_publisher: false,
-        ..Default::default()
-    })
-    .await;
+    let env = env_without_pipeline().await;
     env.create_endpoint("/sim/ok", &["order.created"], json!({})).await;
     let body = json!({ "event_type": "order.created", "payload": { "id": 7 }, "idempotency_key": "order-7" });
 
@@ -261,4 +256,143 @@ async fn a_payload_of_exactly_256_kib_is_stored_and_one_byte_more_is_413() {
     assert!(results[1]["error"].as_str().is_some_and(|e| e.contains("262145 bytes")), "{:?}", results[1]);
     assert_eq!((answer.body["accepted"].as_u64(), answer.body["rejected"].as_u64()), (Some(1), Some(1)));
     assert_eq!(env.count("events").await, 2, "the two payloads at the limit, nothing over it");
+}
+
+/// An API and database with no publisher or worker: what ingest wrote stays put.
+async fn env_without_pipeline() -> TestEnv {
+    TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, run_publisher: false, ..Default::default() })
+        .await
+}
+
+/// An event for the group-commit tests, with its key if any.
+fn prepared(
+    tenant: relayops_shared::ids::TenantId,
+    event_type: &str,
+    payload: serde_json::Value,
+    key: Option<&str>,
+) -> relayops_shared::repo::events::PreparedEvent {
+    use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey};
+    let event_type = EventType::parse(event_type).unwrap();
+    let payload = EventPayload::parse(payload).unwrap();
+    let key = key.map(|key| IdempotencyKey::parse(key).unwrap());
+    let event = relayops_shared::repo::events::NewEvent {
+        event_type: &event_type,
+        payload: &payload,
+        idempotency_key: key.as_ref(),
+    };
+    relayops_shared::repo::events::PreparedEvent::new(tenant, &event)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_written_in_one_statement_are_each_answered_as_if_alone() {
+    use relayops_shared::repo::events::IngestOutcome;
+    let env = env_without_pipeline().await;
+    env.create_endpoint("/sim/ok", &["order.*"], json!({})).await;
+    env.create_endpoint("/sim/ok", &["order.paid"], json!({})).await;
+    let earlier = env
+        .post(
+            "/v1/events",
+            json!({ "event_type": "order.created", "payload": { "n": 0 }, "idempotency_key": "earlier" }),
+        )
+        .await;
+    assert_eq!(earlier.status, 201);
+    let tenant = env.tenant_id;
+    let batch = vec![
+        prepared(tenant, "order.created", json!({ "n": 1 }), Some("k1")),
+        prepared(tenant, "order.created", json!({ "n": 1 }), Some("k1")),
+        prepared(tenant, "order.created", json!({ "n": 2 }), Some("k1")),
+        prepared(tenant, "order.paid", json!({ "n": 3 }), None),
+        prepared(tenant, "order.created", json!({ "n": 0 }), Some("earlier")),
+        prepared(tenant, "user.created", json!({ "n": 4 }), Some("k2")),
+    ];
+    let ids: Vec<_> = batch.iter().map(|event| event.id).collect();
+    let client = env.pool.get().await.unwrap();
+    let outcomes = relayops_shared::repo::event_batches::write(&client, batch).await.unwrap();
+    let outcomes: Vec<IngestOutcome> = outcomes.into_iter().map(Result::unwrap).collect();
+
+    let created = |index: usize| match &outcomes[index] {
+        IngestOutcome::Created(receipt) => {
+            assert_eq!(receipt.id, ids[index], "event {index} keeps the id it was given");
+            receipt.deliveries
+        }
+        other => panic!("event {index}: expected Created, got {other:?}"),
+    };
+    assert_eq!(created(0), 1, "order.created matches order.* only");
+    assert_eq!(created(3), 2, "order.paid matches both endpoints");
+    assert_eq!(created(5), 0, "no endpoint takes user.created");
+    match &outcomes[1] {
+        IngestOutcome::Duplicate(receipt) => {
+            assert_eq!(receipt.id, ids[0], "a repeat in the same batch names the first")
+        }
+        other => panic!("expected Duplicate, got {other:?}"),
+    }
+    match &outcomes[2] {
+        IngestOutcome::KeyReused { original } => assert_eq!(*original, ids[0]),
+        other => panic!("expected KeyReused, got {other:?}"),
+    }
+    match &outcomes[4] {
+        IngestOutcome::Duplicate(receipt) => assert_eq!(receipt.id.to_string(), earlier.body["id"].as_str().unwrap()),
+        other => panic!("expected Duplicate of the earlier event, got {other:?}"),
+    }
+    let counts = (env.count("events").await, env.count("deliveries").await, env.count("outbox_messages").await);
+    assert_eq!(counts, (4, 4, 4), "the earlier event and three new ones; one delivery and outbox row each match");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_the_database_refuses_fails_alone_and_the_rest_of_its_batch_is_written() {
+    let env = env_without_pipeline().await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let tenant = env.tenant_id;
+    // A tenant that does not exist: its event breaks the foreign key.
+    let nobody = relayops_shared::ids::TenantId::new();
+    let batch = vec![
+        prepared(tenant, "a.b", json!({ "n": 1 }), Some("x1")),
+        prepared(nobody, "a.b", json!({ "n": 2 }), Some("x2")),
+        prepared(tenant, "a.b", json!({ "n": 3 }), None),
+    ];
+    let client = env.pool.get().await.unwrap();
+    let outcomes = relayops_shared::repo::event_batches::write(&client, batch).await.unwrap();
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    assert!(outcomes[1].is_err(), "{outcomes:?}");
+    assert_eq!((env.count("events").await, env.count("deliveries").await), (2, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_posts_with_shared_keys_get_one_event_per_key_and_their_own_answers() {
+    let env = env_without_pipeline().await;
+    env.create_endpoint("/sim/ok", &["order.created"], json!({})).await;
+    // 20 keys posted twice at once with the same body, 10 keys twice with
+    // different bodies, and 10 events without a key: 80 requests in flight.
+    let mut requests = Vec::new();
+    for n in 0..20 {
+        for _ in 0..2 {
+            requests.push(
+                json!({ "event_type": "order.created", "payload": { "n": n }, "idempotency_key": format!("same-{n}") }),
+            );
+        }
+    }
+    for n in 0..10 {
+        for variant in 0..2 {
+            requests.push(json!({ "event_type": "order.created", "payload": { "n": n, "v": variant }, "idempotency_key": format!("clash-{n}") }));
+        }
+    }
+    for n in 0..10 {
+        requests.push(json!({ "event_type": "order.created", "payload": { "n": n } }));
+    }
+    let answers = futures_util::future::join_all(requests.into_iter().map(|body| env.post("/v1/events", body))).await;
+    let statuses: Vec<u16> = answers.iter().map(|answer| answer.status).collect();
+    for pair in statuses[..40].chunks(2).zip(answers[..40].chunks(2)) {
+        let (mut status, answer) = (pair.0.to_vec(), pair.1);
+        status.sort();
+        assert_eq!(status, [200, 201], "one creates, the repeat gets it back: {:?}", answer[1].body);
+        assert_eq!(answer[0].body["id"], answer[1].body["id"], "both name the same event");
+    }
+    for pair in statuses[40..60].chunks(2) {
+        let mut status = pair.to_vec();
+        status.sort();
+        assert_eq!(status, [201, 409], "the second body under a used key is a conflict");
+    }
+    assert!(statuses[60..].iter().all(|&status| status == 201), "{statuses:?}");
+    let counts = (env.count("events").await, env.count("deliveries").await, env.count("outbox_messages").await);
+    assert_eq!(counts, (40, 40, 40), "one event per key, ten without a key");
 }

@@ -1,0 +1,199 @@
+//! Group commit for ingest: concurrent `POST /v1/events` requests that meet
+//! share ONE statement (one plan, one commit, one WAL flush) through a
+//! [`Batcher`]. A request that finds a free lane runs at once, alone, with
+//! the single-event statement, so a lone event waits for no one; batches form
+//! only while every lane is busy.
+//!
+//! Each request keeps every promise of the single statement: its answer comes
+//! after the statement that carried it committed; an idempotency key is
+//! honoured as before (a batch carries each tenant's key once — a repeat within
+//! the batch runs after it, alone, and is answered as a repeat); keys are
+//! written in key order, so two batches never wait on each other's keys in
+//! opposite orders. A batch the database refuses for any reason other than
+//! being unreachable (or missing history partitions) is written again one
+//! event at a time, so one bad event fails only its own request.
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
+use crate::db::{DbError, Pool};
+use crate::domain::EndpointKind;
+use crate::repo::events::{find_duplicate, insert_prepared, IngestOutcome, PreparedEvent};
+use crate::repo::retention::IDEMPOTENCY_WINDOW;
+use crate::repo::{sql, GenericClient};
+
+/// What one request gets back from the batcher.
+pub type IngestResult = Result<IngestOutcome, DbError>;
+
+/// The batcher ingest writes through.
+pub type IngestBatcher = Batcher<PreparedEvent, IngestResult>;
+
+/// Most events one statement carries.
+pub const MAX_BATCH: usize = 64;
+
+/// [`INGEST`](super::events) for many events of the tenants' `webhook`
+/// endpoints: the same CTEs over `unnest` of the events' columns. The key CTE
+/// returns the event id each key now names (the new event's, when the key was
+/// free or taken over), and only those events are written.
+const INGEST_MANY: &str = "WITH input AS (
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::text[], $6::bytea[],
+                              $7::text[], $8::text[])
+             AS i(id, tenant_id, event_type, payload, idempotency_key, request_hash, tenant_text, id_text)),
+     key AS (
+         INSERT INTO relayops.idempotency_keys AS k (tenant_id, idempotency_key, event_id, request_hash)
+         SELECT tenant_id, idempotency_key, id, request_hash FROM input
+         WHERE idempotency_key IS NOT NULL
+         ORDER BY tenant_id, idempotency_key
+         ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
+             SET event_id = EXCLUDED.event_id, request_hash = EXCLUDED.request_hash, created_at = now()
+             WHERE k.created_at < now() - $9::bigint * interval '1 second'
+                OR NOT relayops.event_exists(k.event_id)
+         RETURNING k.event_id),
+     new_event AS (
+         INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash)
+         SELECT id, tenant_id, event_type, payload, idempotency_key, request_hash FROM input
+         WHERE idempotency_key IS NULL OR id IN (SELECT event_id FROM key)
+         RETURNING id, tenant_id, event_type, received_at),
+     new_deliveries AS (
+         INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
+         SELECT relayops.delivery_id_for(e.id), ep.tenant_id, e.id, ep.id
+         FROM new_event e JOIN relayops.webhook_endpoints ep ON ep.tenant_id = e.tenant_id
+         WHERE ep.enabled AND ep.kind = 'webhook'
+           AND EXISTS (
+             SELECT 1 FROM relayops.endpoint_subscriptions s
+             WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
+               AND (s.event_type_pattern = e.event_type
+                    OR s.event_type_pattern = '*'
+                    OR (right(s.event_type_pattern, 2) = '.*'
+                        AND starts_with(e.event_type, left(s.event_type_pattern, -1)))))
+         RETURNING id, tenant_id, event_id, endpoint_id),
+     new_outbox AS (
+         INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
+         SELECT d.tenant_id, d.id, jsonb_build_object(
+             'type', 'delivery.v1',
+             'tenant_id', i.tenant_text,
+             'delivery_id', 'dlv_' || replace(d.id::text, '-', ''),
+             'event_id', i.id_text,
+             'endpoint_id', 'ep_' || replace(d.endpoint_id::text, '-', ''))
+         FROM new_deliveries d JOIN input i ON i.id = d.event_id)
+     SELECT e.id, e.received_at, coalesce(fanned.deliveries, 0) AS deliveries
+     FROM new_event e
+     LEFT JOIN (SELECT event_id, count(*) AS deliveries FROM new_deliveries GROUP BY event_id) fanned
+            ON fanned.event_id = e.id";
+
+/// Ingest's writes through one batcher per process, started on first use
+/// (it needs the runtime), with half the pool's connections as lanes: the
+/// rest stay free for reads.
+#[derive(Clone)]
+pub struct IngestWrites {
+    pool: Pool,
+    batcher: Arc<OnceLock<IngestBatcher>>,
+}
+
+impl IngestWrites {
+    pub fn new(pool: Pool) -> Self {
+        Self { pool, batcher: Arc::new(OnceLock::new()) }
+    }
+
+    /// Writes one event (with others that arrive meanwhile) and answers it
+    /// once the statement that carried it committed.
+    pub async fn write(&self, event: PreparedEvent) -> Result<IngestResult, BatchError> {
+        let lanes = (self.pool.status().max_size / 2).max(1);
+        self.batcher.get_or_init(|| spawn(self.pool.clone(), lanes)).call(event).await
+    }
+}
+
+/// Starts the ingest batcher on the current runtime: `lanes` statements at
+/// most at once, each on a connection of `pool`.
+pub fn spawn(pool: Pool, lanes: usize) -> IngestBatcher {
+    let run: BatchFn<PreparedEvent, IngestResult> = Arc::new(move |events| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            let client = pool.get().await?;
+            write(&client, events).await
+        })
+    });
+    Batcher::spawn(BatchLimits { max_items: MAX_BATCH, lanes }, run)
+}
+
+/// Writes `events` (to the tenants' `webhook` endpoints) and answers each in
+/// order. `Err` only when the database is unreachable or history partitions
+/// are missing: every request in the batch gets that answer.
+pub async fn write(client: &impl GenericClient, events: Vec<PreparedEvent>) -> Result<Vec<IngestResult>, DbError> {
+    if let [event] = events.as_slice() {
+        return match insert_prepared(client, event, EndpointKind::Webhook).await {
+            Err(error) if is_for_everyone(&error) => Err(error),
+            outcome => Ok(vec![outcome]),
+        };
+    }
+    // A key appears once per statement (ON CONFLICT may touch a row once).
+    let mut keys = HashSet::new();
+    let (first, repeats): (Vec<usize>, Vec<usize>) = (0..events.len()).partition(|&index| {
+        let event = &events[index];
+        event.idempotency_key.as_deref().is_none_or(|key| keys.insert((event.tenant, key)))
+    });
+    let mut outcomes: Vec<Option<IngestResult>> = (0..events.len()).map(|_| None).collect();
+    let firsts: Vec<&PreparedEvent> = first.iter().map(|&index| &events[index]).collect();
+    match insert_many(client, &firsts).await {
+        Ok(written) => {
+            for (&index, event) in first.iter().zip(&firsts) {
+                outcomes[index] = Some(match written.iter().find(|row| row.0 == event.id.as_uuid()) {
+                    Some(&(_, received_at, deliveries)) => {
+                        Ok(IngestOutcome::Created(event.receipt(received_at, deliveries)))
+                    }
+                    None => {
+                        let key = event.idempotency_key.as_deref().unwrap_or_default();
+                        find_duplicate(client, event.tenant, key, &event.request_hash).await
+                    }
+                });
+            }
+        }
+        Err(error) if is_for_everyone(&error) => return Err(error),
+        Err(error) => {
+            tracing::warn!(events = firsts.len(), error = %crate::telemetry::error_chain(&error), "ingest batch refused; writing its events one at a time");
+            for &index in &first {
+                outcomes[index] = Some(insert_prepared(client, &events[index], EndpointKind::Webhook).await);
+            }
+        }
+    }
+    for index in repeats {
+        outcomes[index] = Some(insert_prepared(client, &events[index], EndpointKind::Webhook).await);
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| outcome.unwrap_or_else(|| Err(DbError::Pool("event not written".into()))))
+        .collect())
+}
+
+/// Errors that would refuse every event alike: no point writing one by one.
+fn is_for_everyone(error: &DbError) -> bool {
+    error.is_unavailable() || matches!(error, DbError::NoPartition(_))
+}
+
+/// Runs [`INGEST_MANY`]: the id, receipt time and delivery count of each
+/// event written (those whose key was held by another event are absent).
+async fn insert_many(
+    client: &impl GenericClient,
+    events: &[&PreparedEvent],
+) -> Result<Vec<(Uuid, DateTime<Utc>, i64)>, DbError> {
+    let ids: Vec<Uuid> = events.iter().map(|event| event.id.as_uuid()).collect();
+    let tenants: Vec<Uuid> = events.iter().map(|event| event.tenant.as_uuid()).collect();
+    let types: Vec<&str> = events.iter().map(|event| event.event_type.as_str()).collect();
+    let payloads: Vec<&Value> = events.iter().map(|event| &event.payload).collect();
+    let keys: Vec<Option<&str>> = events.iter().map(|event| event.idempotency_key.as_deref()).collect();
+    let hashes: Vec<&[u8]> = events.iter().map(|event| event.request_hash.as_slice()).collect();
+    let tenant_texts: Vec<String> = events.iter().map(|event| event.tenant.to_string()).collect();
+    let id_texts: Vec<String> = events.iter().map(|event| event.id.to_string()).collect();
+    let window = IDEMPOTENCY_WINDOW.as_secs() as i64;
+    let rows = sql::query(
+        client,
+        INGEST_MANY,
+        &[&ids, &tenants, &types, &payloads, &keys, &hashes, &tenant_texts, &id_texts, &window],
+    )
+    .await?;
+    Ok(rows.iter().map(|row| (row.get("id"), row.get("received_at"), row.get("deliveries"))).collect())
+}
