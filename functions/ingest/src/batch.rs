@@ -1,17 +1,16 @@
-//! `POST /v1/events/batch`: up to 500 events in one transaction, each with its
-//! own idempotency key and its own result. Invalid items are reported and
+//! `POST /v1/events/batch`: up to 500 events in one transaction (their writes
+//! one set-based statement), each with its own idempotency key and its own
+//! result. Invalid items are reported and
 //! skipped; the valid ones are committed together (or, if the database fails,
 //! none are). Rate limits count every event of the batch.
-use std::collections::HashSet;
-
 use axum::extract::State;
 use axum::Json;
-use futures_util::stream::{self, StreamExt};
 use relayops_shared::api::{ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
 use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, ValidationError};
-use relayops_shared::repo::events::{self, IngestOutcome, NewEvent};
+use relayops_shared::repo::event_batches;
+use relayops_shared::repo::events::{IngestOutcome, NewEvent, PreparedEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -73,15 +72,6 @@ enum Written {
     Outcome(IngestOutcome),
 }
 
-/// How many of a batch's statements are in flight on its connection at once.
-const PIPELINE_DEPTH: usize = 32;
-
-/// Whether no idempotency key appears twice among the valid items.
-fn keys_are_distinct(parsed: &[Result<Parsed, Refused>]) -> bool {
-    let mut seen = HashSet::new();
-    parsed.iter().filter_map(|item| item.as_ref().ok()?.key.as_ref()).all(|key| seen.insert(key.as_str()))
-}
-
 fn parse_item(value: Value) -> Result<Parsed, Refused> {
     let item: PostEventRequest = serde_json::from_value(value).map_err(Refused::invalid)?;
     let event_type = EventType::parse(&item.event_type).map_err(Refused::invalid)?;
@@ -118,33 +108,32 @@ pub async fn post_batch(
     state.check_ingest_rate_for(&caller, request.events.len() as u32).await?;
 
     let parsed: Vec<Result<Parsed, Refused>> = request.events.into_iter().map(parse_item).collect();
-    // Items whose idempotency keys all differ do not interact, so their
-    // statements are pipelined on the connection (sent without waiting for
-    // the previous answer; still one transaction). A key named twice keeps the
-    // items strictly one after the other: the first occurrence must win.
-    let depth = if keys_are_distinct(&parsed) { PIPELINE_DEPTH } else { 1 };
+    let tenant = caller.tenant_id;
+    let valid: Vec<PreparedEvent> = parsed
+        .iter()
+        .filter_map(|item| item.as_ref().ok())
+        .map(|item| {
+            let new_event =
+                NewEvent { event_type: &item.event_type, payload: &item.payload, idempotency_key: item.key.as_ref() };
+            PreparedEvent::new(tenant, &new_event)
+        })
+        .collect();
+    // The valid events in one set-based statement (the first occurrence of a
+    // key wins), in one transaction with the answers to keys already held.
     let mut client = state.pool.get().await.map_err(DbError::from)?;
     let tx = client.transaction().await.map_err(DbError::from)?;
-    let tenant = caller.tenant_id;
-    let outcomes: Vec<Result<Written, DbError>> = stream::iter(parsed)
-        .map(|item| {
-            let tx = &tx;
-            async move {
-                let item = match item {
-                    Ok(item) => item,
-                    Err(error) => return Ok(Written::Invalid(error)),
-                };
-                let new_event = NewEvent {
-                    event_type: &item.event_type,
-                    payload: &item.payload,
-                    idempotency_key: item.key.as_ref(),
-                };
-                events::insert_event_with_deliveries(tx, tenant, &new_event).await.map(Written::Outcome)
-            }
+    let mut written = if valid.is_empty() {
+        Vec::new().into_iter()
+    } else {
+        event_batches::write_together(&tx, &valid).await?.into_iter()
+    };
+    let outcomes: Vec<Result<Written, DbError>> = parsed
+        .into_iter()
+        .map(|item| match item {
+            Err(refused) => Ok(Written::Invalid(refused)),
+            Ok(_) => written.next().map(Written::Outcome).ok_or_else(|| DbError::Pool("batch item not written".into())),
         })
-        .buffered(depth)
-        .collect()
-        .await;
+        .collect();
     let mut results = Vec::with_capacity(outcomes.len());
     let mut fanned_out = false;
     for (index, outcome) in outcomes.into_iter().enumerate() {

@@ -12,10 +12,11 @@
 //! opposite orders. A batch the database refuses for any reason other than
 //! being unreachable (or missing history partitions) is written again one
 //! event at a time, so one bad event fails only its own request.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use chrono::{DateTime, Utc};
+use futures_util::future::join_all;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -124,9 +125,36 @@ pub fn spawn(pool: Pool, lanes: usize) -> IngestBatcher {
 /// order. `Err` only when the database is unreachable or history partitions
 /// are missing: every request in the batch gets that answer.
 pub async fn write(client: &impl GenericClient, events: Vec<PreparedEvent>) -> Result<Vec<IngestResult>, DbError> {
-    if let [event] = events.as_slice() {
+    write_with(client, &events, OnRefusal::OneByOne).await
+}
+
+/// Writes `events` inside the caller's transaction, all or nothing (the
+/// batch route): the first occurrence of a key wins, a later one is answered
+/// as a repeat or a conflict; any refusal fails the whole.
+pub async fn write_together(
+    client: &impl GenericClient,
+    events: &[PreparedEvent],
+) -> Result<Vec<IngestOutcome>, DbError> {
+    write_with(client, events, OnRefusal::FailAll).await?.into_iter().collect()
+}
+
+/// What to do when the database refuses a set statement.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnRefusal {
+    /// Write each event alone, so one bad event fails only itself.
+    OneByOne,
+    /// Fail them all (inside a transaction, which the refusal aborted).
+    FailAll,
+}
+
+async fn write_with(
+    client: &impl GenericClient,
+    events: &[PreparedEvent],
+    on_refusal: OnRefusal,
+) -> Result<Vec<IngestResult>, DbError> {
+    if let [event] = events {
         return match insert_prepared(client, event, EndpointKind::Webhook).await {
-            Err(error) if is_for_everyone(&error) => Err(error),
+            Err(error) if on_refusal == OnRefusal::FailAll || is_for_everyone(&error) => Err(error),
             outcome => Ok(vec![outcome]),
         };
     }
@@ -140,19 +168,29 @@ pub async fn write(client: &impl GenericClient, events: Vec<PreparedEvent>) -> R
     let firsts: Vec<&PreparedEvent> = first.iter().map(|&index| &events[index]).collect();
     match insert_many(client, &firsts).await {
         Ok(written) => {
+            let written: HashMap<Uuid, (DateTime<Utc>, i64)> =
+                written.into_iter().map(|(id, received_at, deliveries)| (id, (received_at, deliveries))).collect();
+            let mut held = Vec::new();
             for (&index, event) in first.iter().zip(&firsts) {
-                outcomes[index] = Some(match written.iter().find(|row| row.0 == event.id.as_uuid()) {
-                    Some(&(_, received_at, deliveries)) => {
-                        Ok(IngestOutcome::Created(event.receipt(received_at, deliveries)))
+                match written.get(&event.id.as_uuid()) {
+                    Some(&(received_at, deliveries)) => {
+                        outcomes[index] = Some(Ok(IngestOutcome::Created(event.receipt(received_at, deliveries))))
                     }
-                    None => {
-                        let key = event.idempotency_key.as_deref().unwrap_or_default();
-                        find_duplicate(client, event.tenant, key, &event.request_hash).await
-                    }
-                });
+                    None => held.push(index),
+                }
+            }
+            // Keys held by earlier events: their answers, pipelined.
+            let found = join_all(held.iter().map(|&index| {
+                let event = &events[index];
+                let key = event.idempotency_key.as_deref().unwrap_or_default();
+                find_duplicate(client, event.tenant, key, &event.request_hash)
+            }))
+            .await;
+            for (index, outcome) in held.into_iter().zip(found) {
+                outcomes[index] = Some(outcome);
             }
         }
-        Err(error) if is_for_everyone(&error) => return Err(error),
+        Err(error) if on_refusal == OnRefusal::FailAll || is_for_everyone(&error) => return Err(error),
         Err(error) => {
             tracing::warn!(events = firsts.len(), error = %crate::telemetry::error_chain(&error), "ingest batch refused; writing its events one at a time");
             for &index in &first {
@@ -160,8 +198,14 @@ pub async fn write(client: &impl GenericClient, events: Vec<PreparedEvent>) -> R
             }
         }
     }
+    // Later occurrences of a key, in order, once their first is written.
     for index in repeats {
-        outcomes[index] = Some(insert_prepared(client, &events[index], EndpointKind::Webhook).await);
+        let outcome = insert_prepared(client, &events[index], EndpointKind::Webhook).await;
+        if on_refusal == OnRefusal::FailAll {
+            outcomes[index] = Some(Ok(outcome?));
+        } else {
+            outcomes[index] = Some(outcome);
+        }
     }
     Ok(outcomes
         .into_iter()
