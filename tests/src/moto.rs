@@ -66,7 +66,15 @@ impl MotoServer {
 
     /// Creates a queue and returns its URL.
     pub async fn create_queue(&self, name: &str) -> String {
-        let created = self.client().create_queue().queue_name(name).send().await.expect("create queue");
+        // Setup, not the code under test: patient on a busy machine.
+        let credentials = Credentials::new("test", "test", None, None, "tests");
+        let setup = relayops_shared::sqs_wakeup::client(
+            "us-east-1".into(),
+            Some(credentials),
+            Some(self.endpoint.clone()),
+            Duration::from_secs(15),
+        );
+        let created = setup.create_queue().queue_name(name).send().await.expect("create queue");
         created.queue_url().expect("queue url").to_owned()
     }
 }

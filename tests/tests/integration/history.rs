@@ -44,14 +44,19 @@ async fn expired_partitions_are_dropped_but_never_one_holding_an_unfinished_deli
     let history = config.publisher.history.clone();
     let mut env = relayops_tests::TestEnv::start_with(config).await;
     env.create_endpoint("/sim/ok", &["order.*"], json!({})).await;
+    let client = env.pool.get().await.unwrap();
+    // On a busy machine, starting up or waiting can outlast the 2 s windows
+    // made ahead (maintenance runs only when this test says): make them
+    // before each event.
+    partitions::ensure(&client, &history).await.unwrap();
     let (delivered, first) = event_uuid(&env.post_event("order.created", json!({"n": 1})).await);
     env.wait_for_status(&delivered, "delivered").await;
     // An unfinished delivery in a later window: no worker to send it.
     env.kill_worker().await;
     into_the_window_after(first, window).await;
+    partitions::ensure(&client, &history).await.unwrap();
     let (stuck, _) = event_uuid(&env.post_event("order.created", json!({"n": 2})).await);
 
-    let client = env.pool.get().await.unwrap();
     let dropped = std::sync::Mutex::new(Vec::<String>::new());
     let dropped = &dropped;
     let report = relayops_tests::eventually(Duration::from_secs(30), || async {
@@ -77,6 +82,7 @@ async fn expired_partitions_are_dropped_but_never_one_holding_an_unfinished_deli
 
     // Once it is delivered, its window goes too, and the attempts (made
     // later, in later windows) after theirs.
+    partitions::ensure(&client, &history).await.unwrap();
     env.start_worker().await;
     env.wait_for_status(&stuck, "delivered").await;
     relayops_tests::eventually(Duration::from_secs(30), || async {
