@@ -71,7 +71,10 @@ impl From<tokio_postgres::Error> for DbError {
         };
         let code = db.code().clone();
         let constraint = db.constraint().unwrap_or_default().to_owned();
-        if code == SqlState::CHECK_VIOLATION && db.message().starts_with("no partition of relation") {
+        // Tuple routing's "no partition of relation … found for row" names
+        // no constraint (a CHECK's violation always does); told apart that
+        // way, not by its message, which `lc_messages` may translate.
+        if code == SqlState::CHECK_VIOLATION && db.constraint().is_none() {
             Self::NoPartition(source)
         } else if code == SqlState::UNIQUE_VIOLATION {
             Self::UniqueViolation { constraint, source }
