@@ -47,7 +47,9 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 #[derive(Debug, Serialize, ToSchema)]
 struct ReplayedView {
     id: DeliveryId,
-    /// Always `pending`.
+    /// `pending`; or `scheduled` for an ordered delivery whose lane had moved
+    /// on: it joined the back of its lane and is sent once the deliveries in
+    /// flight for its key are terminal.
     status: &'static str,
     /// The status it had: `dead` or `failed` (replayed), `pending` or
     /// `scheduled` (rescued: sent now with a new message).
@@ -65,7 +67,7 @@ struct ReplayedView {
     responses(
         (status = 202, description = "Back to pending, with a new message", body = ReplayedView),
         (status = 404, description = "No such delivery"),
-        (status = 409, description = "The delivery is delivered, or in progress under a worker's lease")
+        (status = 409, description = "The delivery is delivered, in progress under a worker's lease, or waiting in its ordering lane behind an earlier delivery")
     )
 )]
 async fn replay_one(
@@ -83,6 +85,16 @@ async fn replay_one(
             let view = ReplayedView { id: delivery_id, status: "pending", previous_status: previous.as_str() };
             Ok((StatusCode::ACCEPTED, Json(view)))
         }
+        ReplayOutcome::Queued(previous) => {
+            tracing::info!(tenant_id = %caller.tenant_id, delivery_id = %delivery_id,
+                previous_status = previous.as_str(), "delivery replayed to the back of its ordering lane");
+            let view = ReplayedView { id: delivery_id, status: "scheduled", previous_status: previous.as_str() };
+            Ok((StatusCode::ACCEPTED, Json(view)))
+        }
+        ReplayOutcome::WaitingInLane => Err(ApiError::Conflict(format!(
+            "delivery {delivery_id} waits in its ordering lane behind an earlier delivery of its key; \
+             it is sent in its turn"
+        ))),
         ReplayOutcome::NotFound => Err(ApiError::NotFound("delivery")),
         ReplayOutcome::NotReplayable(status) => Err(ApiError::Conflict(format!(
             "delivery {delivery_id} is {}; only dead, failed, pending or scheduled deliveries can be replayed \

@@ -38,6 +38,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ),
     ("0011_outbox_delete_on_publish", include_str!("../../../migrations/0011_outbox_delete_on_publish.sql")),
     ("0012_ingest_key_takeover_check", include_str!("../../../migrations/0012_ingest_key_takeover_check.sql")),
+    ("0014_ordering_lanes", include_str!("../../../migrations/0014_ordering_lanes.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -17,6 +17,7 @@ pub mod endpoint_stats;
 pub mod endpoints;
 pub mod event_queries;
 pub mod events;
+pub mod lanes;
 pub mod operational;
 pub mod outbox;
 pub mod recovery;
