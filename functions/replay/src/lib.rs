@@ -2,10 +2,12 @@
 //! outbox row, in one transaction — one by id (`POST /v1/deliveries/{id}/replay`,
 //! which also rescues a stuck `pending` or `scheduled` row; delivered or
 //! in-progress is a 409 naming the status), or in bulk by filter (`POST
-//! /v1/replays`, with a dry run and a cap per call).
+//! /v1/replays`, with a dry run and a cap per call); and skipping the dead
+//! delivery a blocked ordering lane is held on ([`skip`]).
 //!
 //! Invariant: replay never talks to RabbitMQ; like ingest, its output is the outbox.
 mod bulk;
+mod skip;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -23,6 +25,7 @@ pub fn routes() -> Router<ApiState> {
     Router::new()
         .route("/v1/deliveries/{delivery_id}/replay", post(replay_one))
         .route("/v1/replays", post(bulk::replay_matching))
+        .route("/v1/deliveries/{delivery_id}/skip", post(skip::skip))
 }
 
 /// The function on its own, as its Lambda serves it.
@@ -33,7 +36,7 @@ pub fn router(state: ApiState) -> Router {
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(replay_one, bulk::replay_matching),
+    paths(replay_one, bulk::replay_matching, skip::skip),
     tags((name = "replay", description = "Sending dead or failed deliveries again"))
 )]
 struct ReplayApi;

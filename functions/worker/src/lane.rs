@@ -48,6 +48,19 @@ pub async fn move_on(tx: &impl GenericClient, lane: LaneKey<'_>, job: &DeliveryJ
     Ok(released.is_some())
 }
 
+/// What the job's death does to its lane (after [`lock`], in the dead
+/// letter's transaction): hold it on the dead head if the endpoint blocks on
+/// dead letters, else move on. `true` when a next delivery was released.
+pub async fn after_death(tx: &impl GenericClient, lane: LaneKey<'_>, job: &DeliveryJob) -> Result<bool, DbError> {
+    if lanes::blocks_on_dead_letter(tx, lane).await? {
+        lanes::block(tx, lane, job.delivery_id).await?;
+        tracing::info!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id, endpoint_id = %job.endpoint_id,
+            "ordering lane blocked on a dead delivery until it is replayed or skipped");
+        return Ok(false);
+    }
+    move_on(tx, lane, job).await
+}
+
 /// Until when a send of this job may run: its lease from the moment the claim
 /// was asked for (the database's lease began later, so this ends earlier),
 /// less a margin for the time the drop itself takes. `None` for unordered

@@ -360,8 +360,10 @@ impl Processor {
         let settled = deliveries::record_attempt(&tx, job, &self.config.worker_id, record).await?;
         let mut emitted = false;
         if settled == Settled::Recorded {
-            if let Some(lane) = lane {
-                emitted |= lane::move_on(&tx, lane, job).await?;
+            match lane {
+                Some(lane) if outcome == AttemptOutcome::Dead => emitted |= lane::after_death(&tx, lane, job).await?,
+                Some(lane) => emitted |= lane::move_on(&tx, lane, job).await?,
+                None => {}
             }
             if outcome == AttemptOutcome::Dead {
                 let letter = DeadLetter {

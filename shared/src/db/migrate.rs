@@ -39,6 +39,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0011_outbox_delete_on_publish", include_str!("../../../migrations/0011_outbox_delete_on_publish.sql")),
     ("0012_ingest_key_takeover_check", include_str!("../../../migrations/0012_ingest_key_takeover_check.sql")),
     ("0014_ordering_lanes", include_str!("../../../migrations/0014_ordering_lanes.sql")),
+    ("0015_dead_letter_lane_policy", include_str!("../../../migrations/0015_dead_letter_lane_policy.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -33,6 +33,34 @@ impl OrderingKey {
     }
 }
 
+/// What a dead letter does to its ordering lane (an endpoint setting).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeadLetterLane {
+    /// The next delivery of the key goes on (the dead one can be replayed).
+    #[default]
+    Release,
+    /// The lane waits until the dead delivery is replayed or skipped.
+    Block,
+}
+
+impl DeadLetterLane {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Release => "release",
+            Self::Block => "block",
+        }
+    }
+
+    /// A stored value (the database allows only these two).
+    pub fn from_stored(text: &str) -> Self {
+        if text == "block" {
+            Self::Block
+        } else {
+            Self::Release
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

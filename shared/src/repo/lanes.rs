@@ -18,10 +18,14 @@
 //! statements start after the lock was granted — sees every delivery that
 //! joined before it. Not tenant-scoped by a client: the worker acts on ids
 //! from its claim; replay passes the caller's tenant.
+use chrono::{DateTime, Utc};
+
 use crate::db::DbError;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::delivery_queries::TimeKey;
 use crate::repo::sql;
 use crate::repo::GenericClient;
+use tokio_postgres::types::ToSql;
 
 /// One (endpoint, ordering key) of a tenant.
 #[derive(Debug, Clone, Copy)]
@@ -60,7 +64,7 @@ const RELEASE: &str = "WITH next AS (
          RETURNING w.delivery_id, w.event_id),
      moved AS (
          UPDATE relayops.ordering_lanes l
-         SET head_delivery_id = n.delivery_id, head_event_id = n.event_id, updated_at = now()
+         SET head_delivery_id = n.delivery_id, head_event_id = n.event_id, blocked_since = NULL, updated_at = now()
          FROM next n
          WHERE l.tenant_id = $1 AND l.endpoint_id = $2 AND l.ordering_key = $3 AND l.head_delivery_id = $4),
      emptied AS (
@@ -105,6 +109,80 @@ pub async fn release(
     )
     .await?;
     Ok(row.map(|row| DeliveryId::from_uuid(row.get(0))))
+}
+
+const BLOCKS_ON_DEAD_LETTER: &str = "SELECT dead_letter_lane = 'block' FROM relayops.webhook_endpoints
+     WHERE tenant_id = $1 AND id = $2";
+
+/// Whether the endpoint holds a lane whose head died (its `dead_letter_lane`
+/// is `block`) instead of letting the next delivery go.
+pub async fn blocks_on_dead_letter(tx: &impl GenericClient, lane: LaneKey<'_>) -> Result<bool, DbError> {
+    let row = sql::query_opt(tx, BLOCKS_ON_DEAD_LETTER, &[&lane.tenant.as_uuid(), &lane.endpoint.as_uuid()]).await?;
+    Ok(row.is_some_and(|row| row.get(0)))
+}
+
+const BLOCK: &str = "UPDATE relayops.ordering_lanes SET blocked_since = now(), updated_at = now()
+     WHERE tenant_id = $1 AND endpoint_id = $2 AND ordering_key = $3 AND head_delivery_id = $4";
+
+/// Holds the lane on its dead head (after [`lock`]): nothing behind it goes
+/// until the head is replayed ([`unblock`]) or skipped ([`release`]).
+pub async fn block(tx: &impl GenericClient, lane: LaneKey<'_>, dead: DeliveryId) -> Result<(), DbError> {
+    let params: [&(dyn ToSql + Sync); 4] =
+        [&lane.tenant.as_uuid(), &lane.endpoint.as_uuid(), &lane.ordering_key, &dead.as_uuid()];
+    sql::execute(tx, BLOCK, &params).await?;
+    Ok(())
+}
+
+const UNBLOCK: &str = "UPDATE relayops.ordering_lanes SET blocked_since = NULL, updated_at = now()
+     WHERE tenant_id = $1 AND endpoint_id = $2 AND ordering_key = $3 AND head_delivery_id = $4
+       AND blocked_since IS NOT NULL";
+
+/// The blocked lane's head is being sent again (a replay): the lane is no
+/// longer blocked, and its head holds it as any head does.
+pub async fn unblock(tx: &impl GenericClient, lane: LaneKey<'_>, head: DeliveryId) -> Result<(), DbError> {
+    let params: [&(dyn ToSql + Sync); 4] =
+        [&lane.tenant.as_uuid(), &lane.endpoint.as_uuid(), &lane.ordering_key, &head.as_uuid()];
+    sql::execute(tx, UNBLOCK, &params).await?;
+    Ok(())
+}
+
+const FIND_BLOCKED_BY: &str = "SELECT endpoint_id, ordering_key FROM relayops.ordering_lanes
+     WHERE tenant_id = $1 AND head_delivery_id = $2 AND blocked_since IS NOT NULL";
+
+/// Skips a blocked lane's dead head: the lane moves on past it (the next
+/// delivery of the key goes; the dead one stays dead, and may still be
+/// replayed — to the back of the lane). `None` when `dead` blocks no lane of
+/// the tenant. Takes the lane's lock, then releases, in the caller's
+/// transaction; returns the delivery released, if any.
+pub async fn skip(tx: &impl GenericClient, tenant: TenantId, dead: DeliveryId) -> Result<Option<Skipped>, DbError> {
+    let Some(row) = sql::query_opt(tx, FIND_BLOCKED_BY, &[&tenant.as_uuid(), &dead.as_uuid()]).await? else {
+        return Ok(None);
+    };
+    let ordering_key: String = row.get("ordering_key");
+    let lane = LaneKey { tenant, endpoint: EndpointId::from_uuid(row.get("endpoint_id")), ordering_key: &ordering_key };
+    // Checked again under the lock: a replay may have unblocked it meanwhile.
+    if lock(tx, lane).await? != Some(dead) || !is_blocked(tx, lane).await? {
+        return Ok(None);
+    }
+    let released = release(tx, lane, dead).await?;
+    Ok(Some(Skipped { endpoint: lane.endpoint, ordering_key: ordering_key.clone(), released }))
+}
+
+/// A skipped lane: which, and the delivery now sent next (if any waited).
+#[derive(Debug, Clone)]
+pub struct Skipped {
+    pub endpoint: EndpointId,
+    pub ordering_key: String,
+    pub released: Option<DeliveryId>,
+}
+
+const IS_BLOCKED: &str = "SELECT blocked_since IS NOT NULL FROM relayops.ordering_lanes
+     WHERE tenant_id = $1 AND endpoint_id = $2 AND ordering_key = $3";
+
+async fn is_blocked(tx: &impl GenericClient, lane: LaneKey<'_>) -> Result<bool, DbError> {
+    let row =
+        sql::query_opt(tx, IS_BLOCKED, &[&lane.tenant.as_uuid(), &lane.endpoint.as_uuid(), &lane.ordering_key]).await?;
+    Ok(row.is_some_and(|row| row.get(0)))
 }
 
 /// A delivery (re)joins its lane at the back: it is the head if the lane had
@@ -154,4 +232,49 @@ const IS_WAITING: &str = "SELECT EXISTS (SELECT 1 FROM relayops.ordering_lane_wa
 /// Whether a delivery waits in its lane behind an earlier one.
 pub async fn is_waiting(client: &impl GenericClient, tenant: TenantId, delivery: DeliveryId) -> Result<bool, DbError> {
     Ok(sql::query_one(client, IS_WAITING, &[&tenant.as_uuid(), &delivery.as_uuid()]).await?.get(0))
+}
+
+/// A lane held on its dead head (its endpoint blocks on dead letters).
+#[derive(Debug, Clone)]
+pub struct BlockedLane {
+    pub ordering_key: String,
+    /// The dead delivery holding the lane: replay or skip it.
+    pub delivery_id: DeliveryId,
+    pub event_id: EventId,
+    pub blocked_since: DateTime<Utc>,
+    /// How many deliveries of the key wait behind it.
+    pub waiting: i64,
+}
+
+const LIST_BLOCKED: &str = "SELECT l.ordering_key, l.head_delivery_id, l.head_event_id, l.blocked_since,
+            (SELECT count(*) FROM relayops.ordering_lane_waiting w
+             WHERE w.tenant_id = l.tenant_id AND w.endpoint_id = l.endpoint_id
+               AND w.ordering_key = l.ordering_key) AS waiting
+     FROM relayops.ordering_lanes l
+     WHERE l.tenant_id = $1 AND l.endpoint_id = $2 AND l.blocked_since IS NOT NULL
+       AND ($3::timestamptz IS NULL OR (l.blocked_since, l.head_delivery_id) < ($3, $4))
+     ORDER BY l.blocked_since DESC, l.head_delivery_id DESC
+     LIMIT $5";
+
+/// Up to `limit` of the endpoint's blocked lanes after `after` (the last of
+/// the previous page), most recently blocked first (`ordering_lanes_blocked_idx`).
+pub async fn list_blocked(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    endpoint: EndpointId,
+    after: Option<TimeKey>,
+    limit: i64,
+) -> Result<Vec<BlockedLane>, DbError> {
+    let (at, id) = (after.map(|key| key.at), after.map(|key| key.id));
+    let rows = sql::query(client, LIST_BLOCKED, &[&tenant.as_uuid(), &endpoint.as_uuid(), &at, &id, &limit]).await?;
+    Ok(rows
+        .iter()
+        .map(|row| BlockedLane {
+            ordering_key: row.get("ordering_key"),
+            delivery_id: DeliveryId::from_uuid(row.get("head_delivery_id")),
+            event_id: EventId::from_uuid(row.get("head_event_id")),
+            blocked_since: row.get("blocked_since"),
+            waiting: row.get("waiting"),
+        })
+        .collect())
 }

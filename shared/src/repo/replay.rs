@@ -165,6 +165,7 @@ async fn replay_in_lane(
     }
     let task = DeliveryTask { tenant_id: lane.tenant, delivery_id: id, event_id: event, endpoint_id: lane.endpoint };
     if head == Some(id) {
+        lanes::unblock(tx, lane, id).await?;
         sql::execute(tx, MAKE_PENDING, &ids).await?;
         outbox::insert_delivery_messages(tx, &[task]).await?;
         return Ok(ReplayOutcome::Replayed(previous));

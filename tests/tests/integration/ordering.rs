@@ -154,3 +154,145 @@ async fn many_keys_with_random_failures_and_two_worker_processes_arrive_in_order
 fn key_hash(key: &str) -> i64 {
     key.bytes().fold(17_i64, |hash, byte| (hash * 31 + i64::from(byte)) % 1_000_003)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_releases_its_lane_by_default_and_its_replay_joins_the_back() {
+    let env = TestEnv::start().await;
+    let (receiver, url) =
+        LaneReceiver::start(
+            |arrival| {
+                if arrival.n == 0 && arrival.seen == 1 {
+                    Reply::Status(500)
+                } else {
+                    Reply::Status(200)
+                }
+            },
+        )
+        .await;
+    let endpoint = env.create_lane_endpoint(&url, json!({ "max_attempts": 1 })).await;
+    assert_eq!(endpoint["dead_letter_lane"], "release", "the default");
+    let mut events = Vec::new();
+    for n in 0..3 {
+        let answer = env.post_ordered("order.updated", json!({ "key": "k", "n": n }), "k").await;
+        events.push(answer.body["id"].as_str().unwrap().to_owned());
+    }
+    let dead = env.wait_for_status(&events[0], "dead").await;
+    env.wait_for_status(&events[2], "delivered").await;
+
+    let replay = env.post(&format!("/v1/deliveries/{}/replay", dead["id"].as_str().unwrap()), json!({})).await;
+    assert_eq!(replay.status, 202, "{:?}", replay.body);
+    assert_eq!(replay.body["status"], "pending", "the lane was empty: sent at once");
+    env.wait_for_status(&events[0], "delivered").await;
+    let positions: Vec<i64> = receiver.arrivals().iter().map(|arrival| arrival.n).collect();
+    assert_eq!(positions, [0, 1, 2, 0], "the dead letter released the lane; its replay came after");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_endpoint_holds_a_lane_on_its_dead_letter_until_a_replay_or_a_skip() {
+    let env = TestEnv::start().await;
+    // Positions 0 and 2 of key `k` die on their first attempt.
+    let (receiver, url) = LaneReceiver::start(|arrival| {
+        if arrival.key == "k" && [0, 2].contains(&arrival.n) && arrival.seen == 1 {
+            Reply::Status(500)
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
+    let endpoint = env.create_lane_endpoint(&url, json!({ "max_attempts": 1, "dead_letter_lane": "block" })).await;
+    assert_eq!(endpoint["dead_letter_lane"], "block");
+    let endpoint_id = endpoint["id"].as_str().unwrap();
+    let mut events = Vec::new();
+    for n in 0..4 {
+        let answer = env.post_ordered("order.updated", json!({ "key": "k", "n": n }), "k").await;
+        events.push(answer.body["id"].as_str().unwrap().to_owned());
+    }
+    for n in 0..3 {
+        env.post_ordered("order.updated", json!({ "key": "other", "n": n }), "other").await;
+    }
+    let first_dead = env.wait_for_status(&events[0], "dead").await;
+    receiver.wait_until(WAIT, |arrivals| arrivals.iter().filter(|a| a.key == "other").count() == 3).await;
+    let blocked_lanes = format!("/v1/endpoints/{endpoint_id}/blocked-lanes");
+    let blocked = env.get(&blocked_lanes).await;
+    assert_eq!(blocked.status, 200, "{:?}", blocked.body);
+    assert_eq!(blocked.body["data"].as_array().unwrap().len(), 1, "only `k` is held: {:?}", blocked.body);
+    assert_eq!(blocked.body["data"][0]["ordering_key"], "k");
+    assert_eq!(blocked.body["data"][0]["delivery_id"], first_dead["id"]);
+    assert_eq!(blocked.body["data"][0]["waiting"], 3);
+    assert!(receiver.arrivals().iter().filter(|a| a.key == "k").all(|a| a.n == 0), "nothing behind the dead letter");
+
+    // A replay sends the dead head again; the lane goes on once it is delivered.
+    let replay = env.post(&format!("/v1/deliveries/{}/replay", first_dead["id"].as_str().unwrap()), json!({})).await;
+    assert_eq!(replay.status, 202, "{:?}", replay.body);
+    let second_dead = env.wait_for_status(&events[2], "dead").await;
+    let blocked = env.get(&blocked_lanes).await;
+    assert_eq!(blocked.body["data"][0]["delivery_id"], second_dead["id"], "now held on position 2");
+    assert_eq!(blocked.body["data"][0]["waiting"], 1);
+
+    // A skip lets the lane go on past it; the skipped delivery stays dead.
+    let skip_path = format!("/v1/deliveries/{}/skip", second_dead["id"].as_str().unwrap());
+    let skipped = env.post(&skip_path, json!({})).await;
+    assert_eq!(skipped.status, 200, "{:?}", skipped.body);
+    assert_eq!(skipped.body["ordering_key"], "k");
+    assert!(skipped.body["released"].is_string(), "position 3 released: {:?}", skipped.body);
+    env.wait_for_status(&events[3], "delivered").await;
+    env.wait_for_status(&events[2], "dead").await;
+    let positions: Vec<i64> = receiver.arrivals().iter().filter(|a| a.key == "k").map(|a| a.n).collect();
+    assert_eq!(positions, [0, 0, 1, 2, 3]);
+    assert_eq!(env.get(&blocked_lanes).await.body["data"], json!([]));
+    let again = env.post(&skip_path, json!({})).await;
+    let detail = again.expect_problem(409);
+    assert!(detail.contains("no blocked ordering lane"), "{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordering_keys_are_validated_shown_and_filterable() {
+    let env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    for bad in ["", " padded", "line\nbreak", &"k".repeat(257)] {
+        let body = json!({ "event_type": "a.b", "payload": {}, "ordering_key": bad });
+        let detail = env.post("/v1/events", body).await.expect_problem(422);
+        assert!(detail.contains("ordering_key"), "the problem names the field: {detail}");
+    }
+    assert_eq!(env.count("events").await, 0, "nothing written for a refused key");
+    let batch = json!({ "events": [
+        { "event_type": "a.b", "payload": {}, "ordering_key": "" },
+        { "event_type": "a.b", "payload": {}, "ordering_key": "order-7" },
+    ] });
+    let answer = env.post("/v1/events/batch", batch).await;
+    assert_eq!(answer.body["results"][0]["status"], 422, "{:?}", answer.body);
+    assert_eq!(answer.body["results"][1]["status"], 201);
+    assert_eq!(answer.body["results"][1]["event"]["ordering_key"], "order-7");
+    env.post_ordered("a.b", json!({}), "order-8").await;
+    env.post_event("a.b", json!({})).await;
+
+    let events = env.get("/v1/events?ordering_key=order-7").await;
+    assert_eq!(events.body["data"].as_array().unwrap().len(), 1, "{:?}", events.body);
+    assert_eq!(events.body["data"][0]["ordering_key"], "order-7");
+    assert_eq!(env.get("/v1/events").await.body["data"].as_array().unwrap().len(), 3);
+    let detail = env.get("/v1/events?ordering_key=%0A").await.expect_problem(400);
+    assert!(detail.contains("ordering_key"), "{detail}");
+    let detail = env.get("/v1/deliveries?ordering_key=").await.expect_problem(400);
+    assert!(detail.contains("ordering_key"), "{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_list_by_ordering_key_and_show_it() {
+    let config = relayops_tests::TestConfig { run_worker: false, run_publisher: false, ..Default::default() };
+    let env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    for n in 0..3 {
+        env.post_ordered("a.b", json!({ "n": n }), "order-1").await;
+    }
+    env.post_ordered("a.b", json!({}), "order-2").await;
+    env.post_event("a.b", json!({})).await;
+    let listed = env.get("/v1/deliveries?ordering_key=order-1").await;
+    let data = listed.body["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3, "{:?}", listed.body);
+    assert!(data.iter().all(|d| d["ordering_key"] == "order-1"));
+    // Nothing runs: the first is pending (the lane's head), the others wait
+    // without a message.
+    let statuses: Vec<&str> = data.iter().rev().map(|d| d["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["pending", "scheduled", "scheduled"]);
+    assert!(data.iter().all(|d| d["next_attempt_at"].is_null()));
+    assert_eq!(env.count("outbox_messages").await, 3, "one message per lane head and one for the unordered event");
+}
