@@ -296,3 +296,41 @@ async fn deliveries_list_by_ordering_key_and_show_it() {
     assert!(data.iter().all(|d| d["next_attempt_at"].is_null()));
     assert_eq!(env.count("outbox_messages").await, 3, "one message per lane head and one for the unordered event");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_rabbitmq_restart_mid_lane_keeps_every_key_in_order() {
+    const KEYS: i64 = 5;
+    const PER_KEY: i64 = 6;
+    let mut config = relayops_tests::TestConfig::default();
+    // Whatever the restart drops, recovery brings back after this grace.
+    config.publisher.recovery_grace = Duration::from_secs(10);
+    let env = TestEnv::start_with(config).await;
+    // Every event's first attempt fails: each lane's head waits in a retry
+    // queue when the broker goes down.
+    let (receiver, url) =
+        LaneReceiver::start(|arrival| if arrival.seen == 1 { Reply::Status(503) } else { Reply::Status(200) }).await;
+    env.create_lane_endpoint(&url, json!({ "retry_schedule_secs": [3] })).await;
+    for n in 0..PER_KEY {
+        for k in 0..KEYS {
+            let key = format!("key-{k}");
+            env.post_ordered("order.updated", json!({ "key": key, "n": n }), &key).await;
+        }
+    }
+    receiver.wait_until(WAIT, |arrivals| arrivals.len() as i64 >= KEYS).await;
+    tokio::task::spawn_blocking(|| {
+        relayops_tests::rabbitmqctl(&["stop_app"]);
+        relayops_tests::rabbitmqctl(&["start_app"]);
+        relayops_tests::rabbitmqctl(&["await_startup"]);
+    })
+    .await
+    .unwrap();
+
+    let total = (KEYS * PER_KEY) as usize;
+    let arrivals = receiver.wait_until(Duration::from_secs(180), |arrivals| accepted_count(arrivals) == total).await;
+    let violations = order_violations(&arrivals);
+    assert!(violations.is_empty(), "{violations:#?}");
+    let expected: Vec<i64> = (0..PER_KEY).collect();
+    for (key, positions) in received_positions(&arrivals) {
+        assert_eq!(positions, expected, "key {key}: every event, in order");
+    }
+}
