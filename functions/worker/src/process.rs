@@ -223,22 +223,7 @@ impl Processor {
             }
         };
         if !job.endpoint_enabled {
-            let mut client = self.pool.get().await.map_err(DbError::from)?;
-            let tx = client.transaction().await.map_err(DbError::from)?;
-            let lane = lane::of(&job);
-            if let Some(lane) = lane {
-                lane::lock(&tx, lane, &job).await?;
-            }
-            let (worker, reason) = (&self.config.worker_id, "endpoint disabled");
-            let settled = deliveries::settle_without_attempt(&tx, &job, worker, DeliveryStatus::Failed, reason).await?;
-            let released = match lane {
-                Some(lane) if settled == Settled::Recorded => lane::move_on(&tx, lane, &job).await?,
-                _ => false,
-            };
-            tx.commit().await.map_err(DbError::from)?;
-            if released {
-                self.wakeup.wake();
-            }
+            let settled = self.fail_for_disabled_endpoint(&job).await?;
             if settled == Settled::LeaseLost {
                 return Ok(Disposition::Requeue);
             }
@@ -291,6 +276,26 @@ impl Processor {
                 }
             }
         }
+    }
+
+    /// Settles a claimed delivery whose endpoint was disabled after fan-out as
+    /// `failed` without an attempt; a lane's head moves its lane on in the
+    /// same transaction (an unordered one is one statement, as always).
+    async fn fail_for_disabled_endpoint(&self, job: &DeliveryJob) -> Result<Settled, ProcessError> {
+        let (worker, reason) = (&self.config.worker_id, "endpoint disabled");
+        let mut client = self.pool.get().await.map_err(DbError::from)?;
+        let Some(lane) = lane::of(job) else {
+            return Ok(deliveries::settle_without_attempt(&client, job, worker, DeliveryStatus::Failed, reason).await?);
+        };
+        let tx = client.transaction().await.map_err(DbError::from)?;
+        lane::lock(&tx, lane, job).await?;
+        let settled = deliveries::settle_without_attempt(&tx, job, worker, DeliveryStatus::Failed, reason).await?;
+        let released = settled == Settled::Recorded && lane::move_on(&tx, lane, job).await?;
+        tx.commit().await.map_err(DbError::from)?;
+        if released {
+            self.wakeup.wake();
+        }
+        Ok(settled)
     }
 
     /// Sends, extending the delivery's lease every third of its length while

@@ -334,3 +334,26 @@ async fn exclusive_rabbitmq_restart_mid_lane_keeps_every_key_in_order() {
         assert_eq!(positions, expected, "key {key}: every event, in order");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_endpoint_fails_a_lane_one_delivery_after_another() {
+    let mut env = TestEnv::start_with(relayops_tests::TestConfig { run_worker: false, ..Default::default() }).await;
+    let (receiver, url) = LaneReceiver::start(|_| Reply::Status(200)).await;
+    let endpoint = env.create_lane_endpoint(&url, json!({})).await;
+    let mut events = Vec::new();
+    for n in 0..3 {
+        let answer = env.post_ordered("order.updated", json!({ "key": "k", "n": n }), "k").await;
+        events.push(answer.body["id"].as_str().unwrap().to_owned());
+    }
+    let path = format!("/v1/endpoints/{}", endpoint["id"].as_str().unwrap());
+    let answer =
+        env.request(reqwest::Method::PATCH, &path, Some(&env.api_key), Some(json!({ "enabled": false }))).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    env.start_worker().await;
+    for event in &events {
+        let failed = env.wait_for_status(event, "failed").await;
+        assert_eq!(failed["last_error"], "endpoint disabled");
+    }
+    env.wait_for_sql("the lane emptied", "SELECT count(*) = 0 FROM relayops.ordering_lanes").await;
+    assert!(receiver.arrivals().is_empty(), "nothing sent to a disabled endpoint");
+}
