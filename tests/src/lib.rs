@@ -13,6 +13,7 @@ pub mod console;
 pub mod https;
 mod inspect;
 pub mod lambda;
+pub mod lanes;
 pub mod managed;
 pub mod moto;
 pub mod netns;

@@ -48,8 +48,9 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
-    /// delivery-batched, fanout, fanout-batched, paced, slow, backlog, console.
-    /// `fanout` and `fanout-batched` run once per `--fanout-endpoints` count.
+    /// delivery-batched, fanout, fanout-batched, ordered, paced, slow, backlog,
+    /// console. `fanout` and `fanout-batched` run once per `--fanout-endpoints`
+    /// count, `ordered` once per `--ordered-keys` count.
     /// `backlog` needs `--relayops-bin` and a target running without a worker
     /// (`relayops api`).
     #[arg(long, default_value = "ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow")]
@@ -58,6 +59,13 @@ struct Args {
     /// each fan-out scenario per count, each `--events` deliveries in all.
     #[arg(long, value_delimiter = ',', default_value = "10")]
     fanout_endpoints: Vec<usize>,
+    /// Ordering keys of the `ordered` scenario (events with keys, one
+    /// endpoint), comma-separated: one run per count.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,10000")]
+    ordered_keys: Vec<usize>,
+    /// Events of each `ordered` run (a single key moves one delivery at a time).
+    #[arg(long, default_value_t = 2000)]
+    ordered_events: usize,
     /// Offered rate (events/s) of the `paced` and `slow` scenarios.
     #[arg(long, default_value_t = 500)]
     rate: u32,
@@ -139,7 +147,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if scenarios.contains(&"ingest") {
         let meter = cost::Meter::start();
-        let (figures, _) = target.ingest("bench.none", args.events, args.concurrency, "ingest").await;
+        let (figures, _) = target.ingest("bench.none", args.events, args.concurrency, "ingest", None).await;
         let cost = meter.finish("events", figures.accepted);
         report.insert("ingest".into(), with_cost(figures, cost)?);
     }
@@ -150,9 +158,12 @@ async fn main() -> anyhow::Result<()> {
         let cost = meter.finish("events", figures.accepted);
         report.insert("batch_ingest".into(), with_cost(figures, cost)?);
     }
-    let deliveries = delivery_scenarios(&scenarios, &args.fanout_endpoints)?;
+    let deliveries = delivery_scenarios(&scenarios, &args.fanout_endpoints, &args.ordered_keys)?;
     for d in &deliveries {
-        let events = (args.events / d.endpoints).max(1);
+        let events = match d.feed {
+            Feed::Ordered { .. } => args.ordered_events,
+            _ => (args.events / d.endpoints).max(1),
+        };
         let figures = target.deliver(&d.event_type, d.endpoints, events, args.concurrency, d.feed, timeout).await?;
         report.insert(d.key.clone(), serde_json::to_value(figures)?);
     }
@@ -214,8 +225,13 @@ struct DeliveryScenario {
 
 /// The delivery scenarios asked for, in order; the fan-out ones once per
 /// endpoint count (`fanout_10`, `fanout_10_batched`, ...).
-fn delivery_scenarios(asked: &[&str], fanout_endpoints: &[usize]) -> anyhow::Result<Vec<DeliveryScenario>> {
+fn delivery_scenarios(
+    asked: &[&str],
+    fanout_endpoints: &[usize],
+    ordered_keys: &[usize],
+) -> anyhow::Result<Vec<DeliveryScenario>> {
     anyhow::ensure!(fanout_endpoints.iter().all(|n| *n > 0), "--fanout-endpoints: counts must be at least 1");
+    anyhow::ensure!(ordered_keys.iter().all(|n| *n > 0), "--ordered-keys: counts must be at least 1");
     let scenario = |key: String, label: String, event_type: String, endpoints, feed| DeliveryScenario {
         key,
         label,
@@ -240,6 +256,18 @@ fn delivery_scenarios(asked: &[&str], fanout_endpoints: &[usize]) -> anyhow::Res
         for n in fanout_endpoints {
             let (key, star) = (format!("fanout_{n}{suffix}"), if suffix.is_empty() { "" } else { "*" });
             found.push(scenario(key, format!("fan-out {n}{star}"), format!("bench.{name}-{n}"), *n, feed));
+        }
+    }
+    if asked.contains(&"ordered") {
+        for keys in ordered_keys {
+            let feed = Feed::Ordered { keys: *keys };
+            found.push(scenario(
+                format!("ordered_{keys}"),
+                format!("ordered {keys}"),
+                format!("bench.ordered-{keys}"),
+                1,
+                feed,
+            ));
         }
     }
     Ok(found)

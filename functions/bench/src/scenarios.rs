@@ -82,7 +82,20 @@ impl Target {
     /// came and the latency in ms of the request that was answered — or the
     /// status (or "transport") that refused it; and the refusals retried.
     pub async fn post_one(&self, event_type: &str, seq: usize) -> (Result<(String, Instant, f64), String>, Vec<u16>) {
-        let body = json!({ "event_type": event_type, "payload": { "seq": seq, "bench": true } });
+        self.post_one_keyed(event_type, seq, None).await
+    }
+
+    /// [`post_one`](Self::post_one) with an ordering key, if given.
+    pub async fn post_one_keyed(
+        &self,
+        event_type: &str,
+        seq: usize,
+        ordering_key: Option<String>,
+    ) -> (Result<(String, Instant, f64), String>, Vec<u16>) {
+        let mut body = json!({ "event_type": event_type, "payload": { "seq": seq, "bench": true } });
+        if let Some(ordering_key) = ordering_key {
+            body["ordering_key"] = json!(ordering_key);
+        }
         let key = crate::protocol::idempotency_key();
         let url = format!("{}/v1/events", self.api);
         let mut sent = Instant::now();
@@ -105,14 +118,16 @@ impl Target {
         (result, outcome.refused)
     }
 
-    /// Posts `events` events of `event_type`; returns the figures and each
-    /// accepted event's response instant.
+    /// Posts `events` events of `event_type` (with `keys`, event `n` gets the
+    /// ordering key `k{n % keys}`); returns the figures and each accepted
+    /// event's response instant.
     pub async fn ingest(
         &self,
         event_type: &str,
         events: usize,
         concurrency: usize,
         label: &str,
+        keys: Option<usize>,
     ) -> (IngestFigures, HashMap<String, Instant>) {
         let next = Arc::new(AtomicUsize::new(0));
         let acked = Arc::new(Mutex::new(HashMap::with_capacity(events)));
@@ -133,7 +148,8 @@ impl Target {
                     if n >= events {
                         break;
                     }
-                    let (result, refused) = target.post_one(&event_type, n).await;
+                    let ordering_key = keys.map(|keys| format!("k{}", n % keys.max(1)));
+                    let (result, refused) = target.post_one_keyed(&event_type, n, ordering_key).await;
                     count_statuses(&retried, &refused);
                     match result {
                         Ok((id, done, latency_ms)) => {
@@ -185,7 +201,8 @@ impl Target {
         let meter = Meter::start();
         let started = Instant::now();
         let (ingest, acked) = match feed {
-            Feed::Single => self.ingest(event_type, events, concurrency, event_type).await,
+            Feed::Single => self.ingest(event_type, events, concurrency, event_type, None).await,
+            Feed::Ordered { keys } => self.ingest(event_type, events, concurrency, event_type, Some(keys)).await,
             Feed::Batches(size) => {
                 let (figures, acked) = self.ingest_batches(event_type, events, size, (concurrency / 8).max(1)).await;
                 let ingest = IngestFigures {
@@ -225,6 +242,7 @@ impl Target {
             complete: delivered >= expected,
             feed: match feed {
                 Feed::Single => "single".to_owned(),
+                Feed::Ordered { keys } => format!("single, {keys} ordering keys"),
                 Feed::Batches(size) => format!("batches of {size}"),
             },
             ingest,
@@ -240,6 +258,9 @@ pub enum Feed {
     Single,
     /// `POST /v1/events/batch` with this many events each.
     Batches(usize),
+    /// One `POST /v1/events` per event, with one of this many ordering keys
+    /// (round robin): each key's deliveries go one at a time.
+    Ordered { keys: usize },
 }
 
 #[derive(Debug, Serialize)]

@@ -134,12 +134,15 @@ pub async fn replay(
     let id = delivery_id(&delivery_id_text)?;
     let tenant = form.session.tenant();
     match replay::replay_one(&state.pool, tenant, id).await? {
-        ReplayOutcome::Replayed(previous) => {
+        ReplayOutcome::Replayed(previous) | ReplayOutcome::Queued(previous) => {
             state.wake_publisher();
             tracing::info!(tenant_id = %tenant, delivery_id = %id, previous_status = previous.as_str(),
                 "delivery replayed in the console");
             Ok(Redirect::to(&format!("/console/deliveries/{id}?replayed=1")).into_response())
         }
+        ReplayOutcome::WaitingInLane => Err(ConsoleError::BadRequest(
+            "This delivery waits behind an earlier one of its ordering key; it is sent in its turn.".to_owned(),
+        )),
         ReplayOutcome::NotFound => Err(ConsoleError::NotFound("delivery")),
         ReplayOutcome::NotReplayable(status) => Err(ConsoleError::BadRequest(format!(
             "This delivery is {}; only dead or failed deliveries can be replayed.",

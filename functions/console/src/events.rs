@@ -48,6 +48,7 @@ pub async fn list(
 ) -> Result<Html<String>, ConsoleError> {
     let filter = EventFilter {
         event_type: filters::event_type(&query.event_type)?,
+        ordering_key: None,
         since: filters::time("since", &query.since)?,
         until: filters::time("until", &query.until)?,
     };

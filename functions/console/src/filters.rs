@@ -78,6 +78,7 @@ impl DeliveryQuery {
             status,
             endpoint: endpoint(&self.endpoint)?,
             event_type: event_type(&self.event_type)?,
+            ordering_key: None,
             since,
             until,
         })

@@ -8,7 +8,7 @@ use axum::Json;
 use relayops_shared::api::{ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, ValidationError};
+use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, OrderingKey, ValidationError};
 use relayops_shared::repo::event_batches;
 use relayops_shared::repo::events::{IngestOutcome, NewEvent, PreparedEvent};
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,7 @@ struct Parsed {
     event_type: EventType,
     payload: EventPayload,
     key: Option<IdempotencyKey>,
+    ordering_key: Option<OrderingKey>,
 }
 
 /// An item refused before the database: its status (413 or 422) and why.
@@ -81,7 +82,8 @@ fn parse_item(value: Value) -> Result<Parsed, Refused> {
         Refused { status: error.status().as_u16(), error: error.to_string() }
     })?;
     let key = item.idempotency_key.as_deref().map(IdempotencyKey::parse).transpose().map_err(Refused::invalid)?;
-    Ok(Parsed { event_type, payload, key })
+    let ordering_key = item.ordering_key.as_deref().map(OrderingKey::parse).transpose().map_err(Refused::invalid)?;
+    Ok(Parsed { event_type, payload, key, ordering_key })
 }
 
 /// Posts up to 500 events in one transaction; each item gets its own result.
@@ -113,8 +115,12 @@ pub async fn post_batch(
         .iter()
         .filter_map(|item| item.as_ref().ok())
         .map(|item| {
-            let new_event =
-                NewEvent { event_type: &item.event_type, payload: &item.payload, idempotency_key: item.key.as_ref() };
+            let new_event = NewEvent {
+                event_type: &item.event_type,
+                payload: &item.payload,
+                idempotency_key: item.key.as_ref(),
+                ordering_key: item.ordering_key.as_ref(),
+            };
             PreparedEvent::new(tenant, &new_event)
         })
         .collect();

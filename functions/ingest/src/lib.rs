@@ -15,7 +15,9 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use relayops_shared::api::{not_found_fallback, ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
-use relayops_shared::domain::{EventPayload, EventType, IdempotencyKey, ValidationError, MAX_PAYLOAD_BYTES};
+use relayops_shared::domain::{
+    EventPayload, EventType, IdempotencyKey, OrderingKey, ValidationError, MAX_PAYLOAD_BYTES,
+};
 use relayops_shared::ids::EventId;
 use relayops_shared::repo::events::{EventReceipt, IngestOutcome, NewEvent, PreparedEvent};
 use serde::{Deserialize, Serialize};
@@ -70,6 +72,14 @@ struct PostEventRequest {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 255)]
     idempotency_key: Option<String>,
+    /// Opt-in ordering: the deliveries of events that share a key go to each
+    /// endpoint one at a time, in the order the events were accepted — the
+    /// next only once the previous one is delivered, failed or dead (retries
+    /// hold it). 1 to 256 characters, no control characters, no leading or
+    /// trailing whitespace. Events without one are delivered in parallel.
+    #[serde(default)]
+    #[schema(example = "order-1042", min_length = 1, max_length = 256)]
+    ordering_key: Option<String>,
 }
 
 /// The stored event (the original one for a repeated idempotency key).
@@ -78,6 +88,8 @@ pub(crate) struct EventReceiptResponse {
     id: EventId,
     event_type: String,
     idempotency_key: Option<String>,
+    /// The event's ordering key, if it was posted with one.
+    ordering_key: Option<String>,
     received_at: DateTime<Utc>,
     /// How many deliveries the event fanned out to.
     deliveries: i64,
@@ -89,6 +101,7 @@ impl From<EventReceipt> for EventReceiptResponse {
             id: receipt.id,
             event_type: receipt.event_type,
             idempotency_key: receipt.idempotency_key,
+            ordering_key: receipt.ordering_key,
             received_at: receipt.received_at,
             deliveries: receipt.deliveries,
         }
@@ -142,10 +155,16 @@ async fn post_event(
     let event_type = EventType::parse(&request.event_type)?;
     let payload = EventPayload::parse(request.payload)?;
     let key = idempotency_key(&headers, request.idempotency_key.as_deref())?;
+    let ordering_key = request.ordering_key.as_deref().map(OrderingKey::parse).transpose()?;
 
     // One statement, shared with the requests that arrive meanwhile (group
     // commit); atomic on its own, so no explicit transaction.
-    let new_event = NewEvent { event_type: &event_type, payload: &payload, idempotency_key: key.as_ref() };
+    let new_event = NewEvent {
+        event_type: &event_type,
+        payload: &payload,
+        idempotency_key: key.as_ref(),
+        ordering_key: ordering_key.as_ref(),
+    };
     let outcome = state.ingest_writes.write(PreparedEvent::new(caller.tenant_id, &new_event)).await??;
     match outcome {
         IngestOutcome::Created(receipt) => {

@@ -16,6 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
 use crate::endpoints::{in_range, parse_schedule, EndpointView};
+use crate::health_view::DeadLetterLaneView;
 
 /// Default and longest overlap of an old secret with its replacement.
 pub const DEFAULT_GRACE_SECS: i64 = 24 * 3600;
@@ -58,6 +59,8 @@ pub struct UpdateEndpointRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i32>)]
     timeout_ms: Option<Option<i32>>,
+    #[serde(default)]
+    dead_letter_lane: Option<DeadLetterLaneView>,
 }
 
 fn checked(
@@ -110,6 +113,7 @@ pub async fn update(
         max_attempts: checked("max_attempts", request.max_attempts, 1..=50)?,
         retry_schedule_secs: schedule,
         timeout_ms: checked("timeout_ms", request.timeout_ms, 100..=60_000)?,
+        dead_letter_lane: request.dead_letter_lane.map(DeadLetterLaneView::domain),
     };
     let endpoint =
         apply_changes(&state, caller.tenant_id, id, &changes).await?.ok_or(ApiError::NotFound("endpoint"))?;

@@ -14,7 +14,7 @@ use relayops_shared::repo::endpoints::{self, EndpointRecord, NewEndpoint, Subscr
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::health_view::{HealthView, KindView};
+use crate::health_view::{DeadLetterLaneView, HealthView, KindView};
 
 const MAX_PATTERNS: usize = 100;
 
@@ -64,6 +64,8 @@ pub struct CreateEndpointRequest {
     #[serde(default)]
     #[schema(min_items = 1, max_items = 49)]
     retry_schedule_secs: Option<Vec<i32>>,
+    #[serde(default)]
+    dead_letter_lane: DeadLetterLaneView,
 }
 
 fn enabled_by_default() -> bool {
@@ -126,6 +128,7 @@ pub struct EndpointView {
     max_attempts: Option<i32>,
     timeout_ms: Option<i32>,
     retry_schedule_secs: Option<Vec<i32>>,
+    dead_letter_lane: DeadLetterLaneView,
     event_types: Vec<String>,
     health: HealthView,
     created_at: DateTime<Utc>,
@@ -148,6 +151,7 @@ impl EndpointView {
             max_attempts: endpoint.max_attempts,
             timeout_ms: endpoint.timeout_ms,
             retry_schedule_secs: endpoint.retry_schedule_secs,
+            dead_letter_lane: DeadLetterLaneView::of(endpoint.dead_letter_lane),
             event_types: subscriptions.iter().map(|sub| sub.event_type_pattern.clone()).collect(),
             created_at: endpoint.created_at,
             updated_at: endpoint.updated_at,
@@ -213,6 +217,7 @@ pub async fn create(
         max_attempts: in_range("max_attempts", request.max_attempts, 1..=50)?,
         timeout_ms: in_range("timeout_ms", request.timeout_ms, 100..=60_000)?,
         retry_schedule_secs: parse_schedule(request.retry_schedule_secs)?,
+        dead_letter_lane: request.dead_letter_lane.domain(),
     };
 
     let mut client = state.pool.get().await.map_err(DbError::from)?;

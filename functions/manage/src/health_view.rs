@@ -1,9 +1,9 @@
-//! An endpoint's kind and health as the API shows them (the health record the
+//! An endpoint's kind, dead-letter lane policy and health as the API shows them (the health record the
 //! worker keeps: `failing_since`, the last success and failure). The console
 //! classifies differently, from success rates over its recent attempts
 //! (the console's `endpoints::Health`).
 use chrono::{DateTime, Utc};
-use relayops_shared::domain::EndpointKind;
+use relayops_shared::domain::{DeadLetterLane, EndpointKind};
 use relayops_shared::repo::endpoints::EndpointHealth;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -31,6 +31,34 @@ impl KindView {
         match kind {
             EndpointKind::Webhook => Self::Webhook,
             EndpointKind::Operational => Self::Operational,
+        }
+    }
+}
+
+/// What a dead letter does to its ordering lane (events posted with an
+/// `ordering_key`): `release` (default) lets the next event of the key go on;
+/// `block` holds the lane until the dead delivery is replayed
+/// (`POST /v1/deliveries/{id}/replay`) or skipped (`POST /v1/deliveries/{id}/skip`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadLetterLaneView {
+    #[default]
+    Release,
+    Block,
+}
+
+impl DeadLetterLaneView {
+    pub fn domain(self) -> DeadLetterLane {
+        match self {
+            Self::Release => DeadLetterLane::Release,
+            Self::Block => DeadLetterLane::Block,
+        }
+    }
+
+    pub fn of(policy: DeadLetterLane) -> Self {
+        match policy {
+            DeadLetterLane::Release => Self::Release,
+            DeadLetterLane::Block => Self::Block,
         }
     }
 }

@@ -15,6 +15,7 @@ pub enum CursorKind {
     Events,
     Deliveries,
     Attempts,
+    BlockedLanes,
 }
 
 impl CursorKind {
@@ -23,6 +24,7 @@ impl CursorKind {
             Self::Events => "evt1",
             Self::Deliveries => "dlv1",
             Self::Attempts => "att1",
+            Self::BlockedLanes => "lan1",
         }
     }
 }

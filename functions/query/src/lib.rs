@@ -1,10 +1,12 @@
 //! The query function: read-only, tenant-scoped views of events, deliveries and
 //! attempts — keyset pages with opaque cursors ([`cursor`]), filters validated
 //! into 400s ([`params`]), a delivery's full attempt history, and an endpoint's
-//! deliveries counted by status ([`stats`]). Wire types live in [`views`];
+//! deliveries counted by status ([`stats`]), and its ordering lanes blocked on
+//! a dead delivery ([`blocked`]). Wire types live in [`views`];
 //! database rows never leave this crate as-is.
 //!
 //! Invariant: query never writes.
+mod blocked;
 mod cursor;
 mod lists;
 mod params;
@@ -26,6 +28,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/deliveries/{delivery_id}", get(lists::get_delivery))
         .route("/v1/deliveries/{delivery_id}/attempts", get(lists::list_attempts))
         .route("/v1/endpoints/{endpoint_id}/stats", get(stats::endpoint_stats))
+        .route("/v1/endpoints/{endpoint_id}/blocked-lanes", get(blocked::list_blocked_lanes))
 }
 
 /// The function on its own, as its Lambda serves it.
@@ -44,6 +47,7 @@ pub fn router(state: ApiState) -> Router {
         lists::get_delivery,
         lists::list_attempts,
         stats::endpoint_stats,
+        blocked::list_blocked_lanes,
     ),
     tags((name = "query", description = "Events, deliveries and attempts (read-only)"))
 )]

@@ -11,7 +11,7 @@ use relayops_shared::repo::event_queries::{self, EventFilter};
 use relayops_shared::repo::{attempts, deliveries, events};
 
 use crate::cursor::{self, CursorKind};
-use crate::params::{self, AttemptListParams, DeliveryListParams, EventListParams};
+use crate::params::{self, DeliveryListParams, EventListParams, PageParams};
 use crate::views::{AttemptPage, AttemptView, DeliveryPage, DeliveryView, EventPage, EventView};
 
 /// Events the tenant posted, newest first.
@@ -27,7 +27,12 @@ pub async fn list_events(
 ) -> Result<Json<EventPage>, ApiError> {
     let limit = params::limit(query.limit)?;
     let (since, until) = params::time_range(query.since, query.until)?;
-    let filter = EventFilter { event_type: params::event_type(query.event_type.as_deref())?, since, until };
+    let filter = EventFilter {
+        event_type: params::event_type(query.event_type.as_deref())?,
+        ordering_key: params::ordering_key(query.ordering_key.as_deref())?,
+        since,
+        until,
+    };
     let after = query.cursor.as_deref().map(|text| cursor::decode_time_key(CursorKind::Events, text)).transpose()?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let rows = event_queries::list_events(&client, caller.tenant_id, &filter, after, limit + 1).await?;
@@ -103,6 +108,7 @@ pub async fn list_deliveries(
         status: params::status(query.status.as_deref())?,
         endpoint,
         event_type: params::event_type(query.event_type.as_deref())?,
+        ordering_key: params::ordering_key(query.ordering_key.as_deref())?,
         since,
         until,
     };
@@ -144,7 +150,7 @@ pub async fn get_delivery(
 /// and start of the body that came back, the latency and the error.
 #[utoipa::path(
     get, path = "/v1/deliveries/{delivery_id}/attempts", tag = "query",
-    params(("delivery_id" = DeliveryId, Path, description = "The delivery (`dlv_…`)"), AttemptListParams),
+    params(("delivery_id" = DeliveryId, Path, description = "The delivery (`dlv_…`)"), PageParams),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page of attempts", body = AttemptPage),
@@ -155,7 +161,7 @@ pub async fn list_attempts(
     State(state): State<ApiState>,
     caller: Authenticated,
     Path(delivery_id): Path<String>,
-    ApiQuery(query): ApiQuery<AttemptListParams>,
+    ApiQuery(query): ApiQuery<PageParams>,
 ) -> Result<Json<AttemptPage>, ApiError> {
     let delivery_id: DeliveryId = parse_path_id(&delivery_id)?;
     let limit = params::limit(query.limit)?;

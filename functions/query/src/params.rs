@@ -3,7 +3,7 @@
 //! never silently widens a filter).
 use chrono::{DateTime, Utc};
 use relayops_shared::api::ApiError;
-use relayops_shared::domain::{DeliveryStatus, EventType};
+use relayops_shared::domain::{DeliveryStatus, EventType, OrderingKey};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -25,6 +25,10 @@ pub fn limit(value: Option<i64>) -> Result<i64, ApiError> {
 
 pub fn event_type(value: Option<&str>) -> Result<Option<EventType>, ApiError> {
     value.map(|text| EventType::parse(text).map_err(|error| bad("event_type", error.message))).transpose()
+}
+
+pub fn ordering_key(value: Option<&str>) -> Result<Option<OrderingKey>, ApiError> {
+    value.map(|text| OrderingKey::parse(text).map_err(|error| bad("ordering_key", error.message))).transpose()
 }
 
 pub fn status(value: Option<&str>) -> Result<Option<DeliveryStatus>, ApiError> {
@@ -59,6 +63,8 @@ pub struct EventListParams {
     pub cursor: Option<String>,
     /// Only events of this exact type.
     pub event_type: Option<String>,
+    /// Only events posted with this ordering key.
+    pub ordering_key: Option<String>,
     /// Only events received at or after this time (RFC 3339).
     pub since: Option<DateTime<Utc>>,
     /// Only events received before this time (RFC 3339).
@@ -82,17 +88,20 @@ pub struct DeliveryListParams {
     pub endpoint_id: Option<String>,
     /// Only deliveries of events of this exact type.
     pub event_type: Option<String>,
+    /// Only deliveries of events posted with this ordering key.
+    pub ordering_key: Option<String>,
     /// Only deliveries created at or after this time (RFC 3339).
     pub since: Option<DateTime<Utc>>,
     /// Only deliveries created before this time (RFC 3339).
     pub until: Option<DateTime<Utc>>,
 }
 
-/// `GET /v1/deliveries/{delivery_id}/attempts`.
+/// A page and nothing else: `GET /v1/deliveries/{delivery_id}/attempts`,
+/// `GET /v1/endpoints/{endpoint_id}/blocked-lanes`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct AttemptListParams {
+pub struct PageParams {
     /// Page size, 1 to 500 (default 50).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,

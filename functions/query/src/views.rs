@@ -52,6 +52,9 @@ pub struct EventView {
     #[schema(value_type = Object)]
     payload: JsonText,
     idempotency_key: Option<String>,
+    /// The ordering key it was posted with: its deliveries go to each endpoint
+    /// one at a time, in posting order among the events with this key.
+    ordering_key: Option<String>,
     received_at: DateTime<Utc>,
 }
 
@@ -62,6 +65,7 @@ impl From<EventRecord> for EventView {
             event_type: row.event_type,
             payload: JsonText(row.payload),
             idempotency_key: row.idempotency_key,
+            ordering_key: row.ordering_key,
             received_at: row.received_at,
         }
     }
@@ -73,9 +77,16 @@ pub struct DeliveryView {
     id: DeliveryId,
     event_id: EventId,
     endpoint_id: EndpointId,
+    /// Its event's ordering key: the delivery is sent only after the earlier
+    /// deliveries of this key to this endpoint are terminal.
+    ordering_key: Option<String>,
+    /// `scheduled` with no `next_attempt_at` on an ordered delivery: it waits
+    /// in its ordering lane for the earlier ones.
     #[schema(value_type = DeliveryStatusDoc)]
     status: String,
     attempt_count: i32,
+    /// When a retry is due (`scheduled`); none while an ordered delivery waits
+    /// for its lane.
     next_attempt_at: Option<DateTime<Utc>>,
     last_http_status: Option<i32>,
     last_error: Option<String>,
@@ -90,6 +101,7 @@ impl From<DeliveryRecord> for DeliveryView {
             id: row.id,
             event_id: row.event_id,
             endpoint_id: row.endpoint_id,
+            ordering_key: row.ordering_key,
             status: row.status,
             attempt_count: row.attempt_count,
             next_attempt_at: row.next_attempt_at,

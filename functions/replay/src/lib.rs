@@ -2,10 +2,12 @@
 //! outbox row, in one transaction — one by id (`POST /v1/deliveries/{id}/replay`,
 //! which also rescues a stuck `pending` or `scheduled` row; delivered or
 //! in-progress is a 409 naming the status), or in bulk by filter (`POST
-//! /v1/replays`, with a dry run and a cap per call).
+//! /v1/replays`, with a dry run and a cap per call); and skipping the dead
+//! delivery a blocked ordering lane is held on ([`skip`]).
 //!
 //! Invariant: replay never talks to RabbitMQ; like ingest, its output is the outbox.
 mod bulk;
+mod skip;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -23,6 +25,7 @@ pub fn routes() -> Router<ApiState> {
     Router::new()
         .route("/v1/deliveries/{delivery_id}/replay", post(replay_one))
         .route("/v1/replays", post(bulk::replay_matching))
+        .route("/v1/deliveries/{delivery_id}/skip", post(skip::skip))
 }
 
 /// The function on its own, as its Lambda serves it.
@@ -33,7 +36,7 @@ pub fn router(state: ApiState) -> Router {
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(replay_one, bulk::replay_matching),
+    paths(replay_one, bulk::replay_matching, skip::skip),
     tags((name = "replay", description = "Sending dead or failed deliveries again"))
 )]
 struct ReplayApi;
@@ -47,7 +50,9 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 #[derive(Debug, Serialize, ToSchema)]
 struct ReplayedView {
     id: DeliveryId,
-    /// Always `pending`.
+    /// `pending`; or `scheduled` for an ordered delivery whose lane had moved
+    /// on: it joined the back of its lane and is sent once the deliveries in
+    /// flight for its key are terminal.
     status: &'static str,
     /// The status it had: `dead` or `failed` (replayed), `pending` or
     /// `scheduled` (rescued: sent now with a new message).
@@ -65,7 +70,7 @@ struct ReplayedView {
     responses(
         (status = 202, description = "Back to pending, with a new message", body = ReplayedView),
         (status = 404, description = "No such delivery"),
-        (status = 409, description = "The delivery is delivered, or in progress under a worker's lease")
+        (status = 409, description = "The delivery is delivered, in progress under a worker's lease, or waiting in its ordering lane behind an earlier delivery")
     )
 )]
 async fn replay_one(
@@ -83,6 +88,16 @@ async fn replay_one(
             let view = ReplayedView { id: delivery_id, status: "pending", previous_status: previous.as_str() };
             Ok((StatusCode::ACCEPTED, Json(view)))
         }
+        ReplayOutcome::Queued(previous) => {
+            tracing::info!(tenant_id = %caller.tenant_id, delivery_id = %delivery_id,
+                previous_status = previous.as_str(), "delivery replayed to the back of its ordering lane");
+            let view = ReplayedView { id: delivery_id, status: "scheduled", previous_status: previous.as_str() };
+            Ok((StatusCode::ACCEPTED, Json(view)))
+        }
+        ReplayOutcome::WaitingInLane => Err(ApiError::Conflict(format!(
+            "delivery {delivery_id} waits in its ordering lane behind an earlier delivery of its key; \
+             it is sent in its turn"
+        ))),
         ReplayOutcome::NotFound => Err(ApiError::NotFound("delivery")),
         ReplayOutcome::NotReplayable(status) => Err(ApiError::Conflict(format!(
             "delivery {delivery_id} is {}; only dead, failed, pending or scheduled deliveries can be replayed \

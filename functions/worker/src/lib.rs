@@ -11,17 +11,21 @@
 //! - [`hold`]: keeping a message through a database outage instead of requeueing it.
 //! - [`saturation`]: endpoints flow control just turned away (skip their claims).
 //! - [`health`]: the endpoint's health after an attempt, and automatic disabling.
+//! - [`lane`]: ordering lanes — a lane's head settles in a transaction that
+//!   moves the lane on; its send never outlives the lease.
 //!
 //! Invariant: the worker never creates deliveries or outbox rows for the
 //! tenant's events; it only settles the deliveries it was handed. The one
 //! exception is an operational event (`endpoint.disabled`, `delivery.dead`),
 //! stored through `repo::operational::emit` in the transaction of the change
-//! it reports.
+//! it reports; and the outbox row that releases the next delivery of an
+//! ordering lane, in the transaction that makes the lane's head terminal.
 pub mod consumer;
 pub mod delay;
 pub mod gate;
 pub mod health;
 pub mod hold;
+pub mod lane;
 pub mod policy;
 pub mod process;
 pub mod report;

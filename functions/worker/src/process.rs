@@ -18,6 +18,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use chrono::Utc;
 use relayops_shared::api::PublisherWakeup;
 use relayops_shared::broker::{DeadLetter, QueueMessage};
@@ -36,6 +38,7 @@ use relayops_shared::telemetry::error_chain;
 use crate::gate::{miss_wait, Admission, Gate};
 use crate::health;
 use crate::hold::Backoff;
+use crate::lane;
 use crate::policy::RetryPolicy;
 use crate::report::{self, AttemptReport};
 use crate::saturation::{Recall, Saturation};
@@ -205,6 +208,7 @@ impl Processor {
         delivery: DeliveryId,
         throttles: u32,
     ) -> Result<Disposition, ProcessError> {
+        let claim_asked = Instant::now();
         let job = match self.claims.call((tenant, delivery)).await? {
             ClaimOutcome::Claimed(job) => job,
             ClaimOutcome::NotClaimable { status: Some(DeliveryStatus::Scheduled), next_attempt_at: Some(due) } => {
@@ -219,16 +223,7 @@ impl Processor {
             }
         };
         if !job.endpoint_enabled {
-            let client = self.pool.get().await.map_err(DbError::from)?;
-            let reason = "endpoint disabled";
-            let settled = deliveries::settle_without_attempt(
-                &client,
-                &job,
-                &self.config.worker_id,
-                DeliveryStatus::Failed,
-                reason,
-            )
-            .await?;
+            let settled = self.fail_for_disabled_endpoint(&job).await?;
             if settled == Settled::LeaseLost {
                 return Ok(Disposition::Requeue);
             }
@@ -248,7 +243,7 @@ impl Processor {
             }
         };
         let started_at = Utc::now();
-        let exchange = self.send_holding_lease(&job).await;
+        let exchange = self.send_holding_lease(&job, claim_asked).await;
         self.gate.release(slot).await;
         let verdict = classify(&exchange.result);
         let policy = RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
@@ -283,24 +278,59 @@ impl Processor {
         }
     }
 
+    /// Settles a claimed delivery whose endpoint was disabled after fan-out as
+    /// `failed` without an attempt; a lane's head moves its lane on in the
+    /// same transaction (an unordered one is one statement, as always).
+    async fn fail_for_disabled_endpoint(&self, job: &DeliveryJob) -> Result<Settled, ProcessError> {
+        let (worker, reason) = (&self.config.worker_id, "endpoint disabled");
+        let mut client = self.pool.get().await.map_err(DbError::from)?;
+        let Some(lane) = lane::of(job) else {
+            return Ok(deliveries::settle_without_attempt(&client, job, worker, DeliveryStatus::Failed, reason).await?);
+        };
+        let tx = client.transaction().await.map_err(DbError::from)?;
+        lane::lock(&tx, lane, job).await?;
+        let settled = deliveries::settle_without_attempt(&tx, job, worker, DeliveryStatus::Failed, reason).await?;
+        let released = settled == Settled::Recorded && lane::move_on(&tx, lane, job).await?;
+        tx.commit().await.map_err(DbError::from)?;
+        if released {
+            self.wakeup.wake();
+        }
+        Ok(settled)
+    }
+
     /// Sends, extending the delivery's lease every third of its length while
     /// the request is still open, so a slow send (or one that started late,
     /// under load) does not lose its lease to recovery and get sent twice.
     /// Nothing happens on the fast path: the first extension is a third of a
-    /// lease away.
-    async fn send_holding_lease(&self, job: &DeliveryJob) -> Exchange {
+    /// lease away. A lane's head is never sent past its lease
+    /// ([`lane::deadline`]): the request is dropped instead.
+    async fn send_holding_lease(&self, job: &DeliveryJob, claim_asked: Instant) -> Exchange {
         let every = self.config.lease / 3;
+        let mut deadline = lane::deadline(job, claim_asked, self.config.lease);
         let send = self.sender.send(job);
         tokio::pin!(send);
         loop {
+            let lease_ends = async {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 exchange = &mut send => return exchange,
-                () = tokio::time::sleep(every) => self.extend_lease(job).await,
+                () = tokio::time::sleep(every) => {
+                    let asked = Instant::now();
+                    if self.extend_lease(job).await && deadline.is_some() {
+                        deadline = Some(lane::extended(asked, self.config.lease));
+                    }
+                }
+                () = lease_ends => return abandoned(job, claim_asked),
             }
         }
     }
 
-    async fn extend_lease(&self, job: &DeliveryJob) {
+    /// `true` when the lease was extended.
+    async fn extend_lease(&self, job: &DeliveryJob) -> bool {
         let extended = match self.pool.get().await {
             Ok(mut client) => deliveries::extend_lease(&mut client, job, &self.config.worker_id, self.config.lease)
                 .await
@@ -310,8 +340,74 @@ impl Processor {
         match extended {
             Ok(true) => tracing::debug!(delivery_id = %job.delivery_id, "lease extended during a long send"),
             Ok(false) => tracing::warn!(delivery_id = %job.delivery_id, "lease already lost during the send"),
-            Err(error) => tracing::warn!(delivery_id = %job.delivery_id, %error, "lease not extended"),
+            Err(ref error) => tracing::warn!(delivery_id = %job.delivery_id, %error, "lease not extended"),
         }
+        extended == Ok(true)
+    }
+
+    /// The rare records, each in a transaction of its own: a death (with its
+    /// dead letter and `delivery.dead`), a 410 (with the endpoint's
+    /// disabling), and the end of a lane's head (with the lane moving on).
+    async fn record_in_transaction(
+        &self,
+        job: &DeliveryJob,
+        record: &AttemptRecord,
+        exchange: &Exchange,
+        disables_endpoint: bool,
+    ) -> Result<Settled, ProcessError> {
+        let outcome = record.outcome;
+        let lane = lane::of(job).filter(|_| outcome != AttemptOutcome::Retry);
+        let mut client = self.pool.get().await.map_err(DbError::from)?;
+        let tx = client.transaction().await.map_err(DbError::from)?;
+        if let Some(lane) = lane {
+            lane::lock(&tx, lane, job).await?;
+        }
+        let settled = deliveries::record_attempt(&tx, job, &self.config.worker_id, record).await?;
+        let mut emitted = false;
+        if settled == Settled::Recorded {
+            match lane {
+                Some(lane) if outcome == AttemptOutcome::Dead => emitted |= lane::after_death(&tx, lane, job).await?,
+                Some(lane) => emitted |= lane::move_on(&tx, lane, job).await?,
+                None => {}
+            }
+            if outcome == AttemptOutcome::Dead {
+                let letter = DeadLetter {
+                    tenant_id: job.tenant_id,
+                    delivery_id: job.delivery_id,
+                    event_id: job.event_id,
+                    endpoint_id: job.endpoint_id,
+                    attempts: job.attempt_number,
+                    last_http_status: record.http_status,
+                    reason: exchange.error.clone().unwrap_or_else(|| "retries exhausted".to_owned()),
+                };
+                let message = QueueMessage::DeadLetterV1(letter);
+                outbox::insert_message(&tx, job.tenant_id, Some(job.delivery_id), &message).await?;
+                let dead = DeadDelivery {
+                    delivery_id: job.delivery_id,
+                    event_id: job.event_id,
+                    event_type: &job.event_type,
+                    attempts: job.attempt_number,
+                    last_http_status: record.http_status,
+                    last_error: record.error.as_deref(),
+                };
+                let event = OperationalEvent::delivery_dead(job.tenant_id, &subject(job), &dead);
+                emitted |= operational::emit(&tx, job.tenant_id, &event).await?;
+            }
+            if disables_endpoint {
+                let reason = "receiver answered 410 Gone";
+                if let Some(disabled) = endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, reason).await?
+                {
+                    let (subject, since) = (&disabled.subject, disabled.failing_since);
+                    let by = DisabledBy::ReceiverGone;
+                    emitted |= operational::emit_disabled(&tx, job.tenant_id, subject, by, reason, since).await?;
+                }
+            }
+            tx.commit().await.map_err(DbError::from)?;
+            if emitted {
+                self.wakeup.wake();
+            }
+        }
+        Ok(settled)
     }
 
     /// The attempt and the delivery's next state (one statement); when the
@@ -337,51 +433,10 @@ impl Processor {
             next_attempt_at: wait.and_then(|wait| chrono::Duration::from_std(wait).ok()).map(|wait| Utc::now() + wait),
         };
         let disables_endpoint = *verdict == (Verdict::Permanent { disable_endpoint: true });
-        let settled = if outcome == AttemptOutcome::Dead || disables_endpoint {
-            let mut client = self.pool.get().await.map_err(DbError::from)?;
-            let tx = client.transaction().await.map_err(DbError::from)?;
-            let settled = deliveries::record_attempt(&tx, job, &self.config.worker_id, &record).await?;
-            let mut emitted = false;
-            if settled == Settled::Recorded {
-                if outcome == AttemptOutcome::Dead {
-                    let letter = DeadLetter {
-                        tenant_id: job.tenant_id,
-                        delivery_id: job.delivery_id,
-                        event_id: job.event_id,
-                        endpoint_id: job.endpoint_id,
-                        attempts: job.attempt_number,
-                        last_http_status: record.http_status,
-                        reason: exchange.error.clone().unwrap_or_else(|| "retries exhausted".to_owned()),
-                    };
-                    let message = QueueMessage::DeadLetterV1(letter);
-                    outbox::insert_message(&tx, job.tenant_id, Some(job.delivery_id), &message).await?;
-                    let dead = DeadDelivery {
-                        delivery_id: job.delivery_id,
-                        event_id: job.event_id,
-                        event_type: &job.event_type,
-                        attempts: job.attempt_number,
-                        last_http_status: record.http_status,
-                        last_error: record.error.as_deref(),
-                    };
-                    let event = OperationalEvent::delivery_dead(job.tenant_id, &subject(job), &dead);
-                    emitted |= operational::emit(&tx, job.tenant_id, &event).await?;
-                }
-                if disables_endpoint {
-                    let reason = "receiver answered 410 Gone";
-                    if let Some(disabled) =
-                        endpoints::disable_endpoint(&tx, job.tenant_id, job.endpoint_id, reason).await?
-                    {
-                        let (subject, since) = (&disabled.subject, disabled.failing_since);
-                        let by = DisabledBy::ReceiverGone;
-                        emitted |= operational::emit_disabled(&tx, job.tenant_id, subject, by, reason, since).await?;
-                    }
-                }
-                tx.commit().await.map_err(DbError::from)?;
-                if emitted {
-                    self.wakeup.wake();
-                }
-            }
-            settled
+        // A lane's head that ends moves its lane on in the same transaction.
+        let lane = lane::of(job).filter(|_| outcome != AttemptOutcome::Retry);
+        let settled = if outcome == AttemptOutcome::Dead || disables_endpoint || lane.is_some() {
+            self.record_in_transaction(job, &record, exchange, disables_endpoint).await?
         } else {
             let settlement = Settlement {
                 tenant_id: job.tenant_id,
@@ -421,6 +476,20 @@ fn decide(verdict: &Verdict, policy: &RetryPolicy, attempt_number: u32) -> (Atte
             Some(wait) => (AttemptOutcome::Retry, Some(wait)),
             None => (AttemptOutcome::Dead, None),
         },
+    }
+}
+
+/// What a lane's head send dropped at its lease's end records: no answer
+/// (a retry, if the lease is still this worker's when it records).
+fn abandoned(job: &DeliveryJob, claim_asked: Instant) -> Exchange {
+    tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
+        "ordered send dropped at the end of its lease, so the lane's next delivery cannot overtake it");
+    Exchange {
+        result: SendResult::NoAnswer { timed_out: true },
+        request_headers: serde_json::Value::Object(serde_json::Map::new()),
+        response_body: None,
+        error: Some("request dropped at the end of the worker's lease (ordering lane)".to_owned()),
+        latency: claim_asked.elapsed(),
     }
 }
 

@@ -42,6 +42,8 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0013_key_takeover_sees_committed_events",
         include_str!("../../../migrations/0013_key_takeover_sees_committed_events.sql"),
     ),
+    ("0014_ordering_lanes", include_str!("../../../migrations/0014_ordering_lanes.sql")),
+    ("0015_dead_letter_lane_policy", include_str!("../../../migrations/0015_dead_letter_lane_policy.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -5,6 +5,7 @@ mod endpoint_url;
 mod event_type;
 mod idempotency_key;
 pub mod operational;
+mod ordering_key;
 mod payload;
 mod signing_secret;
 
@@ -13,6 +14,7 @@ pub use endpoint_url::EndpointUrl;
 pub use event_type::{EventType, EventTypePattern};
 pub use idempotency_key::IdempotencyKey;
 pub use operational::EndpointKind;
+pub use ordering_key::{DeadLetterLane, OrderingKey, MAX_ORDERING_KEY_CHARS};
 pub use payload::{EventPayload, PayloadError, MAX_PAYLOAD_BYTES};
 pub use signing_secret::SigningSecret;
 

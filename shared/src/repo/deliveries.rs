@@ -17,7 +17,7 @@ use crate::repo::sql;
 /// What a claim returns: everything [`DeliveryJob`] needs besides the ids.
 macro_rules! claimed_columns {
     () => {
-        "d.attempt_count, d.event_id, d.endpoint_id, e.event_type, e.payload::text AS body,
+        "d.attempt_count, d.event_id, d.endpoint_id, d.ordering_key, e.event_type, e.payload::text AS body,
          ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
          ep.rate_limit_per_sec, ep.rate_limit_burst, ep.max_in_flight,
          ep.kind, ep.failing_since, ep.last_success_at, ep.last_failure_at,
@@ -36,6 +36,20 @@ macro_rules! claimable {
     };
 }
 pub(crate) use claimable;
+
+/// A delivery with an ordering key may be claimed only as its lane's head
+/// (`repo::lanes`): whatever message names a delivery waiting behind it (a
+/// duplicate, a stale replay) finds it not claimable. Unordered deliveries
+/// never read the lane table.
+macro_rules! heads_its_lane {
+    () => {
+        "(d.ordering_key IS NULL
+          OR EXISTS (SELECT 1 FROM relayops.ordering_lanes l
+                     WHERE l.tenant_id = d.tenant_id AND l.endpoint_id = d.endpoint_id
+                       AND l.ordering_key = d.ordering_key AND l.head_delivery_id = d.id))"
+    };
+}
+pub(crate) use heads_its_lane;
 
 /// Finds a delivery by id (`$id`, SQL) in its partition only: a delivery id
 /// made by `relayops.delivery_id_for` carries its event id's millisecond, the
@@ -82,8 +96,8 @@ const SETTLE_WITHOUT_ATTEMPT: &str = concat!(
        AND status = 'in_progress' AND lease_owner = $5"
 );
 
-pub(crate) const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempt_count, next_attempt_at,
-     last_http_status, last_error, delivered_at, created_at, updated_at";
+pub(crate) const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, ordering_key, status, attempt_count,
+     next_attempt_at, last_http_status, last_error, delivered_at, created_at, updated_at";
 
 /// Everything the worker needs to send one attempt.
 #[derive(Debug, Clone)]
@@ -92,6 +106,8 @@ pub struct DeliveryJob {
     pub delivery_id: DeliveryId,
     pub event_id: EventId,
     pub endpoint_id: EndpointId,
+    /// Its ordering lane's key: settling it terminal moves the lane on.
+    pub ordering_key: Option<String>,
     pub event_type: String,
     /// The payload exactly as it will be sent and signed.
     pub body: String,
@@ -132,6 +148,7 @@ pub(crate) fn job_from_row(tenant: TenantId, delivery: DeliveryId, row: &Row) ->
         delivery_id: delivery,
         event_id: EventId::from_uuid(row.get("event_id")),
         endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
+        ordering_key: row.get("ordering_key"),
         event_type: row.get("event_type"),
         body: row.get("body"),
         url: row.get("url"),
@@ -254,6 +271,7 @@ pub struct DeliveryRecord {
     pub id: DeliveryId,
     pub event_id: EventId,
     pub endpoint_id: EndpointId,
+    pub ordering_key: Option<String>,
     pub status: String,
     pub attempt_count: i32,
     pub next_attempt_at: Option<DateTime<Utc>>,
@@ -270,6 +288,7 @@ impl DeliveryRecord {
             id: DeliveryId::from_uuid(row.get("id")),
             event_id: EventId::from_uuid(row.get("event_id")),
             endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
+            ordering_key: row.get("ordering_key"),
             status: row.get("status"),
             attempt_count: row.get("attempt_count"),
             next_attempt_at: row.get("next_attempt_at"),

@@ -22,7 +22,7 @@ use crate::db::DbError;
 use crate::domain::DeliveryStatus;
 use crate::ids::{AttemptId, DeliveryId, TenantId};
 use crate::repo::deliveries::{
-    claimable, claimed_columns, in_its_partition, job_from_row, AttemptRecord, ClaimOutcome, Settled,
+    claimable, claimed_columns, heads_its_lane, in_its_partition, job_from_row, AttemptRecord, ClaimOutcome, Settled,
 };
 use crate::repo::sql;
 
@@ -72,14 +72,15 @@ macro_rules! locked_in_id_order {
 }
 
 /// Rows are found by key only (so the plan is O(batch) whatever the
-/// statistics say about statuses), locked in id order if due, and updated.
+/// statistics say about statuses), locked in id order if due (and, for an
+/// ordered delivery, the head of its lane), and updated.
 /// Each delivery's event and endpoint are read by primary key (LATERAL with
 /// `OFFSET 0`: never turned into a join over the whole table).
 const CLAIM_MANY: &str = concat!(
     "WITH wanted AS (
          SELECT w.tenant_id, w.id FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)),
      ",
-    locked_in_id_order!("wanted", "$5", "$6", claimable!()),
+    locked_in_id_order!("wanted", "$5", "$6", concat!(claimable!(), " AND ", heads_its_lane!())),
     "
      UPDATE relayops.deliveries d
      SET status = 'in_progress', lease_owner = $3,

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::db::partitions::{id_lower_bound, id_upper_bound};
 use crate::db::DbError;
-use crate::domain::{DeliveryStatus, EventType};
+use crate::domain::{DeliveryStatus, EventType, OrderingKey};
 use crate::ids::{EndpointId, TenantId};
 use crate::repo::deliveries::{DeliveryRecord, DELIVERY_COLUMNS};
 use crate::repo::sql;
@@ -31,6 +31,8 @@ pub struct DeliveryFilter {
     pub status: Option<DeliveryStatus>,
     pub endpoint: Option<EndpointId>,
     pub event_type: Option<EventType>,
+    /// Of events posted with this ordering key.
+    pub ordering_key: Option<OrderingKey>,
     /// Created at or after.
     pub since: Option<DateTime<Utc>>,
     /// Created before.
@@ -110,6 +112,9 @@ fn filtered(tenant: TenantId, filter: &DeliveryFilter) -> Conditions {
                      WHERE e.tenant_id = d.tenant_id AND e.id = d.event_id AND e.event_type = {})",
             event_type.as_str().to_owned(),
         );
+    }
+    if let Some(ordering_key) = &filter.ordering_key {
+        conditions.push("d.ordering_key = {}", ordering_key.as_str().to_owned());
     }
     if let Some(since) = filter.since {
         conditions.push("d.created_at >= {}", since);

@@ -5,13 +5,13 @@ use tokio_postgres::Row;
 
 use crate::db::DbError;
 use crate::domain::operational::Subject;
-use crate::domain::{EndpointKind, EndpointUrl, EventTypePattern, SigningSecret};
+use crate::domain::{DeadLetterLane, EndpointKind, EndpointUrl, EventTypePattern, SigningSecret};
 use crate::ids::{EndpointId, SubscriptionId, TenantId};
 use crate::repo::sql;
 
 const ENDPOINT_COLUMNS: &str = "id, kind, url, description, enabled, disabled_reason, rate_limit_per_sec,
      rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, created_at, updated_at,
-     failing_since, last_success_at, last_failure_at";
+     failing_since, last_success_at, last_failure_at, dead_letter_lane";
 
 const INSERT_SUBSCRIPTION: &str =
     "INSERT INTO relayops.endpoint_subscriptions (id, tenant_id, endpoint_id, event_type_pattern)
@@ -36,6 +36,8 @@ pub struct EndpointRecord {
     pub max_attempts: Option<i32>,
     pub timeout_ms: Option<i32>,
     pub retry_schedule_secs: Option<Vec<i32>>,
+    /// What a dead letter does to its ordering lane.
+    pub dead_letter_lane: DeadLetterLane,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub health: EndpointHealth,
@@ -78,6 +80,7 @@ impl EndpointRecord {
             max_attempts: row.get("max_attempts"),
             timeout_ms: row.get("timeout_ms"),
             retry_schedule_secs: row.get("retry_schedule_secs"),
+            dead_letter_lane: DeadLetterLane::from_stored(row.get("dead_letter_lane")),
             created_at: row.get("created_at"),
             updated_at: row.get("updated_at"),
             health: EndpointHealth::from_row(row),
@@ -97,6 +100,7 @@ pub struct NewEndpoint<'a> {
     pub max_attempts: Option<i32>,
     pub timeout_ms: Option<i32>,
     pub retry_schedule_secs: Option<Vec<i32>>,
+    pub dead_letter_lane: DeadLetterLane,
 }
 
 pub async fn insert_endpoint(
@@ -106,8 +110,9 @@ pub async fn insert_endpoint(
 ) -> Result<EndpointRecord, DbError> {
     let sql = format!(
         "INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, description, secret, enabled,
-             rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, kind)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, kind,
+             dead_letter_lane)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
          RETURNING {ENDPOINT_COLUMNS}"
     );
     let row = sql::query_one(
@@ -127,6 +132,7 @@ pub async fn insert_endpoint(
             &endpoint.timeout_ms,
             &endpoint.retry_schedule_secs,
             &endpoint.kind.as_str(),
+            &endpoint.dead_letter_lane.as_str(),
         ],
     )
     .await?;
@@ -292,6 +298,7 @@ pub struct EndpointChanges<'a> {
     pub max_attempts: Option<Option<i32>>,
     pub retry_schedule_secs: Option<Option<Vec<i32>>>,
     pub timeout_ms: Option<Option<i32>>,
+    pub dead_letter_lane: Option<DeadLetterLane>,
 }
 
 /// An endpoint after a change, and whether the change enabled or disabled it.
@@ -327,6 +334,7 @@ pub async fn update_endpoint(
              max_attempts = CASE WHEN $12 THEN $13 ELSE max_attempts END,
              retry_schedule_secs = CASE WHEN $14 THEN $15 ELSE retry_schedule_secs END,
              timeout_ms = CASE WHEN $16 THEN $17 ELSE timeout_ms END,
+             dead_letter_lane = coalesce($18, dead_letter_lane),
              updated_at = now()
          FROM (SELECT enabled AS was_enabled FROM relayops.webhook_endpoints
                WHERE tenant_id = $1 AND id = $2
@@ -358,6 +366,7 @@ pub async fn update_endpoint(
             &schedule,
             &flag(&changes.timeout_ms),
             &value(&changes.timeout_ms),
+            &changes.dead_letter_lane.map(|policy| policy.as_str()),
         ],
     )
     .await?;

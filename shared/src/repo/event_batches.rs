@@ -7,7 +7,8 @@
 //! Each request keeps every promise of the single statement: its answer comes
 //! after the statement that carried it committed; an idempotency key is
 //! honoured as before (a batch carries each tenant's key once — a repeat within
-//! the batch runs after it, alone, and is answered as a repeat); keys are
+//! the batch runs after it, alone, and is answered as a repeat); an event with
+//! an ordering key runs alone too, after the batch, in request order; keys are
 //! written in key order, so two batches never wait on each other's keys in
 //! opposite orders. A batch the database refuses for any reason other than
 //! being unreachable (or missing history partitions) is written again one
@@ -158,15 +159,21 @@ async fn write_with(
             outcome => Ok(vec![outcome]),
         };
     }
-    // A key appears once per statement (ON CONFLICT may touch a row once).
+    // The set statement takes unordered events whose key is the first of its
+    // kind (ON CONFLICT may touch a row once). The rest run alone after it,
+    // in request order: a key's later occurrences (answered as repeats or
+    // conflicts), and events with an ordering key (`INGEST_ORDERED`: each
+    // takes its lane position in its own statement).
     let mut keys = HashSet::new();
-    let (first, repeats): (Vec<usize>, Vec<usize>) = (0..events.len()).partition(|&index| {
+    let (first, later): (Vec<usize>, Vec<usize>) = (0..events.len()).partition(|&index| {
         let event = &events[index];
-        event.idempotency_key.as_deref().is_none_or(|key| keys.insert((event.tenant, key)))
+        let first_of_key = event.idempotency_key.as_deref().is_none_or(|key| keys.insert((event.tenant, key)));
+        first_of_key && event.ordering_key.is_none()
     });
     let mut outcomes: Vec<Option<IngestResult>> = (0..events.len()).map(|_| None).collect();
     let firsts: Vec<&PreparedEvent> = first.iter().map(|&index| &events[index]).collect();
-    match insert_many(client, &firsts).await {
+    let written = if firsts.is_empty() { Ok(Vec::new()) } else { insert_many(client, &firsts).await };
+    match written {
         Ok(written) => {
             let written: HashMap<Uuid, (DateTime<Utc>, i64)> =
                 written.into_iter().map(|(id, received_at, deliveries)| (id, (received_at, deliveries))).collect();
@@ -198,8 +205,7 @@ async fn write_with(
             }
         }
     }
-    // Later occurrences of a key, in order, once their first is written.
-    for index in repeats {
+    for index in later {
         let outcome = insert_prepared(client, &events[index], EndpointKind::Webhook).await;
         if on_refusal == OnRefusal::FailAll {
             outcomes[index] = Some(Ok(outcome?));

@@ -5,7 +5,7 @@ use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
 
 use crate::db::DbError;
-use crate::domain::EventType;
+use crate::domain::{EventType, OrderingKey};
 use crate::ids::TenantId;
 use crate::repo::delivery_queries::{Conditions, TimeKey};
 use crate::repo::events::{EventRecord, EVENT_COLUMNS};
@@ -15,6 +15,8 @@ use crate::repo::sql;
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
     pub event_type: Option<EventType>,
+    /// Posted with this ordering key.
+    pub ordering_key: Option<OrderingKey>,
     /// Received at or after.
     pub since: Option<DateTime<Utc>>,
     /// Received before.
@@ -52,6 +54,9 @@ fn list_statement(tenant: TenantId, filter: &EventFilter, after: Option<TimeKey>
     conditions.push("tenant_id = {}", tenant.as_uuid());
     if let Some(event_type) = &filter.event_type {
         conditions.push("event_type = {}", event_type.as_str().to_owned());
+    }
+    if let Some(ordering_key) = &filter.ordering_key {
+        conditions.push("ordering_key = {}", ordering_key.as_str().to_owned());
     }
     if let Some(since) = filter.since {
         conditions.push("received_at >= {}", since);

@@ -4,13 +4,58 @@ use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use crate::db::DbError;
-use crate::domain::{EndpointKind, EventPayload, EventType, IdempotencyKey};
+use crate::domain::{EndpointKind, EventPayload, EventType, IdempotencyKey, OrderingKey};
 use crate::ids::{EventId, TenantId};
 use crate::repo::retention::IDEMPOTENCY_WINDOW;
 use crate::repo::sql;
+
+/// Ingest's first CTE (`key`): the idempotency key, if any, taken or taken
+/// over (see [`INGEST`]).
+macro_rules! idempotency_key_cte {
+    () => {
+        "WITH key AS (
+         INSERT INTO relayops.idempotency_keys AS k (tenant_id, idempotency_key, event_id, request_hash)
+         SELECT $2, $5, $1, $6 WHERE $5::text IS NOT NULL
+         ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
+             SET event_id = EXCLUDED.event_id, request_hash = EXCLUDED.request_hash, created_at = now()
+             WHERE k.created_at < now() - $9::bigint * interval '1 second'
+                OR NOT relayops.event_exists(k.event_id)
+         RETURNING 1),"
+    };
+}
+
+/// The endpoints (`ep`) an event of type `$3` fans out to: enabled, of kind
+/// `$10`, subscribed exactly, by `prefix.*`, or `*`.
+macro_rules! subscribed_endpoints {
+    () => {
+        "WHERE ep.enabled AND ep.kind = $10
+           AND EXISTS (
+             SELECT 1 FROM relayops.endpoint_subscriptions s
+             WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
+               AND (s.event_type_pattern = $3
+                    OR s.event_type_pattern = '*'
+                    OR (right(s.event_type_pattern, 2) = '.*'
+                        AND starts_with($3, left(s.event_type_pattern, -1)))))"
+    };
+}
+
+/// One `delivery.v1` outbox row per delivery `d` of `new_deliveries`.
+macro_rules! outbox_rows {
+    () => {
+        "INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
+         SELECT $2, d.id, jsonb_build_object(
+             'type', 'delivery.v1',
+             'tenant_id', $7::text,
+             'delivery_id', 'dlv_' || replace(d.id::text, '-', ''),
+             'event_id', $8::text,
+             'endpoint_id', 'ep_' || replace(d.endpoint_id::text, '-', ''))
+         FROM new_deliveries d"
+    };
+}
 
 /// The whole of ingest in ONE statement (atomic by itself, one round trip):
 /// the idempotency key, if any (a key older than its window, or whose event is
@@ -28,14 +73,9 @@ use crate::repo::sql;
 /// The envelope is built here as `QueueMessage::DeliveryV1` serializes it
 /// (`ids` text form: prefix + 32 hex digits); a unit test in `broker::envelope`
 /// pins that shape, and every delivery test reads these messages back.
-const INGEST: &str = "WITH key AS (
-         INSERT INTO relayops.idempotency_keys AS k (tenant_id, idempotency_key, event_id, request_hash)
-         SELECT $2, $5, $1, $6 WHERE $5::text IS NOT NULL
-         ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
-             SET event_id = EXCLUDED.event_id, request_hash = EXCLUDED.request_hash, created_at = now()
-             WHERE k.created_at < now() - $9::bigint * interval '1 second'
-                OR NOT relayops.event_exists(k.event_id)
-         RETURNING 1),
+const INGEST: &str = concat!(
+    idempotency_key_cte!(),
+    "
      new_event AS (
          INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash)
          SELECT $1, $2, $3, $4, $5, $6
@@ -45,40 +85,83 @@ const INGEST: &str = "WITH key AS (
          INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
          SELECT relayops.delivery_id_for(new_event.id), ep.tenant_id, new_event.id, ep.id
          FROM new_event JOIN relayops.webhook_endpoints ep ON ep.tenant_id = new_event.tenant_id
-         WHERE ep.enabled AND ep.kind = $10
-           AND EXISTS (
-             SELECT 1 FROM relayops.endpoint_subscriptions s
-             WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
-               AND (s.event_type_pattern = $3
-                    OR s.event_type_pattern = '*'
-                    OR (right(s.event_type_pattern, 2) = '.*'
-                        AND starts_with($3, left(s.event_type_pattern, -1)))))
+         ",
+    subscribed_endpoints!(),
+    "
          RETURNING id, endpoint_id),
      new_outbox AS (
-         INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
-         SELECT $2, d.id, jsonb_build_object(
-             'type', 'delivery.v1',
-             'tenant_id', $7::text,
-             'delivery_id', 'dlv_' || replace(d.id::text, '-', ''),
-             'event_id', $8::text,
-             'endpoint_id', 'ep_' || replace(d.endpoint_id::text, '-', ''))
-         FROM new_deliveries d)
-     SELECT received_at, (SELECT count(*) FROM new_deliveries) AS deliveries FROM new_event";
+         ",
+    outbox_rows!(),
+    ")
+     SELECT received_at, (SELECT count(*) FROM new_deliveries) AS deliveries FROM new_event"
+);
+
+/// [`INGEST`] for an event with an ordering key (`$11`): the event and its
+/// deliveries carry the key, and each delivery joins its endpoint's lane
+/// ([`lanes`](super::lanes)) by upserting the lane's row (whose lock orders
+/// concurrent events of one key by commit, rows taken in endpoint order so
+/// two events fanning out to the same endpoints cannot deadlock). A delivery
+/// that finds its lane empty becomes its head: `pending` with an outbox row,
+/// as unordered ones are. One that finds the lane busy waits in
+/// `ordering_lane_waiting` as `scheduled` without a due time and gets no
+/// message until the lane reaches it. Unordered events never run this.
+const INGEST_ORDERED: &str = concat!(
+    idempotency_key_cte!(),
+    "
+     new_event AS (
+         INSERT INTO relayops.events (id, tenant_id, event_type, payload, idempotency_key, request_hash, ordering_key)
+         SELECT $1, $2, $3, $4, $5, $6, $11
+         WHERE $5::text IS NULL OR EXISTS (SELECT 1 FROM key)
+         RETURNING id, tenant_id, received_at),
+     targets AS MATERIALIZED (
+         SELECT relayops.delivery_id_for(new_event.id) AS id, ep.id AS endpoint_id
+         FROM new_event JOIN relayops.webhook_endpoints ep ON ep.tenant_id = new_event.tenant_id
+         ",
+    subscribed_endpoints!(),
+    "),
+     lanes AS (
+         INSERT INTO relayops.ordering_lanes AS l
+             (tenant_id, endpoint_id, ordering_key, last_seq, head_delivery_id, head_event_id)
+         SELECT $2, t.endpoint_id, $11, 1, t.id, $1 FROM targets t ORDER BY t.endpoint_id
+         ON CONFLICT (tenant_id, endpoint_id, ordering_key)
+             DO UPDATE SET last_seq = l.last_seq + 1, updated_at = now()
+         RETURNING l.endpoint_id, l.head_delivery_id, l.last_seq),
+     new_deliveries AS (
+         INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id, ordering_key, status)
+         SELECT t.id, $2, $1, t.endpoint_id, $11,
+                CASE WHEN l.head_delivery_id = t.id THEN 'pending' ELSE 'scheduled' END
+         FROM targets t JOIN lanes l ON l.endpoint_id = t.endpoint_id
+         RETURNING id, endpoint_id, status),
+     waiting AS (
+         INSERT INTO relayops.ordering_lane_waiting (tenant_id, endpoint_id, ordering_key, seq, delivery_id, event_id)
+         SELECT $2, t.endpoint_id, $11, l.last_seq, t.id, $1
+         FROM targets t JOIN lanes l ON l.endpoint_id = t.endpoint_id
+         WHERE l.head_delivery_id <> t.id),
+     new_outbox AS (
+         ",
+    outbox_rows!(),
+    " WHERE d.status = 'pending')
+     SELECT received_at, (SELECT count(*) FROM new_deliveries) AS deliveries FROM new_event"
+);
 
 /// The event a key names (found by id, so in its partition only).
-const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_key, k.request_hash, e.received_at,
+const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_key, e.ordering_key, k.request_hash, e.received_at,
             (SELECT count(*) FROM relayops.deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_id = e.id) AS deliveries
      FROM relayops.idempotency_keys k
      JOIN relayops.events e ON e.id = k.event_id AND e.tenant_id = k.tenant_id
      WHERE k.tenant_id = $1 AND k.idempotency_key = $2";
 
 /// What [`EventRecord::from_row`] reads (the payload as Postgres renders it).
-pub(crate) const EVENT_COLUMNS: &str = "id, event_type, payload::text AS payload, idempotency_key, received_at";
+pub(crate) const EVENT_COLUMNS: &str =
+    "id, event_type, payload::text AS payload, idempotency_key, ordering_key, received_at";
 
 pub struct NewEvent<'a> {
     pub event_type: &'a EventType,
     pub payload: &'a EventPayload,
     pub idempotency_key: Option<&'a IdempotencyKey>,
+    /// Deliveries of events with the same key go to each endpoint one at a
+    /// time, in the order the events were accepted.
+    pub ordering_key: Option<&'a OrderingKey>,
 }
 
 impl NewEvent<'_> {
@@ -88,6 +171,11 @@ impl NewEvent<'_> {
         hasher.update(self.event_type.as_str().as_bytes());
         hasher.update([0]);
         hasher.update(serde_json::to_vec(self.payload.as_json()).unwrap_or_default());
+        // Only when given, so the hashes of unordered events stay as they were.
+        if let Some(key) = self.ordering_key {
+            hasher.update([0]);
+            hasher.update(key.as_str().as_bytes());
+        }
         hasher.finalize().to_vec()
     }
 }
@@ -98,6 +186,7 @@ pub struct EventReceipt {
     pub id: EventId,
     pub event_type: String,
     pub idempotency_key: Option<String>,
+    pub ordering_key: Option<String>,
     pub received_at: DateTime<Utc>,
     pub deliveries: i64,
 }
@@ -122,6 +211,8 @@ pub struct PreparedEvent {
     pub event_type: String,
     pub payload: Value,
     pub idempotency_key: Option<String>,
+    /// Set: written alone with [`INGEST_ORDERED`] (its lane's position).
+    pub ordering_key: Option<String>,
     pub request_hash: Vec<u8>,
 }
 
@@ -133,6 +224,7 @@ impl PreparedEvent {
             event_type: event.event_type.as_str().to_owned(),
             payload: Value::Object(event.payload.as_json().clone()),
             idempotency_key: event.idempotency_key.map(|key| key.as_str().to_owned()),
+            ordering_key: event.ordering_key.map(|key| key.as_str().to_owned()),
             request_hash: event.request_hash(),
         }
     }
@@ -143,6 +235,7 @@ impl PreparedEvent {
             id: self.id,
             event_type: self.event_type.clone(),
             idempotency_key: self.idempotency_key.clone(),
+            ordering_key: self.ordering_key.clone(),
             received_at,
             deliveries,
         }
@@ -170,31 +263,37 @@ pub(crate) async fn insert_operational_event(
     insert_prepared(client, &PreparedEvent::new(tenant, event), EndpointKind::Operational).await
 }
 
-/// Writes one prepared event with [`INGEST`], fanning out to endpoints of `kind`.
+/// Writes one prepared event with [`INGEST`] (or [`INGEST_ORDERED`] when it
+/// has an ordering key), fanning out to endpoints of `kind`.
 pub async fn insert_prepared(
     client: &impl GenericClient,
     event: &PreparedEvent,
     kind: EndpointKind,
 ) -> Result<IngestOutcome, DbError> {
     let key = event.idempotency_key.as_deref();
-    let inserted = sql::query_opt(
-        client,
-        INGEST,
-        &[
-            &event.id.as_uuid(),
-            &event.tenant.as_uuid(),
-            &event.event_type,
-            &event.payload,
-            &key,
-            &event.request_hash,
-            &event.tenant.to_string(),
-            &event.id.to_string(),
-            &(IDEMPOTENCY_WINDOW.as_secs() as i64),
-            &kind.as_str(),
-        ],
-    )
-    .await?;
-    match inserted {
+    let (id, tenant) = (event.id.as_uuid(), event.tenant.as_uuid());
+    let (tenant_text, id_text) = (event.tenant.to_string(), event.id.to_string());
+    let (kind, window) = (kind.as_str(), IDEMPOTENCY_WINDOW.as_secs() as i64);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &id,
+        &tenant,
+        &event.event_type,
+        &event.payload,
+        &key,
+        &event.request_hash,
+        &tenant_text,
+        &id_text,
+        &window,
+        &kind,
+    ];
+    let statement = match &event.ordering_key {
+        Some(ordering_key) => {
+            params.push(ordering_key);
+            INGEST_ORDERED
+        }
+        None => INGEST,
+    };
+    match sql::query_opt(client, statement, &params).await? {
         Some(row) => Ok(IngestOutcome::Created(event.receipt(row.get("received_at"), row.get("deliveries")))),
         None => find_duplicate(client, event.tenant, key.unwrap_or_default(), &event.request_hash).await,
     }
@@ -218,6 +317,7 @@ pub(crate) async fn find_duplicate(
         id,
         event_type: row.get("event_type"),
         idempotency_key: row.get("idempotency_key"),
+        ordering_key: row.get("ordering_key"),
         received_at: row.get("received_at"),
         deliveries: row.get("deliveries"),
     }))
@@ -231,6 +331,7 @@ pub struct EventRecord {
     /// as-is: its numbers may not fit an `f64`, so it is never parsed here).
     pub payload: String,
     pub idempotency_key: Option<String>,
+    pub ordering_key: Option<String>,
     pub received_at: DateTime<Utc>,
 }
 
@@ -241,6 +342,7 @@ impl EventRecord {
             event_type: row.get("event_type"),
             payload: row.get("payload"),
             idempotency_key: row.get("idempotency_key"),
+            ordering_key: row.get("ordering_key"),
             received_at: row.get("received_at"),
         }
     }

@@ -18,6 +18,7 @@ pub mod endpoints;
 pub mod event_batches;
 pub mod event_queries;
 pub mod events;
+pub mod lanes;
 pub mod operational;
 pub mod outbox;
 pub mod recovery;

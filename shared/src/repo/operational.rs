@@ -26,7 +26,8 @@ pub async fn emit(client: &impl GenericClient, tenant: TenantId, event: &Operati
     if !row.get::<_, bool>(0) {
         return Ok(false);
     }
-    let new_event = NewEvent { event_type: &event.event_type, payload: &event.payload, idempotency_key: None };
+    let new_event =
+        NewEvent { event_type: &event.event_type, payload: &event.payload, idempotency_key: None, ordering_key: None };
     events::insert_operational_event(client, tenant, &new_event).await?;
     tracing::info!(tenant_id = %tenant, event_type = event.event_type.as_str(), "operational event emitted");
     Ok(true)

@@ -1,4 +1,6 @@
-//! Replay: dead or failed deliveries go back to pending with a new outbox row,
+//! Replay: dead or failed deliveries go back to pending with a new outbox row
+//! (ordered ones through their lane: the head is sent now, one the lane had
+//! moved on from joins its back, one waiting keeps its turn),
 //! in the caller's transaction — one by id, or in bulk by filter (with a cap per
 //! call, and a count for dry runs). One by id also rescues a `pending` or
 //! `scheduled` row (a new message now), so an operator never has to wait for
@@ -16,6 +18,7 @@ use crate::db::{DbError, Pool};
 use crate::domain::DeliveryStatus;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::deliveries::in_its_partition;
+use crate::repo::lanes::{self, Joined, LaneKey};
 use crate::repo::outbox;
 use crate::repo::sql;
 
@@ -25,6 +28,8 @@ pub const MAX_PER_CALL: i64 = 1000;
 /// Dead and failed rows are replayed; `pending` and `scheduled` rows are
 /// rescued (sent now: a row whose message was lost need not wait for recovery,
 /// a retry can be brought forward). The previous status is returned.
+/// Unordered deliveries only: one with an ordering key goes through its lane
+/// ([`replay_in_lane`]).
 const REVIVE_ONE: &str = concat!(
     "UPDATE relayops.deliveries d
      SET status = 'pending', next_attempt_at = NULL, updated_at = now()
@@ -33,6 +38,7 @@ const REVIVE_ONE: &str = concat!(
              AND ",
     in_its_partition!("$2"),
     "
+             AND ordering_key IS NULL
            FOR UPDATE) previous
      WHERE d.tenant_id = $1 AND d.id = previous.id AND d.event_id = previous.event_id
        AND previous.status IN ('dead', 'failed', 'pending', 'scheduled')
@@ -40,9 +46,35 @@ const REVIVE_ONE: &str = concat!(
 );
 
 const CURRENT_STATUS: &str = concat!(
+    "SELECT status, ordering_key, endpoint_id, event_id FROM relayops.deliveries
+     WHERE tenant_id = $1 AND id = $2
+       AND ",
+    in_its_partition!("$2")
+);
+
+/// An ordered delivery's status, locked (after its lane's lock).
+const LOCK_STATUS: &str = concat!(
     "SELECT status FROM relayops.deliveries
      WHERE tenant_id = $1 AND id = $2
        AND ",
+    in_its_partition!("$2"),
+    "
+     FOR UPDATE"
+);
+
+/// An ordered delivery that may be sent now (its lane's head): pending, to
+/// get a new message.
+const MAKE_PENDING: &str = concat!(
+    "UPDATE relayops.deliveries SET status = 'pending', next_attempt_at = NULL, updated_at = now()
+     WHERE tenant_id = $1 AND id = $2 AND ",
+    in_its_partition!("$2")
+);
+
+/// An ordered delivery that waits in its lane: no claim takes it, no recovery
+/// re-enqueues it (`repo::lanes`).
+const MAKE_WAITING: &str = concat!(
+    "UPDATE relayops.deliveries SET status = 'scheduled', next_attempt_at = NULL, updated_at = now()
+     WHERE tenant_id = $1 AND id = $2 AND ",
     in_its_partition!("$2")
 );
 
@@ -62,6 +94,13 @@ const MATCHING: &str = "FROM relayops.deliveries d
 pub enum ReplayOutcome {
     /// Back to pending with a new message; holds the status it had.
     Replayed(DeliveryStatus),
+    /// An ordered delivery its lane had moved on from: it joined the back of
+    /// its lane (`scheduled`, without a due time) and is sent once the
+    /// deliveries in flight there are terminal; holds the status it had.
+    Queued(DeliveryStatus),
+    /// An ordered delivery waiting behind an earlier one of its lane: it may
+    /// not jump the lane, and will be sent in its turn.
+    WaitingInLane,
     NotFound,
     /// Delivered, or in progress under a worker's lease.
     NotReplayable(DeliveryStatus),
@@ -82,8 +121,15 @@ pub async fn replay_delivery(
     id: DeliveryId,
 ) -> Result<ReplayOutcome, DbError> {
     let Some(row) = sql::query_opt(tx, REVIVE_ONE, &[&tenant.as_uuid(), &id.as_uuid()]).await? else {
-        let status = sql::query_opt(tx, CURRENT_STATUS, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
-        return Ok(match status.and_then(|row| DeliveryStatus::parse(row.get(0))) {
+        let Some(current) = sql::query_opt(tx, CURRENT_STATUS, &[&tenant.as_uuid(), &id.as_uuid()]).await? else {
+            return Ok(ReplayOutcome::NotFound);
+        };
+        if let Some(ordering_key) = current.get::<_, Option<String>>("ordering_key") {
+            let endpoint = EndpointId::from_uuid(current.get("endpoint_id"));
+            let lane = LaneKey { tenant, endpoint, ordering_key: &ordering_key };
+            return replay_in_lane(tx, lane, id, EventId::from_uuid(current.get("event_id"))).await;
+        }
+        return Ok(match DeliveryStatus::parse(current.get("status")) {
             Some(status) => ReplayOutcome::NotReplayable(status),
             None => ReplayOutcome::NotFound,
         });
@@ -93,13 +139,60 @@ pub async fn replay_delivery(
     Ok(ReplayOutcome::Replayed(previous))
 }
 
+/// Replays (or rescues) an ordered delivery through its lane, in the caller's
+/// transaction: the lane's lock first, then the delivery's (the order every
+/// lane transaction follows). The lane's head is sent now, as an unordered
+/// delivery would be; a delivery waiting in the lane stays in its turn; one
+/// the lane had moved on from (dead or failed, the lane released) joins the
+/// back of the lane — a replay is a new acceptance, so the receiver gets it
+/// after what is in flight for its key now, never in between.
+async fn replay_in_lane(
+    tx: &impl GenericClient,
+    lane: LaneKey<'_>,
+    id: DeliveryId,
+    event: EventId,
+) -> Result<ReplayOutcome, DbError> {
+    let head = lanes::lock(tx, lane).await?;
+    let ids: [&(dyn ToSql + Sync); 2] = [&lane.tenant.as_uuid(), &id.as_uuid()];
+    let Some(row) = sql::query_opt(tx, LOCK_STATUS, &ids).await? else {
+        return Ok(ReplayOutcome::NotFound);
+    };
+    let Some(previous) = DeliveryStatus::parse(row.get("status")) else {
+        return Ok(ReplayOutcome::NotFound);
+    };
+    if matches!(previous, DeliveryStatus::Delivered | DeliveryStatus::InProgress) {
+        return Ok(ReplayOutcome::NotReplayable(previous));
+    }
+    let task = DeliveryTask { tenant_id: lane.tenant, delivery_id: id, event_id: event, endpoint_id: lane.endpoint };
+    if head == Some(id) {
+        lanes::unblock(tx, lane, id).await?;
+        sql::execute(tx, MAKE_PENDING, &ids).await?;
+        outbox::insert_delivery_messages(tx, &[task]).await?;
+        return Ok(ReplayOutcome::Replayed(previous));
+    }
+    if lanes::is_waiting(tx, lane.tenant, id).await? {
+        return Ok(ReplayOutcome::WaitingInLane);
+    }
+    match lanes::join(tx, lane, id, event).await? {
+        Joined::Head => {
+            sql::execute(tx, MAKE_PENDING, &ids).await?;
+            outbox::insert_delivery_messages(tx, &[task]).await?;
+            Ok(ReplayOutcome::Replayed(previous))
+        }
+        Joined::Waiting => {
+            sql::execute(tx, MAKE_WAITING, &ids).await?;
+            Ok(ReplayOutcome::Queued(previous))
+        }
+    }
+}
+
 /// `replay_delivery` in a transaction of its own, committed when the delivery
 /// was replayed (the API's and the console's replay of one delivery).
 pub async fn replay_one(pool: &Pool, tenant: TenantId, id: DeliveryId) -> Result<ReplayOutcome, DbError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let outcome = replay_delivery(&tx, tenant, id).await?;
-    if matches!(outcome, ReplayOutcome::Replayed(_)) {
+    if matches!(outcome, ReplayOutcome::Replayed(_) | ReplayOutcome::Queued(_)) {
         tx.commit().await?;
     }
     Ok(outcome)
@@ -179,8 +272,10 @@ pub async fn replay_matching(
     filter: &ReplayFilter,
     cap: i64,
 ) -> Result<Vec<DeliveryId>, DbError> {
+    let replayed_in_lanes = replay_matching_in_lanes(tx, tenant, filter, cap).await?;
+    let cap = cap - replayed_in_lanes.len() as i64;
     let sql = format!(
-        "WITH picked AS (SELECT d.id, d.event_id {MATCHING}
+        "WITH picked AS (SELECT d.id, d.event_id {MATCHING} AND d.ordering_key IS NULL
                          ORDER BY d.created_at, d.id LIMIT $9 FOR UPDATE OF d SKIP LOCKED)
          UPDATE relayops.deliveries d SET status = 'pending', next_attempt_at = NULL, updated_at = now()
          FROM picked WHERE d.id = picked.id AND d.event_id = picked.event_id
@@ -192,7 +287,37 @@ pub async fn replay_matching(
     let rows = sql::query(tx, &sql, &list).await?;
     let tasks: Vec<DeliveryTask> = rows.iter().map(|row| task(tenant, row)).collect();
     outbox::insert_delivery_messages(tx, &tasks).await?;
-    Ok(tasks.iter().map(|task| task.delivery_id).collect())
+    Ok(replayed_in_lanes.into_iter().chain(tasks.iter().map(|task| task.delivery_id)).collect())
+}
+
+/// The ordered deliveries among the matching ones, each replayed through its
+/// lane ([`replay_in_lane`]; oldest first, so replays of one key rejoin their
+/// lane in their original order). Read without locks: each is locked after
+/// its lane, and checked again then.
+async fn replay_matching_in_lanes(
+    tx: &impl GenericClient,
+    tenant: TenantId,
+    filter: &ReplayFilter,
+    cap: i64,
+) -> Result<Vec<DeliveryId>, DbError> {
+    let sql = format!(
+        "SELECT d.id, d.event_id, d.endpoint_id, d.ordering_key {MATCHING} AND d.ordering_key IS NOT NULL
+         ORDER BY d.created_at, d.id LIMIT $9"
+    );
+    let params = MatchingParams::new(tenant, filter);
+    let mut list = params.list();
+    list.push(&cap);
+    let mut replayed = Vec::new();
+    for row in sql::query(tx, &sql, &list).await? {
+        let ordering_key: String = row.get("ordering_key");
+        let endpoint = EndpointId::from_uuid(row.get("endpoint_id"));
+        let lane = LaneKey { tenant, endpoint, ordering_key: &ordering_key };
+        let (id, event) = (DeliveryId::from_uuid(row.get("id")), EventId::from_uuid(row.get("event_id")));
+        if let ReplayOutcome::Replayed(_) | ReplayOutcome::Queued(_) = replay_in_lane(tx, lane, id, event).await? {
+            replayed.push(id);
+        }
+    }
+    Ok(replayed)
 }
 
 /// A bulk replay in one transaction: how many deliveries match, and the ids of

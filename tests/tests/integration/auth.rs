@@ -39,12 +39,14 @@ async fn another_tenants_objects_are_not_found() {
         (Method::GET, format!("/v1/deliveries/{delivery_id}"), None),
         (Method::GET, format!("/v1/deliveries/{delivery_id}/attempts"), None),
         (Method::POST, format!("/v1/deliveries/{delivery_id}/replay"), None),
+        (Method::POST, format!("/v1/deliveries/{delivery_id}/skip"), None),
         (Method::GET, format!("/v1/endpoints/{endpoint_id}"), None),
         (Method::PATCH, format!("/v1/endpoints/{endpoint_id}"), Some(json!({ "enabled": false }))),
         (Method::GET, format!("/v1/endpoints/{endpoint_id}/secret"), None),
         (Method::POST, format!("/v1/endpoints/{endpoint_id}/secret/rotate"), Some(json!({}))),
         (Method::GET, format!("/v1/endpoints/{endpoint_id}/subscriptions"), None),
         (Method::GET, format!("/v1/endpoints/{endpoint_id}/stats"), None),
+        (Method::GET, format!("/v1/endpoints/{endpoint_id}/blocked-lanes"), None),
         (Method::POST, format!("/v1/endpoints/{endpoint_id}/subscriptions"), Some(json!({ "event_type": "x.y" }))),
     ];
     for (method, path, body) in by_id {

@@ -279,6 +279,7 @@ fn prepared(
         event_type: &event_type,
         payload: &payload,
         idempotency_key: key.as_ref(),
+        ordering_key: None,
     };
     relayops_shared::repo::events::PreparedEvent::new(tenant, &event)
 }
@@ -395,4 +396,46 @@ async fn concurrent_posts_with_shared_keys_get_one_event_per_key_and_their_own_a
     assert!(statuses[60..].iter().all(|&status| status == 201), "{statuses:?}");
     let counts = (env.count("events").await, env.count("deliveries").await, env.count("outbox_messages").await);
     assert_eq!(counts, (40, 40, 40), "one event per key, ten without a key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_events_in_a_shared_batch_take_their_lane_positions_in_request_order() {
+    use relayops_shared::domain::OrderingKey;
+    let env = env_without_pipeline().await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let tenant = env.tenant_id;
+    let ordered = |n: u32| {
+        let mut event = prepared(tenant, "order.updated", json!({ "n": n }), None);
+        event.ordering_key = Some(OrderingKey::parse("order-1").unwrap().as_str().to_owned());
+        event
+    };
+    let batch = vec![ordered(1), prepared(tenant, "order.viewed", json!({}), None), ordered(2), ordered(3)];
+    let ids: Vec<String> = batch.iter().map(|event| event.id.to_string()).collect();
+    let client = env.pool.get().await.unwrap();
+    let outcomes = relayops_shared::repo::event_batches::write(&client, batch).await.unwrap();
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    let env = &env;
+    let status = |id: &str| {
+        let id = id.to_owned();
+        async move {
+            let answer = env.get(&format!("/v1/events/{id}/deliveries")).await;
+            answer.body["data"][0]["status"].as_str().unwrap().to_owned()
+        }
+    };
+    assert_eq!(status(&ids[0]).await, "pending", "the first of the key heads its lane");
+    assert_eq!(status(&ids[1]).await, "pending", "an unordered event is not in a lane");
+    assert_eq!(status(&ids[2]).await, "scheduled", "the second waits behind the first");
+    assert_eq!(status(&ids[3]).await, "scheduled");
+    let positions: Vec<(String, i64)> = client
+        .query(
+            "SELECT 'evt_' || replace(event_id::text, '-', ''), seq FROM relayops.ordering_lane_waiting ORDER BY seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let waiting: Vec<&str> = positions.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(waiting, [ids[2].as_str(), ids[3].as_str()], "positions follow the request order: {positions:?}");
 }

@@ -25,6 +25,7 @@ mod managed;
 mod netns;
 mod openapi;
 mod operations;
+mod ordering;
 mod outages;
 mod partitions_missing;
 mod pipeline;

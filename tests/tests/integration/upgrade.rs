@@ -130,12 +130,13 @@ async fn an_upgrade_keeps_every_row_of_a_populated_database_and_its_uses() {
     let event_type = EventType::parse("order.created").unwrap();
     let payload = EventPayload::parse(json!({"n": events})).unwrap();
     let key = IdempotencyKey::parse(&format!("key-{events}")).unwrap();
-    let repeat = NewEvent { event_type: &event_type, payload: &payload, idempotency_key: Some(&key) };
+    let repeat =
+        NewEvent { event_type: &event_type, payload: &payload, idempotency_key: Some(&key), ordering_key: None };
     match insert_event_with_deliveries(&client, tenant, &repeat).await.unwrap() {
         IngestOutcome::Duplicate(receipt) => assert_eq!(receipt.deliveries, 1),
         other => panic!("the old key is still honoured, got {other:?}"),
     }
-    let fresh = NewEvent { event_type: &event_type, payload: &payload, idempotency_key: None };
+    let fresh = NewEvent { event_type: &event_type, payload: &payload, idempotency_key: None, ordering_key: None };
     let IngestOutcome::Created(created) = insert_event_with_deliveries(&client, tenant, &fresh).await.unwrap() else {
         panic!("a new event is stored");
     };
