@@ -101,14 +101,16 @@ impl From<crate::domain::PayloadError> for ApiError {
 /// maintenance had a chance to run (it runs every minute by default).
 const PARTITIONS_MISSING_RETRY_SECS: u64 = 30;
 
-/// Constraint names become client messages here and nowhere else.
-impl From<DbError> for ApiError {
-    fn from(error: DbError) -> Self {
+impl ApiError {
+    /// How a database error answers; `source` (the same error, owned) is
+    /// what the log line shows. Constraint names become client messages here
+    /// and nowhere else.
+    fn from_db(error: &DbError, source: Box<dyn StdError + Send + Sync>) -> Self {
         if error.is_unavailable() {
-            return Self::Unavailable { retry_after_secs: 1, source: Some(Box::new(error)) };
+            return Self::Unavailable { retry_after_secs: 1, source: Some(source) };
         }
-        if let DbError::NoPartition(_) = &error {
-            crate::history::missing::refused(&error);
+        if let DbError::NoPartition(_) = error {
+            crate::history::missing::refused(error);
             return Self::PartitionsMissing { retry_after_secs: PARTITIONS_MISSING_RETRY_SECS };
         }
         match error.constraint() {
@@ -116,8 +118,15 @@ impl From<DbError> for ApiError {
             Some("api_keys_key_prefix_key" | "api_keys_key_hash_key") => {
                 Self::Conflict("key collision; please retry".into())
             }
-            _ => Self::internal(error),
+            _ => Self::Internal(source),
         }
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(error: DbError) -> Self {
+        let error = std::sync::Arc::new(error);
+        Self::from_db(&error, Box::new(std::sync::Arc::clone(&error)))
     }
 }
 
@@ -125,17 +134,9 @@ impl From<DbError> for ApiError {
 /// other requests of its batch, answers as [`DbError`] would.
 impl From<crate::db::batcher::BatchError> for ApiError {
     fn from(error: crate::db::batcher::BatchError) -> Self {
-        use crate::db::batcher::BatchError;
         match error {
-            BatchError::Stopped => Self::Unavailable { retry_after_secs: 1, source: None },
-            BatchError::Failed(error) if error.is_unavailable() => {
-                Self::Unavailable { retry_after_secs: 1, source: Some(Box::new(error)) }
-            }
-            BatchError::Failed(error) if matches!(*error, DbError::NoPartition(_)) => {
-                crate::history::missing::refused(&error);
-                Self::PartitionsMissing { retry_after_secs: PARTITIONS_MISSING_RETRY_SECS }
-            }
-            BatchError::Failed(error) => Self::internal(error),
+            crate::db::batcher::BatchError::Stopped => Self::Unavailable { retry_after_secs: 1, source: None },
+            crate::db::batcher::BatchError::Failed(error) => Self::from_db(&error, Box::new(error.clone())),
         }
     }
 }

@@ -207,11 +207,9 @@ async fn write_with(
     }
     for index in later {
         let outcome = insert_prepared(client, &events[index], EndpointKind::Webhook).await;
-        if on_refusal == OnRefusal::FailAll {
-            outcomes[index] = Some(Ok(outcome?));
-        } else {
-            outcomes[index] = Some(outcome);
-        }
+        // Inside a transaction a refusal aborted everything written so far.
+        let outcome = if on_refusal == OnRefusal::FailAll { Ok(outcome?) } else { outcome };
+        outcomes[index] = Some(outcome);
     }
     Ok(outcomes
         .into_iter()
