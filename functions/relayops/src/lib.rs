@@ -4,5 +4,6 @@ pub mod demo;
 pub mod openapi;
 pub mod ops;
 pub mod roles;
+pub mod settings;
 
 pub use roles::{api_router, migrate, run, Roles};

@@ -14,7 +14,7 @@ use relayops::roles;
 
 use clap::{Parser, Subcommand};
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
-use relayops_shared::config::DatabaseConfig;
+use relayops_shared::config::{DatabaseConfig, HistoryConfig};
 use relayops_shared::{db, telemetry};
 
 #[derive(Parser)]
@@ -92,12 +92,12 @@ async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => {
             let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
-            let applied = roles::migrate(&pool).await?;
+            let applied = roles::migrate(&pool, &HistoryConfig::from_env()?).await?;
             println!("{}", serde_json::json!({ "applied": applied, "latest": db::migrate::latest_version() }));
         }
         Command::Bootstrap { tenant, email, password } => {
             let pool = db::connect_pool(&DatabaseConfig::from_env()?)?;
-            roles::migrate(&pool).await?;
+            roles::migrate(&pool, &HistoryConfig::from_env()?).await?;
             let request = BootstrapRequest { tenant_name: &tenant, admin_email: &email, admin_password: &password };
             let created = bootstrap_tenant(&pool, &request).await?;
             println!(

@@ -8,10 +8,7 @@ use axum::{Json, Router};
 use relayops_publisher::Publisher;
 use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter, LoginThrottle, Wakeups};
 use relayops_shared::backpressure::Backpressure;
-use relayops_shared::config::{
-    AlertConfig, AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, ListenConfig,
-    LoginThrottleConfig, OpsConfig, PublisherConfig, WorkerConfig,
-};
+use relayops_shared::config::{AlertConfig, BrokerConfig, HistoryConfig, OpsConfig, WorkerConfig};
 use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
 use relayops_shared::flow::{FlowControl, Limit};
@@ -23,6 +20,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::ops::{self, OpsProbe};
+use crate::settings::{PipelineSettings, Settings};
 
 pub struct Roles {
     /// All HTTP functions on one port; always runs a publisher loop with them.
@@ -35,11 +33,10 @@ pub struct Roles {
 
 /// Applies the migrations, then creates the history partitions ahead (so
 /// ingest can write before the first publisher tick).
-pub async fn migrate(pool: &Pool) -> anyhow::Result<Vec<String>> {
+pub async fn migrate(pool: &Pool, history: &HistoryConfig) -> anyhow::Result<Vec<String>> {
     let mut client = pool.get().await.map_err(db::DbError::from)?;
     let applied = db::migrate::run(&mut client).await?;
-    let history = relayops_shared::config::HistoryConfig::from_env()?;
-    db::partitions::ensure(&client, &history).await?;
+    db::partitions::ensure(&client, history).await?;
     Ok(applied)
 }
 
@@ -102,13 +99,14 @@ pub async fn run(roles: Roles) -> anyhow::Result<()> {
     wait(tasks).await
 }
 
-/// Starts the roles on background tasks.
+/// Starts the roles on background tasks, once every setting they read has
+/// been read and checked ([`Settings`]).
 pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> {
-    let listen = ListenConfig::from_env()?;
-    let ops_config = OpsConfig::from_env()?;
+    let settings = Settings::from_env(&roles)?;
     observe::install_prometheus();
     let mut tasks = JoinSet::new();
     let mut probe = OpsProbe::default();
+    let listen = settings.listen;
 
     if roles.simulator {
         let listener = tokio::net::TcpListener::bind(listen.simulator).await?;
@@ -116,8 +114,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         let app = relayops_simulator::router(relayops_simulator::Simulator::new());
         tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
     }
-    // One allow-list for the worker's connections and the API's endpoint URLs.
-    let mut outbound_allow = relayops_shared::config::outbound_allow_from_env()?;
+    let mut outbound_allow = settings.outbound_allow;
     if roles.simulator && std::env::var("RELAYOPS_OUTBOUND_ALLOW_CIDRS").is_err() {
         // Development: the built-in simulator is the one receiver on a
         // special address that may be reached: its address and port, no
@@ -125,27 +122,26 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
         outbound_allow = simulator_allowance(listen.simulator);
         tracing::info!(allowed = %outbound_allow, "outbound allow-list set to the simulator");
     }
-    if roles.api || roles.publisher || roles.worker {
-        let database = DatabaseConfig::from_env()?;
+    if let Some(pipeline) = settings.pipeline {
+        let PipelineSettings { database, history, broker, publisher, api, worker, flow, alert } = pipeline;
         let pool = db::connect_pool(&database)?;
-        migrate(&pool).await?;
-        let broker = BrokerConfig::from_env()?;
+        migrate(&pool, &history).await?;
         probe.pool = Some(pool.clone());
         let gauges =
-            observe::gauges::spawn_queue_gauges(pool.clone(), broker.clone(), ops_config.gauge_sample_interval);
+            observe::gauges::spawn_queue_gauges(pool.clone(), broker.clone(), settings.ops.gauge_sample_interval);
         tasks.spawn(async move {
             gauges.await?;
             Ok(())
         });
         let wakeup = Arc::new(Notify::new());
-        if roles.api || roles.publisher {
+        if let Some(publisher_config) = publisher {
             // Wake on commits from any process (ingest replicas, replays, recovery).
             let listener = db::listen::wake_on_outbox_inserts(database.listen_url().to_owned(), Arc::clone(&wakeup));
             tasks.spawn(async move {
                 listener.await;
                 Ok(())
             });
-            let publisher = Arc::new(Publisher::new(pool.clone(), broker.clone(), PublisherConfig::from_env()?));
+            let publisher = Arc::new(Publisher::new(pool.clone(), broker.clone(), publisher_config));
             if !roles.api {
                 // A standalone publisher is ready only while it reaches the
                 // broker (an api replica is ready while it can store events).
@@ -157,28 +153,27 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 Ok(())
             });
         }
-        if roles.api {
-            let backpressure = Backpressure::new(BackpressureConfig::from_env()?);
+        if let (Some(api), Some(flow)) = (api, &flow) {
+            let backpressure = Backpressure::new(api.backpressure);
             let sampler = backpressure.start_sampler(pool.clone(), broker.clone()).await;
             tasks.spawn(async move {
                 sampler.await?;
                 Ok(())
             });
-            let flow = FlowConfig::from_env()?;
-            let flow_control = FlowControl::new(&flow)?;
-            let throttle = LoginThrottle::new(flow_control.clone(), LoginThrottleConfig::from_env()?);
+            let flow_control = FlowControl::new(flow)?;
+            let throttle = LoginThrottle::new(flow_control.clone(), api.login_throttle);
             let limiter = IngestLimiter {
                 flow: flow_control,
                 default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
             };
             let state = ApiState::new(pool.clone())
-                .with_auth(&AuthConfig::from_env()?)?
+                .with_auth(&api.auth)?
                 .with_wakeup(Arc::new(Wakeups(vec![wakeup, Arc::new(PgNotifier::new(pool.clone()))])))
                 .with_backpressure(backpressure)
                 .with_ingest_limiter(limiter)
                 .with_outbound_allow(outbound_allow.clone())
                 .with_login_throttle(throttle)
-                .with_platform_retention(relayops_shared::config::HistoryConfig::from_env()?.retention);
+                .with_platform_retention(history.retention);
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");
             // The peer address is the client (login throttling), unless a
@@ -186,28 +181,25 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             let app = api_router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
             tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
         }
-        if roles.worker {
-            let config = WorkerConfig { outbound_allow: outbound_allow.clone(), ..WorkerConfig::from_env()? };
-            let flow = FlowConfig::from_env()?;
-            let gate = Gate::from_config(&flow, &config)?;
+        if let (Some(worker_config), Some(flow)) = (worker, &flow) {
+            let config = WorkerConfig { outbound_allow: outbound_allow.clone(), ..worker_config };
+            let gate = Gate::from_config(flow, &config)?;
             // Readiness shares the gate's circuit, so it reports what the gate does.
             probe.flow = gate.flow().cloned();
-            let worker = Worker::new(pool.clone(), broker, config, gate)?;
+            let worker = Worker::new(pool.clone(), broker.clone(), config, gate)?;
             probe.worker_consuming = Some(worker.consuming());
             tasks.spawn(async move {
                 worker.run().await;
                 Ok(())
             });
         }
-    }
-    if roles.api && roles.worker {
-        // `all`: alerting too, when an alert receiver is configured.
-        if let Some(config) = AlertConfig::from_env()? {
-            probe.alerter_consuming = Some(spawn_alerter(&mut tasks, config)?);
+        if let Some(config) = alert {
+            // `all`: alerting too, when an alert receiver is configured.
+            probe.alerter_consuming = Some(spawn_alerter(&mut tasks, broker, config)?);
         }
     }
     if !roles.api && (roles.worker || roles.publisher) {
-        if let Some(address) = ops_config.worker_health_listen {
+        if let Some(address) = settings.ops.worker_health_listen {
             tasks.spawn(ops::serve(address, probe).await?);
         }
     }
@@ -217,10 +209,11 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
 
 fn spawn_alerter(
     tasks: &mut JoinSet<anyhow::Result<()>>,
+    broker: BrokerConfig,
     config: AlertConfig,
 ) -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
     tracing::info!(cooldown_ms = config.cooldown.as_millis() as u64, "dead-letter alerting on");
-    let alerter = relayops_alerter::Alerter::new(BrokerConfig::from_env()?, config)?;
+    let alerter = relayops_alerter::Alerter::new(broker, config)?;
     let consuming = alerter.consuming();
     tasks.spawn(async move {
         alerter.run().await;
@@ -233,10 +226,11 @@ fn spawn_alerter(
 pub async fn run_alerter() -> anyhow::Result<()> {
     let config = AlertConfig::from_env()?
         .ok_or_else(|| anyhow::anyhow!("RELAYOPS_ALERT_WEBHOOK_URL is required for the alerter"))?;
+    let broker = BrokerConfig::from_env()?;
     let ops_config = OpsConfig::from_env()?;
     observe::install_prometheus();
     let mut tasks = JoinSet::new();
-    let probe = OpsProbe { alerter_consuming: Some(spawn_alerter(&mut tasks, config)?), ..Default::default() };
+    let probe = OpsProbe { alerter_consuming: Some(spawn_alerter(&mut tasks, broker, config)?), ..Default::default() };
     if let Some(address) = ops_config.worker_health_listen {
         tasks.spawn(ops::serve(address, probe).await?);
     }

@@ -2,6 +2,8 @@
 //! attempt log line, and readiness naming pending migrations. Processes under
 //! test are real `relayops` children, so their metrics are theirs alone.
 use relayops_tests::prometheus::{sample, scrape};
+use relayops_tests::relayops_shared::config::DatabaseConfig;
+use relayops_tests::relayops_shared::db;
 use relayops_tests::{eventually, free_loopback_address, wait_until_ready, TestConfig, TestEnv, WAIT};
 use serde_json::{json, Value};
 
@@ -230,4 +232,65 @@ async fn readiness_names_pending_migrations() {
     let restore = "UPDATE relayops.schema_migrations SET version = left(version, -7) WHERE version LIKE '%.hidden'";
     assert_eq!(client.execute(restore, &[]).await.unwrap(), 1);
     assert_eq!(env.wait_for_readiness(true).await["postgres"], "ok");
+}
+
+/// Started as an operator would, with one setting wrong or missing: the
+/// process exits at once with one line naming the variable, before it
+/// connects anywhere — the database it was given is left untouched (no
+/// migration ran) and nothing half-started logs its shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
+    let admin_url = relayops_tests::Services::default().admin_database_url;
+    let name = format!("relayops_test_cfg_{}", uuid::Uuid::new_v4().simple());
+    let database_url = relayops_tests::create_database(&admin_url, &name).await;
+
+    // (role, settings beside the valid ones, the variable the error names)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 5] = [
+        ("all", &[], "RELAYOPS_REDIS_URL: is required"),
+        (
+            "all",
+            &[("RELAYOPS_REDIS_URL", "redis://127.0.0.1:6379"), ("RELAYOPS_TENANT_BURST", "0")],
+            "RELAYOPS_TENANT_BURST",
+        ),
+        (
+            "worker",
+            &[("RELAYOPS_REDIS_URL", "redis://127.0.0.1:6379"), ("RELAYOPS_LEASE_MS", "soon")],
+            "RELAYOPS_LEASE_MS",
+        ),
+        (
+            "all",
+            &[("RELAYOPS_REDIS_URL", "redis://127.0.0.1:6379"), ("RELAYOPS_ALERT_WEBHOOK_URL", "ftp://x")],
+            "RELAYOPS_ALERT_WEBHOOK_URL",
+        ),
+        ("publisher", &[("RELAYOPS_PUBLISHER_BATCH_SIZE", "-1")], "RELAYOPS_PUBLISHER_BATCH_SIZE"),
+    ];
+    for (role, extra, named) in cases {
+        let mut command = std::process::Command::new(relayops_tests::relayops_binary());
+        command
+            .arg(role)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RELAYOPS_DATABASE_URL", &database_url)
+            .env("RELAYOPS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
+            .env("RELAYOPS_JWT_SECRET", "configuration-test-secret-0123456789abcdef")
+            .env("RELAYOPS_API_LISTEN", free_loopback_address())
+            .env("RELAYOPS_SIMULATOR_LISTEN", free_loopback_address())
+            .env("RELAYOPS_LOG", "info");
+        for (key, value) in extra {
+            command.env(key, value);
+        }
+        let output = tokio::task::spawn_blocking(move || command.output().expect("run relayops")).await.unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{role} {extra:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{role} {extra:?}: one line, got: {stderr}");
+        assert!(stderr.starts_with("relayops: configuration ") && stderr.contains(named), "{role}: {stderr}");
+    }
+
+    let client = db::connect_pool(&DatabaseConfig::new(database_url, 1)).unwrap().get().await.unwrap();
+    let schemas: i64 =
+        client.query_one("SELECT count(*) FROM pg_namespace WHERE nspname = 'relayops'", &[]).await.unwrap().get(0);
+    drop(client);
+    relayops_tests::drop_database(&admin_url, &name).await;
+    assert_eq!(schemas, 0, "a misconfigured start must not migrate the database");
 }
