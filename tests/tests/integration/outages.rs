@@ -1,8 +1,9 @@
 //! Dependencies going away and coming back while work is in flight.
 use std::time::Duration;
 
-use relayops_tests::TestEnv;
-use serde_json::json;
+use relayops_tests::{eventually, TestEnv, WAIT};
+use reqwest::Method;
+use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_outage_is_survived_without_restarts_and_loses_nothing() {
@@ -34,4 +35,66 @@ async fn postgres_outage_is_survived_without_restarts_and_loses_nothing() {
     }
     assert_eq!(env.count("events").await, 25, "the refused event was not half-written");
     env.wait_for_outbox_drained().await;
+}
+
+/// While Postgres is down, every kind of route answers at once with a 503
+/// problem and `Retry-After` (never a hang, a 500, or a 401 for a key it
+/// cannot look up), and each works again when Postgres returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_answers_503_with_retry_after_while_postgres_is_down() {
+    let env = TestEnv::start().await;
+    // Always refused, so the delivery can be replayed at every step.
+    let endpoint = env.create_endpoint("/sim/status/502", &["*"], json!({ "max_attempts": 1 })).await;
+    let endpoint_id = endpoint["id"].as_str().unwrap().to_owned();
+    let event = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
+    let delivery = env.wait_for_status(&event, "dead").await["id"].as_str().unwrap().to_owned();
+    let (_, other_key) = env.second_tenant().await;
+    let key = Some(env.api_key.as_str());
+    let admin = Some(env.config.admin_token.as_str());
+    let new_endpoint = json!({ "url": format!("{}/sim/ok", env.simulator_url), "event_types": ["*"] });
+    let routes: Vec<(Method, String, Option<&str>, Option<Value>)> = vec![
+        (Method::GET, "/v1/events".into(), key, None),
+        (Method::GET, format!("/v1/events/{event}"), key, None),
+        (Method::GET, format!("/v1/deliveries/{delivery}"), key, None),
+        (Method::GET, format!("/v1/deliveries/{delivery}/attempts"), key, None),
+        (Method::GET, format!("/v1/endpoints/{endpoint_id}/stats"), key, None),
+        (Method::GET, "/v1/endpoints".into(), key, None),
+        (Method::POST, "/v1/endpoints".into(), key, Some(new_endpoint)),
+        (Method::GET, "/v1/api-keys".into(), key, None),
+        (Method::POST, format!("/v1/deliveries/{delivery}/replay"), key, Some(json!({}))),
+        (Method::GET, "/admin/v1/tenants".into(), admin, None),
+        // A key this process has not looked up yet: it cannot be checked.
+        (Method::GET, "/v1/events".into(), Some(other_key.as_str()), None),
+    ];
+    for (method, path, credential, body) in &routes {
+        let answer = env.request(method.clone(), path, *credential, body.clone()).await;
+        assert!(answer.status < 400, "{method} {path} before the outage: {} {:?}", answer.status, answer.body);
+    }
+    // Well formed, looked up for the first time during the outage (and never issued).
+    let unknown_key = "rk_live_neverissued1_0123456789abcdef0123456789abcdef";
+    let during = routes.iter().cloned().chain([(Method::GET, "/v1/events".to_owned(), Some(unknown_key), None)]);
+
+    env.cut_database().await;
+    for (method, path, credential, body) in during {
+        let request = env.request(method.clone(), &path, credential, body);
+        let answer = tokio::time::timeout(WAIT, request)
+            .await
+            .unwrap_or_else(|_| panic!("{method} {path} hung while Postgres was down"));
+        assert_eq!(answer.status, 503, "{method} {path}: {:?}", answer.body);
+        answer.expect_problem(503);
+        assert!(answer.headers.contains_key("retry-after"), "{method} {path}: no Retry-After");
+    }
+    env.restore_database().await;
+
+    for (method, path, credential, body) in &routes {
+        eventually(WAIT, || async {
+            let answer = env.request(method.clone(), path, *credential, body.clone()).await;
+            if answer.status < 400 {
+                Ok(())
+            } else {
+                Err(format!("{method} {path} after the outage: {} {:?}", answer.status, answer.body))
+            }
+        })
+        .await;
+    }
 }
