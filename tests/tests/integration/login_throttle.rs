@@ -77,6 +77,37 @@ async fn a_successful_login_starts_the_account_afresh() {
     assert_throttled(&login_via(&env, &client, email, password).await, "this account");
 }
 
+/// A lock ends by itself: after the `Retry-After` it gave, one more try is
+/// allowed, and the right password logs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_account_may_try_again_once_retry_after_has_passed() {
+    let mut config = config();
+    // 3 failures refilling over 30 s: one more try every 10 s once spent.
+    config.login.per_account = 3;
+    config.login.window = std::time::Duration::from_secs(30);
+    let env = TestEnv::start_with(config).await;
+    let (email, password) = (&env.admin_email, &env.admin_password);
+    let client = client_from([127, 0, 0, 1]);
+    // Guess until locked: on a busy machine slow password checks may refill
+    // a try while the guesses go on.
+    let mut guesses = 0;
+    let locked = loop {
+        let answer = login_via(&env, &client, email, "wrong-password").await;
+        if answer.status == 429 {
+            break answer;
+        }
+        answer.expect_problem(401);
+        guesses += 1;
+        assert!(guesses <= 10, "10 wrong passwords and still not locked");
+    };
+    let retry_after = assert_throttled(&locked, "this account");
+    assert!(retry_after <= 10, "one try refills in 10 s: {retry_after}");
+    // The client honours Retry-After: the lock's own length is what is tested.
+    tokio::time::sleep(std::time::Duration::from_secs(retry_after)).await;
+    let answer = login_via(&env, &client, email, password).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_guessing_across_accounts_is_throttled_and_forwarded_for_is_not_believed() {
     let mut config = config();
