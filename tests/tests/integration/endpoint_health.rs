@@ -258,3 +258,46 @@ async fn an_endpoint_disabled_in_the_console_is_reported_as_by_an_operator() {
     assert_eq!(told.body["data"]["endpoint_id"], endpoint["id"]);
     assert_eq!(told.body["data"]["disabled_by"], "operator");
 }
+
+/// Health is advice, not a promise: while its write fails, deliveries are
+/// still delivered and recorded; the next attempt after the fault makes the
+/// write again (the worker does not remember a write that never committed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_health_write_loses_no_delivery_and_is_made_again_by_the_next_attempt() {
+    let env = TestEnv::start().await;
+    let endpoint = env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let id = endpoint["id"].as_str().unwrap();
+    let client = env.pool.get().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE FUNCTION relayops.fail_health() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'injected health write failure'; END $$;
+             CREATE TRIGGER fail_health BEFORE UPDATE OF last_success_at, last_failure_at
+               ON relayops.webhook_endpoints FOR EACH ROW EXECUTE FUNCTION relayops.fail_health();",
+        )
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    for n in 0..5 {
+        events.push(env.post_event("a.b", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned());
+    }
+    for event in &events {
+        let delivery = env.wait_for_status(event, "delivered").await;
+        let attempts = env.get(&format!("/v1/deliveries/{}/attempts", delivery["id"].as_str().unwrap())).await;
+        assert_eq!(attempts.body["data"][0]["http_status"], 200, "{:?}", attempts.body);
+    }
+    let unwritten = env.get(&format!("/v1/endpoints/{id}")).await.body;
+    assert!(unwritten["health"]["last_success_at"].is_null(), "the write failed: {unwritten:?}");
+
+    client.batch_execute("DROP TRIGGER fail_health ON relayops.webhook_endpoints").await.unwrap();
+    let after = env.post_event("a.b", json!({ "n": "after" })).await.body["id"].as_str().unwrap().to_owned();
+    env.wait_for_status(&after, "delivered").await;
+    eventually(WAIT, || async {
+        let answer = env.get(&format!("/v1/endpoints/{id}")).await;
+        match answer.body["health"]["status"].as_str() {
+            Some("healthy") if answer.body["health"]["last_success_at"].is_string() => Ok(()),
+            _ => Err(format!("{:?}", answer.body)),
+        }
+    })
+    .await;
+}
