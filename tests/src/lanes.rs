@@ -167,3 +167,44 @@ impl TestEnv {
         answer.body
     }
 }
+
+/// A lane held on its dead first delivery (see [`TestEnv::block_a_lane`]).
+pub struct BlockedLane {
+    pub receiver: LaneReceiver,
+    pub endpoint_id: String,
+    /// The events of the key, in posting order.
+    pub events: Vec<String>,
+    /// The first event's delivery: dead, holding the lane.
+    pub dead_delivery: String,
+}
+
+impl TestEnv {
+    /// Posts `count` events of `key` to a new [`LaneReceiver`] whose endpoint
+    /// allows one attempt and blocks its lanes on dead letters; the receiver
+    /// fails the first request of position 0 (only), so that delivery dies and
+    /// holds the lane with `count - 1` waiting behind it. Returns once it is dead.
+    pub async fn block_a_lane(&self, key: &str, count: i64) -> BlockedLane {
+        let (receiver, url) = LaneReceiver::start(|arrival| {
+            if arrival.n == 0 && arrival.seen == 1 {
+                Reply::Status(500)
+            } else {
+                Reply::Status(200)
+            }
+        })
+        .await;
+        let endpoint = self.create_lane_endpoint(&url, json!({ "max_attempts": 1, "dead_letter_lane": "block" })).await;
+        let mut events = Vec::new();
+        for n in 0..count {
+            let answer = self.post_ordered("order.updated", json!({ "key": key, "n": n }), key).await;
+            assert_eq!(answer.status, 201, "{:?}", answer.body);
+            events.push(answer.body["id"].as_str().expect("event id").to_owned());
+        }
+        let dead = self.wait_for_status(&events[0], "dead").await;
+        BlockedLane {
+            receiver,
+            endpoint_id: endpoint["id"].as_str().expect("endpoint id").to_owned(),
+            events,
+            dead_delivery: dead["id"].as_str().expect("delivery id").to_owned(),
+        }
+    }
+}
