@@ -1,7 +1,8 @@
 //! The tenant console's protocol over plain HTTP: CSRF refusals, the session
 //! cookie's attributes and expiry, the Content-Security-Policy, tenant
-//! isolation on every route, bulk replay's dry run. (What a person sees and
-//! clicks is in `console_browser`.)
+//! isolation on every route, bulk replay's dry run, blocked ordering lanes
+//! and their skip (bad input and another tenant's ids change nothing).
+//! (What a person sees and clicks is in `console_browser`.)
 use std::time::Duration;
 
 use relayops_tests::console::{cookie_from, no_redirects, submit_login, ConsoleClient};

@@ -1,8 +1,9 @@
 //! The tenant console in a real headless browser (Debian's chromium through
 //! chromedriver): a person signs in, sees the failing endpoint marked failing,
 //! opens its dead delivery, replays it and sees it delivered; a `<script>` in
-//! a payload shows as text; another tenant finds nothing. Screenshots of the
-//! main pages land in `<target>/console-screenshots/`.
+//! a payload shows as text; another tenant finds nothing; a blocked ordering
+//! lane is skipped with a click and the next delivery reaches its receiver.
+//! Screenshots of the main pages land in `<target>/console-screenshots/`.
 use fantoccini::Locator;
 use relayops_tests::browser::Browser;
 use relayops_tests::TestEnv;
