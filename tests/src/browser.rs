@@ -105,6 +105,19 @@ impl Browser {
             .unwrap_or_else(|e| panic!("`{css}` never appeared: {e}"))
     }
 
+    /// Reloads the delivery page at `path` (up to 30 s) until its status reads
+    /// `status`: a delivery the pipeline is still working on.
+    pub async fn wait_for_delivery_status(&self, path: &str, status: &str) {
+        crate::eventually(Duration::from_secs(30), || async {
+            self.goto(path).await;
+            match self.text("#status").await {
+                shown if shown == status => Ok(()),
+                other => Err(format!("status {other}")),
+            }
+        })
+        .await;
+    }
+
     /// Fills the sign-in form, submits it, and waits for a signed-in page.
     pub async fn sign_in(&self, email: &str, password: &str) {
         self.goto("/console/login").await;

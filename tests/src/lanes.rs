@@ -1,11 +1,12 @@
 //! Ordering-lane tests' receiver and checks. [`LaneReceiver`] is a real HTTP
 //! receiver on loopback that records each request the moment it has read it
 //! (before answering), with the payload's `key` and `n` (the event's position
-//! among its key's events, as the test posted them), and answers as the
-//! test's rule says. [`order_violations`] is the property the lanes promise.
+//! among its key's events, as the test posted them), and when the exchange
+//! ended (answered, or dropped by the sender), and answers as the test's rule
+//! says. [`order_violations`] is the property the lanes promise.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -27,6 +28,11 @@ pub struct Arrival {
     pub seen: u32,
     /// What the receiver answered (`None`: it never did).
     pub answered: Option<u16>,
+    /// When the receiver read it.
+    pub at: Instant,
+    /// When the exchange ended: answered, or the sender dropped the
+    /// connection (`None`: still open).
+    pub ended: Option<Instant>,
 }
 
 /// What the receiver does with a request.
@@ -79,8 +85,9 @@ impl LaneReceiver {
 async fn receive(State(receiver): State<LaneReceiver>, headers: HeaderMap, body: Bytes) -> Response {
     let payload: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let delivery_id = headers.get("webhook-id").and_then(|value| value.to_str().ok()).unwrap_or_default().to_owned();
-    let reply = {
+    let (reply, index) = {
         let mut arrivals = receiver.arrivals.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let index = arrivals.len();
         let seen = arrivals.iter().filter(|a| a.delivery_id == delivery_id).count() as u32 + 1;
         let mut arrival = Arrival {
             key: payload["key"].as_str().unwrap_or_default().to_owned(),
@@ -88,19 +95,45 @@ async fn receive(State(receiver): State<LaneReceiver>, headers: HeaderMap, body:
             delivery_id,
             seen,
             answered: None,
+            at: Instant::now(),
+            ended: None,
         };
         let reply = (receiver.rule)(&arrival);
         if let Reply::Status(code) = reply {
             arrival.answered = Some(code);
         }
         arrivals.push(arrival);
-        reply
+        (reply, index)
     };
+    // Stamps the end when the handler finishes or is dropped (the server
+    // drops it when the sender closes the connection).
+    let _ended = EndStamp { arrivals: receiver.arrivals.clone(), index };
     match reply {
         Reply::Status(code) => StatusCode::from_u16(code).unwrap_or(StatusCode::OK).into_response(),
         Reply::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             StatusCode::OK.into_response()
+        }
+    }
+}
+
+/// A rule: the first request of position 0 gets `first`; every other
+/// request is answered 200.
+pub fn first_request_of_position_0(first: Reply) -> impl Fn(&Arrival) -> Reply + Send + Sync + 'static {
+    move |arrival| if arrival.n == 0 && arrival.seen == 1 { first } else { Reply::Status(200) }
+}
+
+/// Sets an arrival's `ended` when dropped.
+struct EndStamp {
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
+    index: usize,
+}
+
+impl Drop for EndStamp {
+    fn drop(&mut self) {
+        let mut arrivals = self.arrivals.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(arrival) = arrivals.get_mut(self.index) {
+            arrival.ended = Some(Instant::now());
         }
     }
 }
@@ -165,5 +198,39 @@ impl TestEnv {
         let answer = self.post("/v1/endpoints", body).await;
         assert_eq!(answer.status, 201, "endpoint creation failed: {:?}", answer.body);
         answer.body
+    }
+}
+
+/// A lane held on its dead first delivery (see [`TestEnv::block_a_lane`]).
+pub struct BlockedLane {
+    pub receiver: LaneReceiver,
+    pub endpoint_id: String,
+    /// The events of the key, in posting order.
+    pub events: Vec<String>,
+    /// The first event's delivery: dead, holding the lane.
+    pub dead_delivery: String,
+}
+
+impl TestEnv {
+    /// Posts `count` events of `key` to a new [`LaneReceiver`] whose endpoint
+    /// allows one attempt and blocks its lanes on dead letters; the receiver
+    /// fails the first request of position 0 (only), so that delivery dies and
+    /// holds the lane with `count - 1` waiting behind it. Returns once it is dead.
+    pub async fn block_a_lane(&self, key: &str, count: i64) -> BlockedLane {
+        let (receiver, url) = LaneReceiver::start(first_request_of_position_0(Reply::Status(500))).await;
+        let endpoint = self.create_lane_endpoint(&url, json!({ "max_attempts": 1, "dead_letter_lane": "block" })).await;
+        let mut events = Vec::new();
+        for n in 0..count {
+            let answer = self.post_ordered("order.updated", json!({ "key": key, "n": n }), key).await;
+            assert_eq!(answer.status, 201, "{:?}", answer.body);
+            events.push(answer.body["id"].as_str().expect("event id").to_owned());
+        }
+        let dead = self.wait_for_status(&events[0], "dead").await;
+        BlockedLane {
+            receiver,
+            endpoint_id: endpoint["id"].as_str().expect("endpoint id").to_owned(),
+            events,
+            dead_delivery: dead["id"].as_str().expect("delivery id").to_owned(),
+        }
     }
 }

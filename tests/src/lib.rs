@@ -20,6 +20,7 @@ pub mod netns;
 mod outbox;
 mod process;
 pub mod prometheus;
+pub mod relay;
 pub mod scratch;
 
 use std::time::Duration;
@@ -435,16 +436,23 @@ impl TestEnv {
     /// Starts a worker with the test's worker config (replacing none).
     /// Returns once the worker consumes, so tests time their work, not start-up.
     pub async fn start_worker(&mut self) {
-        let gate = Gate::from_config(&self.config.flow, &self.config.worker).expect("redis url");
-        let worker =
-            Worker::new(self.pool.clone(), self.broker.clone(), self.config.worker.clone(), gate).expect("worker");
+        self.worker = Some(self.spawn_worker(self.pool.clone(), self.config.worker.clone()).await);
+    }
+
+    /// Starts a worker on `pool` with `config` (give it a `worker_id` of its
+    /// own), beside any other; returns once it consumes. Aborting the handle
+    /// kills it as a crash would.
+    pub async fn spawn_worker(&self, pool: Pool, config: WorkerConfig) -> JoinHandle<()> {
+        let gate = Gate::from_config(&self.config.flow, &config).expect("redis url");
+        let worker = Worker::new(pool, self.broker.clone(), config, gate).expect("worker");
         let mut consuming = worker.consuming();
-        self.worker = Some(tokio::spawn(async move { worker.run().await }));
+        let handle = tokio::spawn(async move { worker.run().await });
         // Room for one SETUP_TIMEOUT reconnect on a busy broker.
         tokio::time::timeout(Duration::from_secs(40), consuming.wait_for(|consuming| *consuming))
             .await
             .expect("the worker started consuming within 40 s")
             .expect("worker alive");
+        handle
     }
 
     /// Kills the worker as a crash would: in-flight work is dropped unsettled.

@@ -19,8 +19,20 @@ use crate::filters::DeliveryQuery;
 use crate::layout::{self, csrf_field, Section};
 use crate::session::{ConsoleForm, Session};
 
+/// The view lists what bulk replay would take, so it takes no filter bulk
+/// replay lacks (an ordering key: the delivery log filters by it).
+fn refuse_ordering_key(query: &DeliveryQuery) -> Result<(), ConsoleError> {
+    if query.ordering_key.is_empty() {
+        return Ok(());
+    }
+    Err(ConsoleError::BadRequest(
+        "ordering key: dead letters are not filtered by ordering key; use the delivery log with status dead".into(),
+    ))
+}
+
 /// The dead deliveries the filters describe, as the replay repository reads them.
 fn replay_filter(query: &DeliveryQuery) -> Result<ReplayFilter, ConsoleError> {
+    refuse_ordering_key(query)?;
     let filter = query.filter(Some(DeliveryStatus::Dead))?;
     Ok(ReplayFilter {
         statuses: vec![DeliveryStatus::Dead],
@@ -46,6 +58,7 @@ pub async fn list(
     session: Session,
     Query(query): Query<DeliveryQuery>,
 ) -> Result<Html<String>, ConsoleError> {
+    refuse_ordering_key(&query)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let page = DeliveryPage::load(&client, &session, &query, Some(DeliveryStatus::Dead)).await?;
     let body = html! {

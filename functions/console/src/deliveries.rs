@@ -1,5 +1,5 @@
 //! `GET /console/deliveries`: the delivery log, newest first, filtered by
-//! status, endpoint, event type and time, a page of 50 at a time with a
+//! status, endpoint, event type, ordering key and time, a page of 50 at a time with a
 //! keyset cursor (`repo::delivery_queries::list_deliveries`, as
 //! `GET /v1/deliveries` uses).
 use std::collections::HashMap;
@@ -63,13 +63,14 @@ impl DeliveryPage {
             @else {
                 div.scroll {
                     table.deliveries {
-                        thead { tr { th { "Delivery" } th { "Status" } th { "Endpoint" } th { "Attempts" } th { "Last HTTP" } th { "Last error" } th { "Created (UTC)" } @if replay.is_some() { th {} } } }
+                        thead { tr { th { "Delivery" } th { "Status" } th { "Endpoint" } th { "Ordering key" } th { "Attempts" } th { "Last HTTP" } th { "Last error" } th { "Created (UTC)" } @if replay.is_some() { th {} } } }
                         tbody {
                             @for row in &self.rows {
                                 tr data-delivery=(row.id) {
                                     td { a.id href=(format!("/console/deliveries/{}", row.id)) { (row.id) } }
                                     td { (layout::status_badge(&row.status)) }
                                     td.url { (urls.get(&row.endpoint_id).copied().unwrap_or("(deleted endpoint)")) }
+                                    td.key { @if let Some(key) = &row.ordering_key { code { (key) } } }
                                     td.num { (row.attempt_count) }
                                     td.num { (row.last_http_status.map(|s| s.to_string()).unwrap_or_default()) }
                                     td.error { (row.last_error.as_deref().unwrap_or("")) }
@@ -100,7 +101,9 @@ impl DeliveryPage {
     }
 }
 
-/// The filter form; `statuses` is false where the page fixes the status.
+/// The filter form; `statuses` is false where the page fixes the status
+/// (the dead-letter view, whose bulk replay does not filter by ordering key:
+/// it has no ordering-key field either).
 pub fn filter_form(action: &str, query: &DeliveryQuery, endpoints: &[EndpointRecord], statuses: bool) -> Markup {
     html! {
         form.filters method="get" action=(action) {
@@ -124,6 +127,9 @@ pub fn filter_form(action: &str, query: &DeliveryQuery, endpoints: &[EndpointRec
                 }
             }
             label { "Event type" input type="text" name="event_type" value=(query.event_type) placeholder="order.created"; }
+            @if statuses {
+                label { "Ordering key" input type="text" name="ordering_key" value=(query.ordering_key) placeholder="order-1001"; }
+            }
             label { "From (UTC)" input type="datetime-local" name="since" value=(query.since); }
             label { "To (UTC)" input type="datetime-local" name="until" value=(query.until); }
             button type="submit" { "Filter" }

@@ -1,4 +1,4 @@
-//! One delivery: where it stands, its event's payload, and every attempt —
+//! One delivery: where it stands (with its ordering key, if any), its event's payload, and every attempt —
 //! the request headers sent (the signature is never stored, so never shown),
 //! the status and start of the body that came back, latency and error — plus
 //! replay (`repo::replay::replay_delivery` in a transaction, as
@@ -8,6 +8,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{html, Markup};
 use relayops_shared::api::{parse_path_id, ApiState};
 use relayops_shared::db::DbError;
+use relayops_shared::domain::DeadLetterLane;
 use relayops_shared::ids::DeliveryId;
 use relayops_shared::repo::attempts::{self, AttemptRecordRow};
 use relayops_shared::repo::replay::{self, ReplayOutcome};
@@ -16,6 +17,7 @@ use serde::Deserialize;
 
 use crate::error::ConsoleError;
 use crate::events::pretty_json;
+use crate::filters::encode;
 use crate::layout::{self, csrf_field, Section};
 use crate::session::{ConsoleForm, NoFields, Session};
 
@@ -46,6 +48,10 @@ pub async fn show(
     let endpoint = endpoints::get_endpoint(&client, session.tenant(), delivery.endpoint_id).await?;
     let attempts = attempts::list_attempts(&client, session.tenant(), id, 0, MAX_ATTEMPTS).await?;
     let replayable = matches!(delivery.status.as_str(), "dead" | "failed");
+    // A dead ordered delivery of an endpoint that blocks on dead letters may
+    // hold its lane: the endpoint page lists the lanes held, with a skip.
+    let holds_lane = delivery.status == "dead"
+        && endpoint.as_ref().is_some_and(|endpoint| endpoint.dead_letter_lane == DeadLetterLane::Block);
     let body = html! {
         @if query.replayed.is_some() {
             p.notice { "Replay requested: the delivery is back in line and will be attempted again shortly. Reload to follow it." }
@@ -63,6 +69,12 @@ pub async fn show(
                 dt { "Event" } dd {
                     a href=(format!("/console/events/{}", delivery.event_id)) { (delivery.event_id) }
                     @if let Some(event) = &event { " · " code { (event.event_type) } }
+                }
+                @if let Some(key) = &delivery.ordering_key {
+                    dt { "Ordering key" } dd #ordering-key {
+                        a href=(format!("/console/deliveries?endpoint={}&ordering_key={}", delivery.endpoint_id, encode(key))) { code { (key) } }
+                        @if holds_lane { " · " a href=(format!("/console/endpoints/{}#blocked-lanes", delivery.endpoint_id)) { "its lane may wait on it: replay or skip" } }
+                    }
                 }
                 dt { "Attempts" } dd { (delivery.attempt_count) }
                 @if let Some(at) = delivery.next_attempt_at { dt { "Next attempt" } dd { (layout::time(at)) } }

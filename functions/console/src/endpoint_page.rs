@@ -1,20 +1,22 @@
-//! One endpoint: its health, subscriptions, limits and retry policy, its
+//! One endpoint: its health, its blocked ordering lanes with a Skip button
+//! each ([`crate::lanes`]), subscriptions, limits and retry policy, its
 //! deliveries by status; forms to enable/disable it (through the PATCH's own
 //! path, so switching it emits the same operational event) and to rotate its signing
 //! secret (the new secret is shown once, the old one keeps signing beside it
 //! for a day, as `POST /v1/endpoints/{id}/secret/rotate` does by default).
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
 use relayops_shared::api::{parse_path_id, ApiState};
 use relayops_shared::db::DbError;
-use relayops_shared::domain::SigningSecret;
+use relayops_shared::domain::{DeadLetterLane, SigningSecret};
 use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::{delivery_queries, endpoints};
 use serde::Deserialize;
 
 use crate::endpoints::{latest_text, legend, HealthData};
 use crate::error::ConsoleError;
+use crate::lanes::BlockedLanes;
 use crate::layout::{self, csrf_field, Section};
 use crate::session::{ConsoleForm, NoFields, Session};
 
@@ -26,10 +28,18 @@ fn or_default<T: std::fmt::Display>(value: Option<T>, default: &str) -> String {
     value.map(|value| value.to_string()).unwrap_or_else(|| default.to_owned())
 }
 
+#[derive(Deserialize)]
+pub struct ShowQuery {
+    /// Set after a skip (`crate::lanes::skip`) sent the browser back here.
+    #[serde(default)]
+    skipped: Option<String>,
+}
+
 pub async fn show(
     State(state): State<ApiState>,
     session: Session,
     Path(endpoint_id): Path<String>,
+    Query(query): Query<ShowQuery>,
 ) -> Result<Html<String>, ConsoleError> {
     let id = parse_endpoint_id(&endpoint_id)?;
     let client = state.pool.get().await.map_err(DbError::from)?;
@@ -39,11 +49,15 @@ pub async fn show(
     let counts = delivery_queries::count_by_status(&client, session.tenant(), id, None, None).await?;
     let health = HealthData::load(&client, session.tenant(), Some(id)).await?;
     let summary = health.get(id);
+    let blocked = BlockedLanes::load(&client, &session, id).await?;
     let schedule = endpoint
         .retry_schedule_secs
         .as_ref()
         .map(|secs| secs.iter().map(|s| format!("{s} s")).collect::<Vec<_>>().join(", "));
     let body = html! {
+        @if query.skipped.is_some() {
+            p.notice #skipped { "Skipped: the lane went on past its dead delivery, and the next delivery of its key is on its way." }
+        }
         section.card {
             div.endpoint-head { (health.health(&endpoint).badge()) span.url { (endpoint.url) } }
             @if !endpoint.description.is_empty() { p.muted { (endpoint.description) } }
@@ -78,6 +92,7 @@ pub async fn show(
                 a.button href=(format!("/console/dead-letters?endpoint={id}")) { "Dead letters" }
             }
         }
+        (blocked.card(&session, &endpoint))
         div.columns {
             section.card {
                 h2 { "Subscriptions" }
@@ -93,6 +108,12 @@ pub async fn show(
                     dt { "Attempts" } dd { (or_default(endpoint.max_attempts, "platform default")) }
                     dt { "Timeout" } dd { (or_default(endpoint.timeout_ms.map(|t| format!("{t} ms")), "platform default")) }
                     dt { "Retry schedule" } dd { (schedule.unwrap_or_else(|| "platform default (exponential)".into())) }
+                    dt { "Dead letter in an ordering lane" } dd {
+                        @match endpoint.dead_letter_lane {
+                            DeadLetterLane::Release => "the lane goes on",
+                            DeadLetterLane::Block => "the lane waits for a replay or a skip",
+                        }
+                    }
                 }
             }
             section.card {

@@ -108,6 +108,7 @@ pub async fn show(
                 dt { "Event" } dd { code.id { (event.id) } }
                 dt { "Type" } dd { code { (event.event_type) } }
                 @if let Some(key) = &event.idempotency_key { dt { "Idempotency key" } dd { (key) } }
+                @if let Some(key) = &event.ordering_key { dt { "Ordering key" } dd { code { (key) } } }
                 dt { "Received" } dd { (layout::time(event.received_at)) }
             }
         }

@@ -3,7 +3,7 @@
 //! names the field, never a silently wider list. Times are UTC, as the
 //! pages show them (`datetime-local` inputs, or RFC 3339).
 use chrono::{DateTime, NaiveDateTime, Utc};
-use relayops_shared::domain::{DeliveryStatus, EventType};
+use relayops_shared::domain::{DeliveryStatus, EventType, OrderingKey};
 use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::delivery_queries::{DeliveryFilter, TimeKey};
 use serde::Deserialize;
@@ -23,6 +23,9 @@ pub struct DeliveryQuery {
     pub endpoint: String,
     #[serde(default)]
     pub event_type: String,
+    /// The delivery log only (bulk replay does not filter by it).
+    #[serde(default)]
+    pub ordering_key: String,
     #[serde(default)]
     pub since: String,
     #[serde(default)]
@@ -56,6 +59,14 @@ pub fn endpoint(text: &str) -> Result<Option<EndpointId>, ConsoleError> {
     present(text).map(|text| text.parse().map_err(|_| bad("endpoint", "must be an endpoint id (ep_…)"))).transpose()
 }
 
+pub fn ordering_key(text: &str) -> Result<Option<OrderingKey>, ConsoleError> {
+    // Not trimmed: a key is matched exactly, and one with spaces at its ends is refused.
+    Some(text)
+        .filter(|text| !text.is_empty())
+        .map(|text| OrderingKey::parse(text).map_err(|error| bad("ordering key", &error.message)))
+        .transpose()
+}
+
 pub fn event_type(text: &str) -> Result<Option<EventType>, ConsoleError> {
     present(text).map(|text| EventType::parse(text).map_err(|error| bad("event type", &error.message))).transpose()
 }
@@ -78,7 +89,7 @@ impl DeliveryQuery {
             status,
             endpoint: endpoint(&self.endpoint)?,
             event_type: event_type(&self.event_type)?,
-            ordering_key: None,
+            ordering_key: ordering_key(&self.ordering_key)?,
             since,
             until,
         })
@@ -90,6 +101,7 @@ impl DeliveryQuery {
             ("status", &self.status),
             ("endpoint", &self.endpoint),
             ("event_type", &self.event_type),
+            ("ordering_key", &self.ordering_key),
             ("since", &self.since),
             ("until", &self.until),
         ];

@@ -1,7 +1,7 @@
 //! The console function: the tenant console, server-rendered HTML under
 //! `/console/…` — sign in, endpoints with their health, the delivery log, a
 //! delivery's attempts, dead letters with replay (single and bulk, dry-run
-//! count first), events, API keys. No JavaScript; charts are inline SVG.
+//! count first), blocked ordering lanes with skip, events, API keys. No JavaScript; charts are inline SVG.
 //!
 //! It is one more HTTP function over the same state and repositories as the
 //! API: the session cookie holds the API's own login token (resolved by
@@ -23,6 +23,7 @@ mod endpoints;
 mod error;
 mod events;
 mod filters;
+mod lanes;
 mod layout;
 mod session;
 
@@ -56,6 +57,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/console/deliveries", get(deliveries::list))
         .route("/console/deliveries/{delivery_id}", get(delivery_page::show))
         .route("/console/deliveries/{delivery_id}/replay", post(delivery_page::replay))
+        .route("/console/deliveries/{delivery_id}/skip", post(lanes::skip))
         .route("/console/dead-letters", get(dead_letters::list))
         .route("/console/dead-letters/replay-preview", post(dead_letters::preview))
         .route("/console/dead-letters/replay", post(dead_letters::replay))

@@ -6,9 +6,8 @@ use axum::extract::{Path, State};
 use axum::Json;
 use relayops_shared::api::{parse_path_id, ApiError, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
-use relayops_shared::db::DbError;
 use relayops_shared::ids::{DeliveryId, EndpointId};
-use relayops_shared::repo::{deliveries, lanes};
+use relayops_shared::repo::lanes::{self, SkipOutcome};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -43,20 +42,16 @@ pub async fn skip(
 ) -> Result<Json<SkippedView>, ApiError> {
     caller.require(Scope::Admin)?;
     let delivery_id: DeliveryId = parse_path_id(&delivery_id)?;
-    let mut client = state.pool.get().await.map_err(DbError::from)?;
-    let tx = client.transaction().await.map_err(DbError::from)?;
-    let Some(skipped) = lanes::skip(&tx, caller.tenant_id, delivery_id).await? else {
-        drop(tx);
-        return match deliveries::get_delivery(&client, caller.tenant_id, delivery_id).await? {
-            None => Err(ApiError::NotFound("delivery")),
-            Some(delivery) => Err(ApiError::Conflict(format!(
-                "delivery {delivery_id} ({}) holds no blocked ordering lane; only a dead delivery an endpoint \
-                 with `dead_letter_lane: block` is held on can be skipped",
-                delivery.status
-            ))),
-        };
+    let skipped = match lanes::skip_one(&state.pool, caller.tenant_id, delivery_id).await? {
+        SkipOutcome::Skipped(skipped) => skipped,
+        SkipOutcome::NotFound => return Err(ApiError::NotFound("delivery")),
+        SkipOutcome::HoldsNoLane(status) => {
+            return Err(ApiError::Conflict(format!(
+                "delivery {delivery_id} ({status}) holds no blocked ordering lane; only a dead delivery an endpoint \
+                 with `dead_letter_lane: block` is held on can be skipped"
+            )))
+        }
     };
-    tx.commit().await.map_err(DbError::from)?;
     if skipped.released.is_some() {
         state.wake_publisher();
     }

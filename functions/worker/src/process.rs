@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::{Fuse, FusedFuture, FutureExt};
 use tokio::time::Instant;
 
 use chrono::Utc;
@@ -303,12 +304,17 @@ impl Processor {
     /// under load) does not lose its lease to recovery and get sent twice.
     /// Nothing happens on the fast path: the first extension is a third of a
     /// lease away. A lane's head is never sent past its lease
-    /// ([`lane::deadline`]): the request is dropped instead.
+    /// ([`lane::deadline`]): the request is dropped instead. An extension runs
+    /// beside the send, not in its way: a database that stopped answering
+    /// (a partition) must not hold off the lease's end, nor the answer.
     async fn send_holding_lease(&self, job: &DeliveryJob, claim_asked: Instant) -> Exchange {
         let every = self.config.lease / 3;
         let mut deadline = lane::deadline(job, claim_asked, self.config.lease);
         let send = self.sender.send(job);
         tokio::pin!(send);
+        let extension = Fuse::terminated();
+        tokio::pin!(extension);
+        let mut next_extension = Instant::now() + every;
         loop {
             let lease_ends = async {
                 match deadline {
@@ -318,13 +324,19 @@ impl Processor {
             };
             tokio::select! {
                 exchange = &mut send => return exchange,
-                () = tokio::time::sleep(every) => {
-                    let asked = Instant::now();
-                    if self.extend_lease(job).await && deadline.is_some() {
+                () = lease_ends => return abandoned(job, claim_asked),
+                () = tokio::time::sleep_until(next_extension), if extension.is_terminated() => {
+                    extension.set(async {
+                        let asked = Instant::now();
+                        (asked, self.extend_lease(job).await)
+                    }.fuse());
+                }
+                (asked, extended) = &mut extension => {
+                    if extended && deadline.is_some() {
                         deadline = Some(lane::extended(asked, self.config.lease));
                     }
+                    next_extension = asked + every;
                 }
-                () = lease_ends => return abandoned(job, claim_asked),
             }
         }
     }

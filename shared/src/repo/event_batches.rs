@@ -8,9 +8,10 @@
 //! after the statement that carried it committed; an idempotency key is
 //! honoured as before (a batch carries each tenant's key once — a repeat within
 //! the batch runs after it, alone, and is answered as a repeat); an event with
-//! an ordering key runs alone too, after the batch, in request order; keys are
-//! written in key order, so two batches never wait on each other's keys in
-//! opposite orders. A batch the database refuses for any reason other than
+//! an ordering key runs alone too, after the batch, sorted by ordering key
+//! (each key's events in request order); idempotency keys are written in key
+//! order and lanes in ordering-key order, so two batches never wait on each
+//! other's keys in opposite orders. A batch the database refuses for any reason other than
 //! being unreachable (or missing history partitions) is written again one
 //! event at a time, so one bad event fails only its own request.
 use std::collections::{HashMap, HashSet};
@@ -160,16 +161,28 @@ async fn write_with(
         };
     }
     // The set statement takes unordered events whose key is the first of its
-    // kind (ON CONFLICT may touch a row once). The rest run alone after it,
-    // in request order: a key's later occurrences (answered as repeats or
-    // conflicts), and events with an ordering key (`INGEST_ORDERED`: each
-    // takes its lane position in its own statement).
+    // kind (ON CONFLICT may touch a row once). The rest run alone after it:
+    // events with an ordering key (`INGEST_ORDERED`: each takes its lane
+    // position in its own statement), then an idempotency key's later
+    // occurrences (answered as repeats or conflicts), in request order.
     let mut keys = HashSet::new();
-    let (first, later): (Vec<usize>, Vec<usize>) = (0..events.len()).partition(|&index| {
-        let event = &events[index];
+    let (mut first, mut ordered, mut repeats) = (Vec::new(), Vec::new(), Vec::new());
+    for (index, event) in events.iter().enumerate() {
         let first_of_key = event.idempotency_key.as_deref().is_none_or(|key| keys.insert((event.tenant, key)));
-        first_of_key && event.ordering_key.is_none()
-    });
+        match (first_of_key, &event.ordering_key) {
+            (false, _) => repeats.push(index),
+            (true, Some(_)) => ordered.push(index),
+            (true, None) => first.push(index),
+        }
+    }
+    // Each ordered event locks its lanes until the transaction ends (the
+    // batch route's): taken in request order, two batches naming the same
+    // keys in opposite orders would wait on each other — a deadlock Postgres
+    // breaks by aborting one. So the keys go in one fixed order; the sort is
+    // stable, so each key's events keep their request order, the order its
+    // lanes promise.
+    ordered.sort_by(|&a, &b| events[a].ordering_key.cmp(&events[b].ordering_key));
+    let later: Vec<usize> = ordered.into_iter().chain(repeats).collect();
     let mut outcomes: Vec<Option<IngestResult>> = (0..events.len()).map(|_| None).collect();
     let firsts: Vec<&PreparedEvent> = first.iter().map(|&index| &events[index]).collect();
     let written = if firsts.is_empty() { Ok(Vec::new()) } else { insert_many(client, &firsts).await };

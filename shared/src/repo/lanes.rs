@@ -20,8 +20,9 @@
 //! from its claim; replay passes the caller's tenant.
 use chrono::{DateTime, Utc};
 
-use crate::db::DbError;
+use crate::db::{DbError, Pool};
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::deliveries;
 use crate::repo::delivery_queries::TimeKey;
 use crate::repo::sql;
 use crate::repo::GenericClient;
@@ -174,6 +175,36 @@ pub struct Skipped {
     pub endpoint: EndpointId,
     pub ordering_key: String,
     pub released: Option<DeliveryId>,
+}
+
+/// What asking to skip a delivery came to.
+#[derive(Debug, Clone)]
+pub enum SkipOutcome {
+    /// The lane moved on past the dead delivery (committed).
+    Skipped(Skipped),
+    /// No such delivery in the tenant.
+    NotFound,
+    /// The delivery (in this status) holds no blocked lane: not dead, not
+    /// ordered, its endpoint releases on dead letters, or it was already
+    /// replayed or skipped. Nothing changed.
+    HoldsNoLane(String),
+}
+
+/// [`skip`] in a transaction of its own, committed when the lane moved on
+/// (the API's and the console's skip). The caller wakes the publisher when a
+/// delivery was released.
+pub async fn skip_one(pool: &Pool, tenant: TenantId, dead: DeliveryId) -> Result<SkipOutcome, DbError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    if let Some(skipped) = skip(&tx, tenant, dead).await? {
+        tx.commit().await?;
+        return Ok(SkipOutcome::Skipped(skipped));
+    }
+    drop(tx);
+    Ok(match deliveries::get_delivery(&client, tenant, dead).await? {
+        None => SkipOutcome::NotFound,
+        Some(delivery) => SkipOutcome::HoldsNoLane(delivery.status),
+    })
 }
 
 const IS_BLOCKED: &str = "SELECT blocked_since IS NOT NULL FROM relayops.ordering_lanes

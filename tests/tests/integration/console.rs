@@ -1,7 +1,8 @@
 //! The tenant console's protocol over plain HTTP: CSRF refusals, the session
 //! cookie's attributes and expiry, the Content-Security-Policy, tenant
-//! isolation on every route, bulk replay's dry run. (What a person sees and
-//! clicks is in `console_browser`.)
+//! isolation on every route, bulk replay's dry run, blocked ordering lanes
+//! and their skip (bad input and another tenant's ids change nothing).
+//! (What a person sees and clicks is in `console_browser`.)
 use std::time::Duration;
 
 use relayops_tests::console::{cookie_from, no_redirects, submit_login, ConsoleClient};
@@ -201,4 +202,98 @@ async fn console_bulk_replay_shows_the_dry_run_count_before_replaying() {
     for event in &events {
         assert_eq!(env.wait_for_status(event, "delivered").await["attempt_count"], 2);
     }
+}
+
+/// The endpoint's blocked lanes as the API lists them.
+async fn blocked_lanes(env: &TestEnv, endpoint_id: &str) -> Value {
+    let answer = env.get(&format!("/v1/endpoints/{endpoint_id}/blocked-lanes")).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    answer.body["data"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_endpoint_page_lists_a_blocked_lane_whose_skip_moves_it_on() {
+    let env = TestEnv::start().await;
+    let lane = env.block_a_lane("order-7", 3).await;
+    let (endpoint_id, dead_id) = (lane.endpoint_id.as_str(), lane.dead_delivery.as_str());
+    let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let endpoint_page = format!("/console/endpoints/{endpoint_id}");
+
+    let (status, page) = console.get(&endpoint_page).await;
+    assert_eq!(status, 200);
+    assert!(page.contains(&format!(r#"<tr data-lane="order-7" data-delivery="{dead_id}">"#)), "{page}");
+    assert!(page.contains(&format!(r#"href="/console/deliveries/{dead_id}""#)), "a link to the dead delivery");
+    assert!(page.contains(r#"<td class="num waiting">2</td>"#), "two wait behind it: {page}");
+    assert!(page.contains(&format!(r#"action="/console/deliveries/{dead_id}/skip""#)), "a skip form");
+    assert!(page.contains("the lane waits for a replay or a skip"), "the endpoint's setting is shown");
+
+    // The ordering key shows on the delivery and filters the delivery log.
+    let (_, delivery_page) = console.get(&format!("/console/deliveries/{dead_id}")).await;
+    assert!(delivery_page.contains("<code>order-7</code>"), "{delivery_page}");
+    assert!(delivery_page.contains(&format!(r#"href="/console/endpoints/{endpoint_id}#blocked-lanes""#)));
+    let (status, log) = console.get("/console/deliveries?ordering_key=order-7").await;
+    assert_eq!(status, 200);
+    assert_eq!(log.matches("<tr data-delivery=").count(), 3, "the key's three deliveries: {log}");
+    let (_, other_key) = console.get("/console/deliveries?ordering_key=order-8").await;
+    assert!(other_key.contains("No deliveries match."), "{other_key}");
+    let (status, refused) = console.get("/console/deliveries?ordering_key=%20padded").await;
+    assert_eq!(status, 400);
+    assert!(refused.contains("ordering key"), "the message names the field: {refused}");
+
+    // Skip: the lane goes on, its next deliveries reach the receiver in order.
+    let skipped =
+        console.post(&format!("/console/deliveries/{dead_id}/skip"), &[("csrf", &console.csrf().await)]).await;
+    assert_eq!(skipped.status(), 303);
+    assert_eq!(skipped.headers()[LOCATION], format!("{endpoint_page}?skipped=1"));
+    for event in &lane.events[1..] {
+        env.wait_for_status(event, "delivered").await;
+    }
+    let positions: Vec<i64> = lane.receiver.arrivals().iter().map(|arrival| arrival.n).collect();
+    assert_eq!(positions, [0, 1, 2]);
+    assert_eq!(status_of(&env, dead_id).await, "dead", "the skipped delivery stays dead");
+    let (_, page) = console.get(&format!("{endpoint_page}?skipped=1")).await;
+    assert!(page.contains(r#"id="skipped""#) && page.contains(r#"id="no-blocked-lanes""#), "{page}");
+    assert_eq!(blocked_lanes(&env, endpoint_id).await, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_skip_of_another_tenants_or_an_unblocked_delivery_is_refused_and_changes_nothing() {
+    let env = TestEnv::start().await;
+    let lane = env.block_a_lane("order-7", 2).await;
+    let (endpoint_id, dead_id) = (lane.endpoint_id.as_str(), lane.dead_delivery.as_str());
+    let waiting = env.wait_for_status(&lane.events[1], "scheduled").await;
+    let waiting_id = waiting["id"].as_str().unwrap();
+    let before = blocked_lanes(&env, endpoint_id).await;
+    assert_eq!(before[0]["delivery_id"], dead_id, "{before:?}");
+
+    // Tenant B: A's endpoint page and A's delivery are not found.
+    let account = env.second_account().await;
+    let b = ConsoleClient::sign_in(&env.api_url, &account.email, &account.password).await;
+    let (status, page) = b.get(&format!("/console/endpoints/{endpoint_id}")).await;
+    assert_eq!(status, 404);
+    assert!(!page.contains("order-7") && !page.contains(dead_id), "{page}");
+    let answer = b.post(&format!("/console/deliveries/{dead_id}/skip"), &[("csrf", &b.csrf().await)]).await;
+    assert_eq!(answer.status(), 404);
+    assert!(answer.text().await.unwrap().contains("No such delivery in this tenant."));
+
+    // Tenant A, with bad input: an unknown id, a malformed one, a delivery
+    // waiting in the lane (not its dead head), and no CSRF token.
+    let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let csrf = console.csrf().await;
+    for id in [format!("dlv_{}", uuid::Uuid::now_v7().simple()), "not-an-id".to_owned()] {
+        let answer = console.post(&format!("/console/deliveries/{id}/skip"), &[("csrf", &csrf)]).await;
+        assert_eq!(answer.status(), 404, "{id}");
+        assert!(answer.text().await.unwrap().contains("No such delivery in this tenant."), "{id}");
+    }
+    let answer = console.post(&format!("/console/deliveries/{waiting_id}/skip"), &[("csrf", &csrf)]).await;
+    assert_eq!(answer.status(), 409);
+    let message = answer.text().await.unwrap();
+    assert!(message.contains("this delivery is scheduled and holds no blocked ordering lane"), "{message}");
+    assert_eq!(console.post(&format!("/console/deliveries/{dead_id}/skip"), &[]).await.status(), 403, "no token");
+
+    // Nothing moved: the lane is held as it was, nothing behind it was sent.
+    assert_eq!(blocked_lanes(&env, endpoint_id).await, before);
+    assert_eq!(status_of(&env, dead_id).await, "dead");
+    assert_eq!(status_of(&env, waiting_id).await, "scheduled");
+    assert!(lane.receiver.arrivals().iter().all(|arrival| arrival.n == 0), "nothing sent past the dead delivery");
 }

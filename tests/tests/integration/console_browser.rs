@@ -1,13 +1,12 @@
 //! The tenant console in a real headless browser (Debian's chromium through
 //! chromedriver): a person signs in, sees the failing endpoint marked failing,
 //! opens its dead delivery, replays it and sees it delivered; a `<script>` in
-//! a payload shows as text; another tenant finds nothing. Screenshots of the
-//! main pages land in `<target>/console-screenshots/`.
-use std::time::Duration;
-
+//! a payload shows as text; another tenant finds nothing; a blocked ordering
+//! lane is skipped with a click and the next delivery reaches its receiver.
+//! Screenshots of the main pages land in `<target>/console-screenshots/`.
 use fantoccini::Locator;
 use relayops_tests::browser::Browser;
-use relayops_tests::{eventually, TestEnv};
+use relayops_tests::TestEnv;
 use serde_json::json;
 
 const XSS: &str = r#"<script>document.title='pwned'</script><img src=x onerror="document.title='pwned'">"#;
@@ -68,14 +67,7 @@ async fn console_in_a_browser_finds_the_failing_endpoint_and_replays_its_dead_de
     browser.wait_for("p.notice").await;
     assert_eq!(browser.path().await, format!("/console/deliveries/{dead_id}"));
     let page = format!("/console/deliveries/{dead_id}");
-    eventually(Duration::from_secs(30), || async {
-        browser.goto(&page).await;
-        match browser.text("#status").await.as_str() {
-            "delivered" => Ok(()),
-            other => Err(format!("status {other}")),
-        }
-    })
-    .await;
+    browser.wait_for_delivery_status(&page, "delivered").await;
     assert_eq!(browser.client.find_all(Locator::Css("details.attempt")).await.unwrap().len(), 2);
     browser.screenshot("delivery-replayed").await;
     assert_eq!(env.get(&format!("/v1/deliveries/{dead_id}")).await.body["status"], "delivered");
@@ -160,5 +152,50 @@ async fn console_in_a_browser_shows_a_script_payload_as_text_and_another_tenant_
         let source = browser.client.source().await.unwrap();
         assert!(!source.contains("pwned") && !source.contains(&env.simulator_url), "{page} shows nothing of A");
     }
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_a_browser_skips_a_blocked_lane_and_the_next_delivery_arrives() {
+    const KEY: &str = "cart 7/β&x";
+    let env = TestEnv::start().await;
+    let lane = env.block_a_lane(KEY, 3).await;
+    let endpoint_page = format!("/console/endpoints/{}", lane.endpoint_id);
+    let row = format!(r#"tr[data-lane="{KEY}"]"#);
+
+    let browser = Browser::start(&env.api_url, 1280).await;
+    browser.sign_in(&env.admin_email, &env.admin_password).await;
+    browser.goto(&endpoint_page).await;
+    assert_eq!(browser.text(&format!("{row} td.waiting")).await, "2", "two wait behind the dead delivery");
+    assert_eq!(browser.text(&format!("{row} a.id")).await, lane.dead_delivery);
+    browser.screenshot("blocked-lane").await;
+
+    // The key's link opens the delivery log filtered by it: all three.
+    browser.click(&format!("{row} td:first-child a")).await;
+    browser.wait_for("form.filters").await;
+    assert_eq!(browser.path().await, "/console/deliveries");
+    let filter = browser.client.find(Locator::Css(r#"input[name="ordering_key"]"#)).await.unwrap();
+    assert_eq!(filter.prop("value").await.unwrap().as_deref(), Some(KEY), "the key survived the link");
+    assert_eq!(browser.client.find_all(Locator::Css("tr[data-delivery]")).await.unwrap().len(), 3);
+
+    // Skip: back on the endpoint page, the lane is no longer held.
+    browser.goto(&endpoint_page).await;
+    browser.click(&format!("{row} button.skip")).await;
+    browser.wait_for("#skipped").await;
+    assert_eq!(browser.path().await, endpoint_page);
+    assert!(browser.client.find_all(Locator::Css(&row)).await.unwrap().is_empty(), "the lane moved on");
+    browser.wait_for("#no-blocked-lanes").await;
+    browser.screenshot("lane-skipped").await;
+
+    // The next delivery reaches the receiver, and the console shows it delivered.
+    let next = env.wait_for_status(&lane.events[1], "delivered").await;
+    let next_page = format!("/console/deliveries/{}", next["id"].as_str().unwrap());
+    browser.wait_for_delivery_status(&next_page, "delivered").await;
+    assert!(browser.text("#ordering-key").await.contains(KEY));
+    env.wait_for_status(&lane.events[2], "delivered").await;
+    let positions: Vec<i64> = lane.receiver.arrivals().iter().map(|arrival| arrival.n).collect();
+    assert_eq!(positions, [0, 1, 2], "the dead one, then the rest of the key in order");
+    browser.goto(&format!("/console/deliveries/{}", lane.dead_delivery)).await;
+    assert_eq!(browser.text("#status").await, "dead", "the skipped delivery stays dead");
     browser.close().await;
 }

@@ -26,6 +26,7 @@ mod netns;
 mod openapi;
 mod operations;
 mod ordering;
+mod ordering_races;
 mod outages;
 mod partitions_missing;
 mod pipeline;

@@ -4,7 +4,9 @@
 //! workers at once reorder a key at the receiver (duplicates allowed).
 use std::time::Duration;
 
-use relayops_tests::lanes::{accepted_count, order_violations, received_positions, LaneReceiver, Reply};
+use relayops_tests::lanes::{
+    accepted_count, first_request_of_position_0, order_violations, received_positions, LaneReceiver, Reply,
+};
 use relayops_tests::{TestEnv, WAIT};
 use serde_json::json;
 
@@ -65,17 +67,7 @@ async fn a_worker_killed_mid_lane_neither_loses_nor_reorders_its_key() {
     config.worker.lease = Duration::from_secs(6);
     let env = TestEnv::start_with(config).await;
     // The very first request hangs: that is when the worker dies.
-    let (receiver, url) =
-        LaneReceiver::start(
-            |arrival| {
-                if arrival.n == 0 && arrival.seen == 1 {
-                    Reply::Hang
-                } else {
-                    Reply::Status(200)
-                }
-            },
-        )
-        .await;
+    let (receiver, url) = LaneReceiver::start(first_request_of_position_0(Reply::Hang)).await;
     env.create_lane_endpoint(&url, json!({})).await;
 
     let mut doomed = env.spawn_role("worker", &[]);
@@ -158,17 +150,7 @@ fn key_hash(key: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_releases_its_lane_by_default_and_its_replay_joins_the_back() {
     let env = TestEnv::start().await;
-    let (receiver, url) =
-        LaneReceiver::start(
-            |arrival| {
-                if arrival.n == 0 && arrival.seen == 1 {
-                    Reply::Status(500)
-                } else {
-                    Reply::Status(200)
-                }
-            },
-        )
-        .await;
+    let (receiver, url) = LaneReceiver::start(first_request_of_position_0(Reply::Status(500))).await;
     let endpoint = env.create_lane_endpoint(&url, json!({ "max_attempts": 1 })).await;
     assert_eq!(endpoint["dead_letter_lane"], "release", "the default");
     let mut events = Vec::new();
