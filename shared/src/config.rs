@@ -546,7 +546,8 @@ impl FlowConfig {
 #[derive(Debug, Clone)]
 pub struct BackpressureConfig {
     /// `RELAYOPS_MAX_OUTBOX_BACKLOG` (default 100000): unpublished outbox rows
-    /// above which ingest answers 503.
+    /// above which ingest answers 503 (an unordered event is one row, whatever
+    /// its fan-out).
     pub max_outbox_backlog: i64,
     /// `RELAYOPS_MAX_READY_DEPTH` (default 100000): ready-queue messages above
     /// which ingest answers 503.
