@@ -82,6 +82,11 @@ pub struct Publisher {
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
+/// A batch sends at most this many messages per row it may claim
+/// (`RELAYOPS_PUBLISHER_BATCH_SIZE`): events with a large fan-out expand into
+/// many, and the batch must be confirmed within the confirm timeout.
+const MESSAGES_PER_ROW_CLAIMED: usize = 10;
+
 impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
         let owner = format!("publisher-{}", uuid_suffix());
@@ -138,8 +143,13 @@ impl Publisher {
         if messages.is_empty() {
             return Ok(PublishReport::default());
         }
-        // An event's row becomes a message per pending delivery of the event.
+        // An event's row becomes a message per pending delivery of the event;
+        // rows past the batch's message limit go back unpublished.
         let outgoing = outbox_fanout::expand(&client, &messages).await?;
+        let claimed: Vec<i64> = messages.iter().map(|message| message.id).collect();
+        let limit = (self.config.batch_size as usize).saturating_mul(MESSAGES_PER_ROW_CLAIMED);
+        let (rows, outgoing, left_over) = outbox_fanout::fit(&claimed, outgoing, limit);
+        outbox::release(&client, &self.owner, &left_over, "left for the next batch").await?;
         // Dying here leaves the rows claimed, to be reclaimed and expanded again.
         relayops_shared::failpoint::crash_if_armed("publisher.after_claim");
         let results = session.publish_confirmed(&outgoing, self.config.confirm_timeout).await;
@@ -153,7 +163,6 @@ impl Publisher {
             // The broker has the messages; dying here leaves them claimed, to be published again.
             relayops_shared::failpoint::crash_if_armed("publisher.after_confirm");
         }
-        let rows: Vec<i64> = messages.iter().map(|message| message.id).collect();
         let settled = outbox_fanout::settle(&rows, &outgoing, &results.confirmed, &results.refused);
         let deleted = outbox::delete_published(&mut client, &self.owner, &settled.confirmed).await?;
         let released = outbox::release(&client, &self.owner, &settled.refused, "refused by broker").await?;

@@ -73,6 +73,31 @@ pub async fn expand(client: &impl GenericClient, rows: &[OutboxMessage]) -> Resu
     Ok(outgoing)
 }
 
+/// Splits an expanded batch where its messages would pass `max_messages`:
+/// the rows (and their messages) that fit, at least the first row whatever
+/// its size (a row is never split), and the rows left over, to give back
+/// unpublished. Keeps a batch of events with a large fan-out within what the
+/// broker confirms before the confirm timeout.
+pub fn fit(rows: &[i64], outgoing: Vec<Outgoing>, max_messages: usize) -> (Vec<i64>, Vec<Outgoing>, Vec<i64>) {
+    let mut per_row: HashMap<i64, usize> = HashMap::new();
+    for message in &outgoing {
+        *per_row.entry(message.row).or_default() += 1;
+    }
+    let (mut kept, mut sent) = (0, 0);
+    for row in rows {
+        let messages = per_row.get(row).copied().unwrap_or_default();
+        if kept > 0 && sent + messages > max_messages {
+            break;
+        }
+        kept += 1;
+        sent += messages;
+    }
+    let (kept_rows, left) = rows.split_at(kept);
+    let left_over: HashSet<i64> = left.iter().copied().collect();
+    let outgoing = outgoing.into_iter().filter(|message| !left_over.contains(&message.row)).collect();
+    (kept_rows.to_vec(), outgoing, left.to_vec())
+}
+
 /// Every pending delivery of `events`, by event, in one statement.
 async fn pending_deliveries(
     client: &impl GenericClient,
@@ -159,6 +184,17 @@ mod tests {
 
         let broken = settle(&[1, 2, 3], &sent, &[1, 2], &[]);
         assert_eq!((broken.confirmed, broken.refused), (vec![1, 3], vec![]), "row 2 stays claimed");
+    }
+
+    #[test]
+    fn a_batch_keeps_whole_rows_up_to_the_message_limit_and_at_least_one() {
+        let sent = messages(&[1, 2, 2, 2, 3]);
+        let (rows, outgoing, left) = fit(&[1, 2, 3], sent.clone(), 4);
+        assert_eq!((rows, outgoing.len(), left), (vec![1, 2], 4, vec![3]));
+        let (rows, outgoing, left) = fit(&[2, 3], messages(&[2, 2, 2, 3]), 2);
+        assert_eq!((rows, outgoing.len(), left), (vec![2], 3, vec![3]), "a row is never split");
+        let (rows, outgoing, left) = fit(&[1, 2, 3], sent, 100);
+        assert_eq!((rows, outgoing.len(), left), (vec![1, 2, 3], 5, vec![]));
     }
 
     #[test]

@@ -150,3 +150,31 @@ async fn an_event_with_many_subscribers_writes_one_outbox_row_and_each_delivery_
     let distinct: std::collections::HashSet<_> = received.iter().map(|r| r.delivery_id.clone()).collect();
     assert_eq!(distinct.len(), 9, "each delivery once");
 }
+
+/// Rows of events with a large fan-out past a batch's message limit (10 per
+/// row the batch may claim) go back for the next batch, whole: every
+/// delivery is still sent, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_with_a_large_fan_out_are_published_over_several_batches() {
+    let mut config = relayops_tests::TestConfig { run_publisher: false, ..Default::default() };
+    // Two rows claimed at a time, 20 messages at most: one 15-delivery event per batch.
+    config.publisher.batch_size = 2;
+    let mut env = TestEnv::start_with(config).await;
+    for _ in 0..15 {
+        env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    }
+    for n in 0..2 {
+        assert_eq!(env.post_event("a.b", json!({ "n": n })).await.body["deliveries"], 15);
+    }
+    env.start_publisher();
+    env.wait_for_sql(
+        "every delivery delivered",
+        "SELECT count(*) FILTER (WHERE status = 'delivered') = 30 FROM relayops.deliveries",
+    )
+    .await;
+    env.wait_for_outbox_drained().await;
+    env.wait_for_messages_published(30).await;
+    let batches = env.metric("relayops_outbox_publish_batch_duration_seconds_count", &[]).await;
+    assert!(batches >= 2.0, "the two events went out in separate batches ({batches})");
+    assert_eq!(env.simulator.received().len(), 30, "each delivery sent once");
+}
