@@ -36,13 +36,18 @@ done
 run() {
   local script=$1 tenant=$2 events_per_tx=$3 pid= last=0 tx
   psql "$U" -qAtX -c "TRUNCATE relayops.outbox_messages" >/dev/null
+  # Only this run's backend (the last run's may still be exiting).
+  local since
+  since=$(psql "$U" -qAtX -c "SELECT now()")
   pgbench -n -M prepared -c 1 -T "$secs" -D tenant="$tenant" -f "$script" "$U" > "$work/out" 2>&1 &
   local bench=$!
   for _ in $(seq 200); do
     pid=$(psql "$U" -qAtX -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'
-                               AND datname = current_database() ORDER BY backend_start DESC LIMIT 1")
-    [ -n "$pid" ] && break
-    sleep 0.05
+                               AND datname = current_database() AND backend_start >= '$since'
+                             ORDER BY backend_start DESC LIMIT 1")
+    # pgbench opens a short-lived connection first: keep the one that stays.
+    sleep 0.2
+    [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] && break
   done
   while [ -r "/proc/$pid/stat" ]; do
     v=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || true)
@@ -51,6 +56,7 @@ run() {
   done
   wait $bench || { cat "$work/out" >&2; return 1; }
   tx=$(awk '/number of transactions actually processed/ {print $NF}' "$work/out")
+  if [ "$last" = 0 ]; then echo "n/a"; return; fi
   python3 -c "print(round($last / $(getconf CLK_TCK) / ($tx * $events_per_tx) * 1e6))"
 }
 
