@@ -163,7 +163,9 @@ fn retry_delays() -> Result<Vec<u64>, ConfigError> {
 /// The outbox publisher.
 #[derive(Debug, Clone)]
 pub struct PublisherConfig {
-    /// `RELAYOPS_PUBLISHER_BATCH_SIZE` (default 200): rows claimed per batch.
+    /// `RELAYOPS_PUBLISHER_BATCH_SIZE` (default 200): rows claimed per batch
+    /// (a batch sends at most ten times as many messages: rows of events with
+    /// a large fan-out past that go back for the next batch).
     pub batch_size: i64,
     /// `RELAYOPS_PUBLISHER_CLAIM_TTL_MS` (default 30000): how long a claim holds
     /// before another publisher may take the rows over.
@@ -546,7 +548,8 @@ impl FlowConfig {
 #[derive(Debug, Clone)]
 pub struct BackpressureConfig {
     /// `RELAYOPS_MAX_OUTBOX_BACKLOG` (default 100000): unpublished outbox rows
-    /// above which ingest answers 503.
+    /// above which ingest answers 503 (an unordered event is one row, whatever
+    /// its fan-out).
     pub max_outbox_backlog: i64,
     /// `RELAYOPS_MAX_READY_DEPTH` (default 100000): ready-queue messages above
     /// which ingest answers 503.

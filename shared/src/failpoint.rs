@@ -13,9 +13,15 @@ fn armed() -> &'static [String] {
     })
 }
 
+/// Whether `name` is armed (for a crash point that must first bring the
+/// process to a precise state, e.g. wait for some confirms).
+pub fn is_armed(name: &str) -> bool {
+    armed().iter().any(|armed| armed == name)
+}
+
 /// Aborts the process if `name` is armed.
 pub fn crash_if_armed(name: &str) {
-    if armed().iter().any(|armed| armed == name) {
+    if is_armed(name) {
         eprintln!("failpoint {name}: aborting the process");
         std::process::abort();
     }

@@ -1,8 +1,8 @@
 //! The ingest function: `POST /v1/events` (and `POST /v1/events/batch`, see
 //! [`batch`]). Authenticates the caller, validates the body, and in ONE
-//! transaction stores the event, a delivery per matching enabled endpoint and an
-//! outbox row per delivery. A repeated idempotency key returns the original
-//! event with 200.
+//! transaction stores the event, a delivery per matching enabled endpoint and
+//! one outbox row for the event (the publisher sends a message per delivery).
+//! A repeated idempotency key returns the original event with 200.
 //!
 //! Invariant: ingest never talks to RabbitMQ; the outbox is its only output.
 mod batch;

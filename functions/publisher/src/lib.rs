@@ -1,7 +1,9 @@
 //! The outbox publisher: claims outbox rows in short transactions
-//! (`FOR UPDATE SKIP LOCKED`, so any number run in parallel), publishes them as
-//! persistent messages with publisher confirms — all of a batch sent before any
-//! confirm is awaited — and deletes a row only after its confirm. Rows
+//! (`FOR UPDATE SKIP LOCKED`, so any number run in parallel), expands an
+//! event's row into a message per pending delivery (`repo::outbox_fanout`),
+//! publishes them as persistent messages with publisher confirms — all of a
+//! batch sent before any confirm is awaited — and deletes a row only after
+//! the confirms of all its messages. Rows
 //! the broker refused are released for another try; rows of a publisher that
 //! died are reclaimed when their claim expires.
 //!
@@ -19,7 +21,7 @@ use relayops_shared::config::{BrokerConfig, PublisherConfig};
 use relayops_shared::db::DbError;
 use relayops_shared::db::Pool;
 use relayops_shared::history;
-use relayops_shared::repo::{outbox, recovery};
+use relayops_shared::repo::{outbox, outbox_fanout, recovery};
 use relayops_shared::task::AbortOnDrop;
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
@@ -32,7 +34,10 @@ use session::Session;
 #[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
 pub struct PublishReport {
     pub batches: u64,
+    /// Broker messages confirmed (an event's outbox row is one per delivery).
     pub published: u64,
+    /// Outbox rows deleted after all their messages were confirmed.
+    pub deleted: u64,
     /// Refused by the broker (nack, unroutable) and released for another try.
     pub released: u64,
     /// Expired claims of other publishers made claimable again.
@@ -46,6 +51,7 @@ impl PublishReport {
     fn add(&mut self, other: PublishReport) {
         self.batches += other.batches;
         self.published += other.published;
+        self.deleted += other.deleted;
         self.released += other.released;
         self.reclaimed += other.reclaimed;
         self.requeued += other.requeued;
@@ -75,6 +81,11 @@ pub struct Publisher {
 }
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A batch sends at most this many messages per row it may claim
+/// (`RELAYOPS_PUBLISHER_BATCH_SIZE`): events with a large fan-out expand into
+/// many, and the batch must be confirmed within the confirm timeout.
+const MESSAGES_PER_ROW_CLAIMED: usize = 10;
 
 impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
@@ -132,7 +143,16 @@ impl Publisher {
         if messages.is_empty() {
             return Ok(PublishReport::default());
         }
-        let results = session.publish_confirmed(&messages, self.config.confirm_timeout).await;
+        // An event's row becomes a message per pending delivery of the event;
+        // rows past the batch's message limit go back unpublished.
+        let outgoing = outbox_fanout::expand(&client, &messages).await?;
+        let claimed: Vec<i64> = messages.iter().map(|message| message.id).collect();
+        let limit = (self.config.batch_size as usize).saturating_mul(MESSAGES_PER_ROW_CLAIMED);
+        let (rows, outgoing, left_over) = outbox_fanout::fit(&claimed, outgoing, limit);
+        outbox::release(&client, &self.owner, &left_over, "left for the next batch").await?;
+        // Dying here leaves the rows claimed, to be reclaimed and expanded again.
+        relayops_shared::failpoint::crash_if_armed("publisher.after_claim");
+        let results = session.publish_confirmed(&outgoing, self.config.confirm_timeout).await;
         if results.broken {
             // Leave the rest claimed (reclaimed after the TTL) and reconnect next time.
             *guard = None;
@@ -143,9 +163,11 @@ impl Publisher {
             // The broker has the messages; dying here leaves them claimed, to be published again.
             relayops_shared::failpoint::crash_if_armed("publisher.after_confirm");
         }
-        let published = outbox::delete_published(&mut client, &self.owner, &results.confirmed).await?;
-        let released = outbox::release(&client, &self.owner, &results.refused, "refused by broker").await?;
-        let report = PublishReport { batches: 1, published, released, ..Default::default() };
+        let settled = outbox_fanout::settle(&rows, &outgoing, &results.confirmed, &results.refused);
+        let deleted = outbox::delete_published(&mut client, &self.owner, &settled.confirmed).await?;
+        let released = outbox::release(&client, &self.owner, &settled.refused, "refused by broker").await?;
+        let (published, deleted) = (settled.messages_of(&deleted), deleted.len() as u64);
+        let report = PublishReport { batches: 1, published, deleted, released, ..Default::default() };
         figures::batch(&report, started.elapsed());
         Ok(report)
     }
@@ -171,7 +193,7 @@ impl Publisher {
             let batch = self.publish_batch().await?;
             slowest_batch = slowest_batch.max(started.elapsed());
             report.add(batch);
-            if batch.published + batch.released == 0 || batch.released > 0 {
+            if batch.deleted + batch.released == 0 || batch.released > 0 {
                 break;
             }
         }

@@ -8,7 +8,8 @@ use lapin::{BasicProperties, Channel, Connection};
 use relayops_shared::broker::{self, BrokerError, Destination, QueueMessage, Topology};
 use relayops_shared::config::BrokerConfig;
 use relayops_shared::db::DbError;
-use relayops_shared::repo::outbox::OutboxMessage;
+use relayops_shared::failpoint;
+use relayops_shared::repo::outbox_fanout::Outgoing;
 use serde::Deserialize;
 
 #[derive(Debug, thiserror::Error)]
@@ -27,8 +28,13 @@ pub struct Session {
     topology: Topology,
 }
 
-/// How a batch came out: confirmed ids, refused ids, and whether the channel
-/// broke (ids in neither list stay claimed until their claim expires).
+/// Crash point: half of a batch's messages sent and confirmed, the rest not
+/// sent (an event's deliveries published in part).
+const HALF_PUBLISHED: &str = "publisher.after_half_published";
+
+/// How a batch came out, one entry per message (its outbox row's id): the
+/// confirmed, the refused, and whether the channel broke (messages in neither
+/// list were lost with it).
 #[derive(Debug, Default)]
 pub struct BatchResults {
     pub confirmed: Vec<i64>,
@@ -71,21 +77,26 @@ impl Session {
     }
 
     /// Sends every message, then awaits the confirms together.
-    pub async fn publish_confirmed(&self, messages: &[OutboxMessage], confirm_timeout: Duration) -> BatchResults {
+    pub async fn publish_confirmed(&self, messages: &[Outgoing], confirm_timeout: Duration) -> BatchResults {
         let mut results = BatchResults::default();
         let mut pending = Vec::with_capacity(messages.len());
-        for message in messages {
+        for (index, message) in messages.iter().enumerate() {
+            if index > 0 && index == messages.len() / 2 && failpoint::is_armed(HALF_PUBLISHED) {
+                // The first half reaches the broker before the process dies.
+                join_all(pending.drain(..).map(|(_, confirm)| confirm)).await;
+                failpoint::crash_if_armed(HALF_PUBLISHED);
+            }
             let body = serde_json::to_vec(&message.envelope).unwrap_or_default();
             let properties = BasicProperties::default()
                 // 2 = persistent: the broker writes it to disk before confirming.
                 .with_delivery_mode(2)
                 .with_content_type("application/json".into())
-                .with_message_id(message.id.to_string().into());
+                .with_message_id(message.row.to_string().into());
             // mandatory: an unroutable message comes back instead of vanishing.
             let options = BasicPublishOptions { mandatory: true, ..Default::default() };
             let (exchange, routing_key) = self.route(&message.envelope);
             match self.channel.basic_publish(exchange, routing_key, options, &body, properties).await {
-                Ok(confirm) => pending.push((message.id, confirm)),
+                Ok(confirm) => pending.push((message.row, confirm)),
                 Err(error) => {
                     tracing::warn!(error = %error, "publish failed; channel considered broken");
                     results.broken = true;

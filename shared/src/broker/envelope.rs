@@ -44,6 +44,31 @@ pub struct DeliveryTask {
     pub endpoint_id: EndpointId,
 }
 
+/// The `type` of the outbox row ingest writes for an unordered event with at
+/// least one delivery: "every delivery of this event still `pending`". The
+/// publisher expands it into one `delivery.v1` message per such delivery
+/// (`repo::outbox_fanout`); it never goes on a queue itself, so it is not a
+/// [`QueueMessage`].
+pub const EVENT_DELIVERIES_V1: &str = "event_deliveries.v1";
+
+/// What an `event_deliveries.v1` outbox row names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EventDeliveries {
+    pub tenant_id: TenantId,
+    pub event_id: EventId,
+}
+
+impl EventDeliveries {
+    /// The event an outbox envelope stands for, if it is an
+    /// `event_deliveries.v1` row (anything else is published as it is).
+    pub fn from_envelope(envelope: &serde_json::Value) -> Option<Self> {
+        if envelope.get("type")?.as_str()? != EVENT_DELIVERIES_V1 {
+            return None;
+        }
+        Self::deserialize(envelope).ok()
+    }
+}
+
 impl QueueMessage {
     pub fn destination(&self) -> Destination {
         match self {
@@ -82,6 +107,25 @@ mod tests {
             "endpoint_id": format!("ep_{}", task.endpoint_id.as_uuid().hyphenated().to_string().replace('-', "")),
         });
         assert_eq!(serde_json::from_value::<QueueMessage>(built_like_sql).unwrap(), QueueMessage::DeliveryV1(task));
+    }
+
+    /// Ingest builds this JSON in SQL too (`repo::events::INGEST`, `INGEST_MANY`).
+    #[test]
+    fn event_deliveries_row_is_read_from_the_shape_ingest_builds_in_sql() {
+        let (tenant_id, event_id) = (TenantId::new(), EventId::new());
+        let built_like_sql = serde_json::json!({
+            "type": "event_deliveries.v1",
+            "tenant_id": tenant_id.to_string(),
+            "event_id": event_id.to_string(),
+        });
+        assert_eq!(EventDeliveries::from_envelope(&built_like_sql), Some(EventDeliveries { tenant_id, event_id }));
+        let delivery = QueueMessage::DeliveryV1(DeliveryTask {
+            tenant_id,
+            delivery_id: DeliveryId::new(),
+            event_id,
+            endpoint_id: EndpointId::new(),
+        });
+        assert_eq!(EventDeliveries::from_envelope(&delivery.to_json()), None, "other rows pass through");
     }
 
     #[test]

@@ -6,7 +6,7 @@ mod topology;
 use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties};
 
-pub use envelope::{DeadLetter, DeliveryTask, Destination, QueueMessage};
+pub use envelope::{DeadLetter, DeliveryTask, Destination, EventDeliveries, QueueMessage, EVENT_DELIVERIES_V1};
 pub use topology::{RetryBucket, Topology, DELIVERY_LIMIT, RETRY_DELAYS_MS};
 
 use crate::config::BrokerConfig;

@@ -96,7 +96,10 @@ pub fn describe_all() {
         FLOW_LOCAL_DECISIONS,
         "Flow-control decisions taken per process because Redis could not be asked."
     );
-    describe_counter!(OUTBOX_PUBLISHED, "Outbox rows published and confirmed by the broker.");
+    describe_counter!(
+        OUTBOX_PUBLISHED,
+        "Messages published and confirmed by the broker (an event's outbox row sends one per pending delivery)."
+    );
     describe_counter!(OUTBOX_PUBLISH_FAILURES, "Outbox publish failures: refused rows, failed ticks.");
     describe_histogram!(OUTBOX_PUBLISH_DURATION, Unit::Seconds, "Claim-to-settle time of one outbox batch.");
     describe_counter!(RECOVERY_ACTIONS, "Recovery pass actions by kind.");

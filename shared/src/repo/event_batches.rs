@@ -39,7 +39,8 @@ pub type IngestBatcher = Batcher<PreparedEvent, IngestResult>;
 pub const MAX_BATCH: usize = 64;
 
 /// [`INGEST`](super::events) for many events of the tenants' `webhook`
-/// endpoints: the same CTEs over `unnest` of the events' columns. The key CTE
+/// endpoints: the same CTEs over `unnest` of the events' columns (one
+/// `event_deliveries.v1` outbox row per event with a delivery). The key CTE
 /// returns the event id each key now names (the new event's, when the key was
 /// free or taken over), and only those events are written.
 const INGEST_MANY: &str = "WITH input AS (
@@ -75,14 +76,11 @@ const INGEST_MANY: &str = "WITH input AS (
                         AND starts_with(e.event_type, left(s.event_type_pattern, -1)))))
          RETURNING id, tenant_id, event_id, endpoint_id),
      new_outbox AS (
-         INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
-         SELECT d.tenant_id, d.id, jsonb_build_object(
-             'type', 'delivery.v1',
-             'tenant_id', i.tenant_text,
-             'delivery_id', 'dlv_' || replace(d.id::text, '-', ''),
-             'event_id', i.id_text,
-             'endpoint_id', 'ep_' || replace(d.endpoint_id::text, '-', ''))
-         FROM new_deliveries d JOIN input i ON i.id = d.event_id)
+         INSERT INTO relayops.outbox_messages (tenant_id, event_id, envelope)
+         SELECT i.tenant_id, i.id, jsonb_build_object(
+             'type', 'event_deliveries.v1', 'tenant_id', i.tenant_text, 'event_id', i.id_text)
+         FROM input i WHERE i.id IN (SELECT event_id FROM new_deliveries)
+         ORDER BY i.id)
      SELECT e.id, e.received_at, coalesce(fanned.deliveries, 0) AS deliveries
      FROM new_event e
      LEFT JOIN (SELECT event_id, count(*) AS deliveries FROM new_deliveries GROUP BY event_id) fanned

@@ -1,5 +1,6 @@
 //! Ingest's one atomic write — the event, a delivery per matching enabled
-//! endpoint, and an outbox row per delivery — and reading events back.
+//! endpoint, and the outbox row(s) that get them published — and reading
+//! events back.
 use crate::repo::GenericClient;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -43,7 +44,8 @@ macro_rules! subscribed_endpoints {
     };
 }
 
-/// One `delivery.v1` outbox row per delivery `d` of `new_deliveries`.
+/// One `delivery.v1` outbox row per delivery `d` of `new_deliveries` (ordered
+/// events: only a lane's head gets a message).
 macro_rules! outbox_rows {
     () => {
         "INSERT INTO relayops.outbox_messages (tenant_id, delivery_id, envelope)
@@ -65,14 +67,18 @@ macro_rules! outbox_rows {
 /// endpoints only, the platform's operational events to its `operational`
 /// endpoints only) whose subscription matches exactly, by `prefix.*`, or `*` (the rule
 /// of `EventTypePattern::matches`), its id carrying the event id's time
-/// (`relayops.delivery_id_for`: the id names the partition); one outbox row per
-/// delivery. A key held by another event inserts nothing and returns no row,
+/// (`relayops.delivery_id_for`: the id names the partition); and, when it has
+/// any delivery, ONE outbox row for the event (`event_deliveries.v1`, naming
+/// the event in `event_id`), which the publisher expands into a `delivery.v1`
+/// message per pending delivery (`repo::outbox_fanout`), so the writes per
+/// subscriber are the delivery row alone. A key held by another event inserts nothing and returns no row,
 /// so the caller can tell; a concurrent request with the same key waits for
 /// this one's commit.
 ///
-/// The envelope is built here as `QueueMessage::DeliveryV1` serializes it
-/// (`ids` text form: prefix + 32 hex digits); a unit test in `broker::envelope`
-/// pins that shape, and every delivery test reads these messages back.
+/// The envelopes are built here as `QueueMessage::DeliveryV1` serializes it
+/// and `broker::EventDeliveries` reads it (`ids` text form: prefix + 32 hex
+/// digits); unit tests in `broker::envelope` pin those shapes, and every
+/// delivery test reads these messages back.
 const INGEST: &str = concat!(
     idempotency_key_cte!(),
     "
@@ -90,9 +96,9 @@ const INGEST: &str = concat!(
     "
          RETURNING id, endpoint_id),
      new_outbox AS (
-         ",
-    outbox_rows!(),
-    ")
+         INSERT INTO relayops.outbox_messages (tenant_id, event_id, envelope)
+         SELECT $2, $1, jsonb_build_object('type', 'event_deliveries.v1', 'tenant_id', $7::text, 'event_id', $8::text)
+         WHERE EXISTS (SELECT 1 FROM new_deliveries))
      SELECT received_at, (SELECT count(*) FROM new_deliveries) AS deliveries FROM new_event"
 );
 

@@ -21,6 +21,7 @@ pub mod events;
 pub mod lanes;
 pub mod operational;
 pub mod outbox;
+pub mod outbox_fanout;
 pub mod recovery;
 pub mod replay;
 pub mod retention;

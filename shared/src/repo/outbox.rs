@@ -62,19 +62,19 @@ pub async fn claim_batch(
     Ok(messages)
 }
 
-/// Deletes the rows whose messages the broker confirmed; rows whose claim was
-/// taken over are skipped. Does not wait for the WAL flush: a delete lost in a
+/// Deletes the rows whose messages the broker confirmed and returns their
+/// ids; rows whose claim was taken over are skipped. Does not wait for the WAL flush: a delete lost in a
 /// database crash (or a publisher dying before it) means the rows are
 /// published again — a duplicate message the worker's claim absorbs.
 pub async fn delete_published(
     client: &mut deadpool_postgres::Object,
     owner: &str,
     ids: &[i64],
-) -> Result<u64, DbError> {
+) -> Result<Vec<i64>, DbError> {
     if ids.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    Ok(sql::query_unflushed(client, DELETE_PUBLISHED, &[&ids, &owner]).await?.len() as u64)
+    Ok(sql::query_unflushed(client, DELETE_PUBLISHED, &[&ids, &owner]).await?.iter().map(|row| row.get(0)).collect())
 }
 
 /// Gives rows back for another try (the broker refused them).

@@ -5,7 +5,8 @@
 //! - deliveries due for a retry whose message never came (`grace` after the
 //!   due time);
 //! - `pending` deliveries whose message is gone: pending for longer than the
-//!   grace, with no outbox row still waiting to be published and their
+//!   grace, with no outbox row still waiting to be published (their own, or
+//!   their event's `event_deliveries.v1`) and their
 //!   message published longer than the grace ago (the broker dropped it at the
 //!   ready queue's delivery limit, or a database crash undid a claim after the
 //!   message was acked).
@@ -48,8 +49,10 @@ const FIND_EXPIRED_OR_OVERDUE: &str = "SELECT id, tenant_id, event_id, endpoint_
 /// (`deliveries_pending_since_idx`), at most four times the limit, and only
 /// those written before the newest watermark older than the grace: while a
 /// broker outage holds a large backlog, rows behind it are not looked at one
-/// by one every tick. The `NOT EXISTS` is the precise test: no outbox row for
-/// the delivery is still waiting (one written by a later replay or recovery).
+/// by one every tick. The `NOT EXISTS` pair is the precise test: no outbox row
+/// for the delivery is still waiting (one written by a later replay or
+/// recovery), nor its event's row (`event_deliveries.v1`, which publishes
+/// every pending delivery of the event).
 const FIND_LOST_PENDING: &str = "SELECT d.id, d.tenant_id, d.event_id, d.endpoint_id FROM relayops.deliveries d
      WHERE (d.id, d.event_id) IN (
          SELECT id, event_id FROM relayops.deliveries
@@ -62,6 +65,7 @@ const FIND_LOST_PENDING: &str = "SELECT d.id, d.tenant_id, d.event_id, d.endpoin
          LIMIT $2::bigint * 4)
        AND d.status = 'pending'
        AND NOT EXISTS (SELECT 1 FROM relayops.outbox_messages o WHERE o.delivery_id = d.id AND o.status <> 'published')
+       AND NOT EXISTS (SELECT 1 FROM relayops.outbox_messages o WHERE o.event_id = d.event_id AND o.status <> 'published')
      LIMIT $2::bigint
      FOR UPDATE OF d SKIP LOCKED";
 

@@ -1,6 +1,7 @@
 //! Real processes killed at the worst moment: a worker with a request in flight
-//! (SIGKILL), a publisher between the broker's confirm and marking the row
-//! (a crash point that aborts the process there).
+//! (SIGKILL), a publisher between the broker's confirm and marking the row,
+//! after claiming an event's row, and half-way through an event's messages
+//! (crash points that abort the process there).
 use std::time::Duration;
 
 use relayops_tests::{TestConfig, TestEnv, WAIT};
@@ -45,7 +46,19 @@ async fn killing_the_publisher_between_confirm_and_mark_costs_one_duplicate_mess
     config.worker.concurrency = 1;
     let mut env = TestEnv::start_with(config).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    let first = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
+    // An ordered event: its delivery has a `delivery.v1` row of its own, which
+    // is published again as it is (an event's row sends only what is still
+    // pending: the tests below).
+    let first = env.post_ordered("a.b", json!({ "n": 1 }), "order-1").await.body["id"].as_str().unwrap().to_owned();
+    let envelope = env
+        .pool
+        .get()
+        .await
+        .unwrap()
+        .query_one("SELECT envelope->>'type' FROM relayops.outbox_messages", &[])
+        .await
+        .unwrap();
+    assert_eq!(envelope.get::<_, String>(0), "delivery.v1");
 
     let mut publisher = env.spawn_role("publisher", &[("RELAYOPS_FAILPOINTS", "publisher.after_confirm")]);
     let status = publisher.exited(WAIT).await.expect("the publisher reached its crash point");
@@ -101,4 +114,75 @@ async fn a_claim_undone_behind_the_workers_back_is_sent_again_not_stranded() {
     assert_eq!(env.simulator.received().len(), 2, "sent again after the lost claim");
     let attempts: i64 = client.query_one("SELECT count(*) FROM relayops.delivery_attempts", &[]).await.unwrap().get(0);
     assert_eq!(attempts, 1, "the attempt whose lease was gone was not recorded");
+}
+
+/// An env whose publisher runs only in processes the test spawns, with
+/// `endpoints` endpoints subscribed to everything and one event posted.
+async fn one_event_to_endpoints(endpoints: usize) -> (TestEnv, String) {
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
+    for _ in 0..endpoints {
+        env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    }
+    let answer = env.post_event("a.b", json!({ "n": 1 })).await;
+    assert_eq!(answer.body["deliveries"], endpoints, "{:?}", answer.body);
+    assert_eq!(env.count("outbox_messages").await, 1, "one row for the event");
+    (env, answer.body["id"].as_str().unwrap().to_owned())
+}
+
+/// Runs a publisher process until it aborts at `failpoint`.
+async fn run_publisher_until_it_crashes_at(env: &TestEnv, failpoint: &str) {
+    let mut publisher = env.spawn_role("publisher", &[("RELAYOPS_FAILPOINTS", failpoint)]);
+    let status = publisher.exited(WAIT).await.expect("the publisher reached its crash point");
+    assert!(!status.success(), "it crashed: {status:?}");
+}
+
+/// The status of the outbox's one row.
+async fn outbox_row_status(env: &TestEnv) -> String {
+    let client = env.pool.get().await.unwrap();
+    client.query_one("SELECT status FROM relayops.outbox_messages", &[]).await.unwrap().get(0)
+}
+
+/// Every delivery of the event is delivered with exactly one attempt, and the
+/// receiver got each once.
+async fn assert_each_delivered_once(env: &TestEnv, event_id: &str, endpoints: usize) {
+    env.wait_for_deliveries(event_id, |all| all.len() == endpoints && all.iter().all(|d| d["status"] == "delivered"))
+        .await
+        .iter()
+        .for_each(|delivery| assert_eq!(delivery["attempt_count"], 1, "{delivery:?}"));
+    let received = env.simulator.received();
+    let distinct: std::collections::HashSet<_> = received.iter().map(|r| r.delivery_id.clone()).collect();
+    assert_eq!((received.len(), distinct.len()), (endpoints, endpoints), "each delivery sent once: {received:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_publisher_after_it_claimed_an_events_row_loses_no_delivery() {
+    let (mut env, event_id) = one_event_to_endpoints(3).await;
+    run_publisher_until_it_crashes_at(&env, "publisher.after_claim").await;
+    assert_eq!(outbox_row_status(&env).await, "claimed", "the crash left the event's row claimed");
+    assert_eq!(env.simulator.received().len(), 0, "nothing was published");
+
+    // Another publisher reclaims the row when the claim expires and expands it again.
+    env.start_publisher();
+    assert_each_delivered_once(&env, &event_id, 3).await;
+    env.wait_for_outbox_drained().await;
+    env.wait_for_messages_published(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_publisher_half_way_through_an_events_messages_sends_only_the_rest_again() {
+    let (mut env, event_id) = one_event_to_endpoints(4).await;
+    run_publisher_until_it_crashes_at(&env, "publisher.after_half_published").await;
+    // The confirmed half is delivered; the row stays claimed for the rest.
+    env.wait_for_sql(
+        "the published half delivered",
+        "SELECT count(*) FILTER (WHERE status = 'delivered') = 2 FROM relayops.deliveries",
+    )
+    .await;
+    assert_eq!(outbox_row_status(&env).await, "claimed", "the row is deleted only after all its messages");
+
+    // Reclaimed and expanded again: only the deliveries still pending go out.
+    env.start_publisher();
+    assert_each_delivered_once(&env, &event_id, 4).await;
+    env.wait_for_outbox_drained().await;
+    env.wait_for_messages_published(2).await;
 }

@@ -336,7 +336,7 @@ async fn events_written_in_one_statement_are_each_answered_as_if_alone() {
         other => panic!("expected Duplicate of the earlier event, got {other:?}"),
     }
     let counts = (env.count("events").await, env.count("deliveries").await, env.count("outbox_messages").await);
-    assert_eq!(counts, (4, 4, 4), "the earlier event and three new ones; one delivery and outbox row each match");
+    assert_eq!(counts, (4, 4, 3), "the earlier event and three new ones; one outbox row per event with a delivery");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,2 @@
+-- The expansion of the claimed event rows (`repo::outbox_fanout`).
+SELECT e.tenant_id, e.event_id, d.id, d.endpoint_id FROM generate_subscripts((:events)::uuid[], 1) AS i CROSS JOIN LATERAL (SELECT ((:tenants)::uuid[])[i] AS tenant_id, ((:events)::uuid[])[i] AS event_id OFFSET 0) e CROSS JOIN LATERAL (SELECT d.id, d.endpoint_id, d.status FROM relayops.deliveries d WHERE d.event_id = e.event_id AND d.tenant_id = e.tenant_id OFFSET 0) d WHERE d.status = 'pending';
