@@ -44,7 +44,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ),
     ("0014_ordering_lanes", include_str!("../../../migrations/0014_ordering_lanes.sql")),
     ("0015_dead_letter_lane_policy", include_str!("../../../migrations/0015_dead_letter_lane_policy.sql")),
-    ("0018_outbox_event_rows", include_str!("../../../migrations/0018_outbox_event_rows.sql")),
+    ("0016_outbox_event_rows", include_str!("../../../migrations/0016_outbox_event_rows.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";
