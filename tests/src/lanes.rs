@@ -175,6 +175,24 @@ pub fn received_positions(arrivals: &[Arrival]) -> HashMap<String, Vec<i64>> {
     positions
 }
 
+impl LaneReceiver {
+    /// Waits (up to `limit`) until `keys` × `per_key` distinct events were
+    /// accepted, then asserts the lanes' promise on what arrived: no position
+    /// after a later one of its key, and every key's positions 0..`per_key`
+    /// in order. Returns the arrivals.
+    pub async fn assert_every_key_complete_in_order(&self, limit: Duration, keys: i64, per_key: i64) -> Vec<Arrival> {
+        let total = (keys * per_key) as usize;
+        let arrivals = self.wait_until(limit, |arrivals| accepted_count(arrivals) == total).await;
+        let violations = order_violations(&arrivals);
+        assert!(violations.is_empty(), "{} out-of-order arrivals: {violations:#?}", violations.len());
+        let expected: Vec<i64> = (0..per_key).collect();
+        for (key, positions) in received_positions(&arrivals) {
+            assert_eq!(positions, expected, "key {key}: every event, in order");
+        }
+        arrivals
+    }
+}
+
 impl TestEnv {
     /// Posts an event with an ordering key, following the protocol (its own
     /// `Idempotency-Key`, refusals retried).

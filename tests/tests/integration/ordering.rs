@@ -4,9 +4,7 @@
 //! workers at once reorder a key at the receiver (duplicates allowed).
 use std::time::Duration;
 
-use relayops_tests::lanes::{
-    accepted_count, first_request_of_position_0, order_violations, received_positions, LaneReceiver, Reply,
-};
+use relayops_tests::lanes::{accepted_count, first_request_of_position_0, LaneReceiver, Reply};
 use relayops_tests::{TestEnv, WAIT};
 use serde_json::json;
 
@@ -131,13 +129,7 @@ async fn many_keys_with_random_failures_and_two_worker_processes_arrive_in_order
     first.kill();
     let _third = env.spawn_role("worker", &[]);
 
-    let arrivals = receiver.wait_until(Duration::from_secs(120), |arrivals| accepted_count(arrivals) == total).await;
-    let violations = order_violations(&arrivals);
-    assert!(violations.is_empty(), "{} out-of-order arrivals: {violations:#?}", violations.len());
-    let expected: Vec<i64> = (0..PER_KEY).collect();
-    for (key, positions) in received_positions(&arrivals) {
-        assert_eq!(positions, expected, "key {key}: every event, in order");
-    }
+    receiver.assert_every_key_complete_in_order(Duration::from_secs(120), KEYS, PER_KEY).await;
     env.wait_for_sql("every delivery delivered", "SELECT bool_and(status = 'delivered') FROM relayops.deliveries")
         .await;
     env.wait_for_sql("every lane emptied", "SELECT count(*) = 0 FROM relayops.ordering_lanes").await;
@@ -307,14 +299,7 @@ async fn exclusive_rabbitmq_restart_mid_lane_keeps_every_key_in_order() {
     .await
     .unwrap();
 
-    let total = (KEYS * PER_KEY) as usize;
-    let arrivals = receiver.wait_until(Duration::from_secs(180), |arrivals| accepted_count(arrivals) == total).await;
-    let violations = order_violations(&arrivals);
-    assert!(violations.is_empty(), "{violations:#?}");
-    let expected: Vec<i64> = (0..PER_KEY).collect();
-    for (key, positions) in received_positions(&arrivals) {
-        assert_eq!(positions, expected, "key {key}: every event, in order");
-    }
+    receiver.assert_every_key_complete_in_order(Duration::from_secs(180), KEYS, PER_KEY).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

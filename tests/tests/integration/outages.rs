@@ -104,7 +104,7 @@ async fn every_route_answers_503_with_retry_after_while_postgres_is_down() {
 /// all arrive, and a position never arrives after a later one of its key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_outage_mid_lane_neither_loses_nor_reorders_a_key() {
-    use relayops_tests::lanes::{accepted_count, order_violations, received_positions, LaneReceiver, Reply};
+    use relayops_tests::lanes::{LaneReceiver, Reply};
     const KEYS: i64 = 5;
     const PER_KEY: i64 = 8;
     let mut config = relayops_tests::TestConfig::default();
@@ -127,12 +127,5 @@ async fn a_postgres_outage_mid_lane_neither_loses_nor_reorders_a_key() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     env.restore_database().await;
 
-    let total = (KEYS * PER_KEY) as usize;
-    let arrivals = receiver.wait_until(Duration::from_secs(180), |arrivals| accepted_count(arrivals) == total).await;
-    let violations = order_violations(&arrivals);
-    assert!(violations.is_empty(), "{violations:#?}");
-    let expected: Vec<i64> = (0..PER_KEY).collect();
-    for (key, positions) in received_positions(&arrivals) {
-        assert_eq!(positions, expected, "key {key}: every event, in order");
-    }
+    receiver.assert_every_key_complete_in_order(Duration::from_secs(180), KEYS, PER_KEY).await;
 }
