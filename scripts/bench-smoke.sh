@@ -17,7 +17,7 @@ out=/tmp/relayops-bench-smoke.json
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 "$target/relayops-bench" --api http://127.0.0.1:18080 --events 300 --concurrency 8 --ceiling-secs 1 \
-  --rate 50 --paced-secs 2 --console-deliveries 300 --console-rounds 3 --fanout-endpoints 1,10 --json \
+  --paced-rates 50,100 --rate 50 --paced-secs 2 --console-deliveries 300 --console-rounds 3 --fanout-endpoints 1,10 --json \
   --scenarios ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow,console > "$out"
 kill $pid; wait $pid 2>/dev/null || true
 
@@ -27,7 +27,7 @@ pid=$!
   --backlog-prefetch 100 --relayops-bin "$target/relayops" --json > "$out.backlog"
 
 complete=$(cat "$out" "$out.backlog" | grep -c '"complete": true' || true)
-for scenario in delivery delivery_batched fanout_1 fanout_10 fanout_1_batched fanout_10_batched paced slow_endpoint backlog console; do
+for scenario in delivery delivery_batched fanout_1 fanout_10 fanout_1_batched fanout_10_batched paced_50 paced_100 slow_endpoint backlog console; do
   grep -q "\"$scenario\"" "$out" "$out.backlog" || { echo "bench smoke: no $scenario figures" >&2; exit 1; }
 done
 # A cost (CPU s per 1,000) beside each throughput figure: ingest, batch, six

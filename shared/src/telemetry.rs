@@ -25,6 +25,41 @@ pub fn init() {
     };
 }
 
+/// Target of the hop trace: one event per step an event takes between its
+/// commit and its delivery (`ingest.committed`, `publish.claimed`,
+/// `publish.confirmed`, `worker.received`, `worker.claimed`,
+/// `worker.admitted`, `worker.answered`), each with `at_us` (microseconds
+/// since the Unix epoch, comparable across processes on one host) and the
+/// event's id. Off unless asked for (`RELAYOPS_LOG=info,relayops::hops=trace`):
+/// a disabled callsite costs one check, and its fields are never computed.
+/// BENCHMARKS.md ("Where a lone event's time goes") reads it.
+pub const HOPS_TARGET: &str = "relayops::hops";
+
+/// Now, in microseconds since the Unix epoch (for the hop trace).
+pub fn micros_now() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    now.as_micros().min(i64::MAX as u128) as i64
+}
+
+/// Whether the hop trace is on (to skip loops that only feed it).
+pub fn hops_enabled() -> bool {
+    tracing::enabled!(target: "relayops::hops", tracing::Level::TRACE)
+}
+
+/// One step of an event's way, on the hop trace (see [`HOPS_TARGET`]):
+/// `hop!("publish.claimed", event_id = %id)`.
+#[macro_export]
+macro_rules! hop {
+    ($name:literal $(, $($field:tt)*)?) => {
+        ::tracing::trace!(
+            target: "relayops::hops",
+            hop = $name,
+            at_us = $crate::telemetry::micros_now()
+            $(, $($field)*)?
+        )
+    };
+}
+
 /// An error and its causes on one line, for logs (`a: b: c`).
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();

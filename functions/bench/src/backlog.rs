@@ -74,8 +74,8 @@ impl BacklogRun<'_> {
                 let mut seq = 0;
                 while !stop.load(Ordering::Relaxed) {
                     ticks.tick().await;
-                    if let (Ok((_, _, latency_ms)), _) = target.post_one("bench.none", seq).await {
-                        latencies.push(latency_ms);
+                    if let (Ok(posted), _) = target.post_one("bench.none", seq).await {
+                        latencies.push(posted.latency_ms);
                     }
                     seq += 1;
                 }

@@ -66,8 +66,12 @@ struct Args {
     /// Events of each `ordered` run (a single key moves one delivery at a time).
     #[arg(long, default_value_t = 2000)]
     ordered_events: usize,
-    /// Offered rate (events/s) of the `paced` and `slow` scenarios.
-    #[arg(long, default_value_t = 500)]
+    /// Offered rates (events/s) of the `paced` scenario, comma-separated: one
+    /// run per rate (`paced_200`, `paced_2000` in the JSON).
+    #[arg(long, value_delimiter = ',', default_value = "200,2000")]
+    paced_rates: Vec<u32>,
+    /// Offered rate (events/s) of the `slow` scenario (at most 200).
+    #[arg(long, default_value_t = 200)]
     rate: u32,
     /// How long the `paced` and `slow` scenarios offer events.
     #[arg(long, default_value_t = 10)]
@@ -168,8 +172,11 @@ async fn main() -> anyhow::Result<()> {
         report.insert(d.key.clone(), serde_json::to_value(figures)?);
     }
     if scenarios.contains(&"paced") {
-        let figures = target.paced(args.rate, args.paced_secs, timeout).await?;
-        report.insert("paced".into(), serde_json::to_value(figures)?);
+        anyhow::ensure!(args.paced_rates.iter().all(|rate| *rate > 0), "--paced-rates: rates must be at least 1");
+        for rate in &args.paced_rates {
+            let figures = target.paced(*rate, args.paced_secs, timeout).await?;
+            report.insert(format!("paced_{rate}"), serde_json::to_value(figures)?);
+        }
     }
     if scenarios.contains(&"slow") {
         let figures = target.slow_endpoint(args.rate.min(200), args.paced_secs, timeout).await?;

@@ -1,7 +1,10 @@
 //! Scenarios at a fixed offered rate rather than flat out: end-to-end latency
-//! at a steady rate (issue 8 asks for 500 events/s), and a slow endpoint beside
-//! a fast one (the fast one's latency must not suffer; the slow one is held to
-//! its `max_in_flight`).
+//! at a steady rate (`--paced-rates`, 200 and 2,000 events/s by default: how
+//! fast an event that arrives alone, or nearly, reaches its one subscriber),
+//! and a slow endpoint beside a fast one (the fast one's latency must not
+//! suffer; the slow one is held to its `max_in_flight`). End-to-end is from
+//! the moment the client first sent the event (a refusal it retried
+//! included) to the receiver's arrival, as a user of the API sees it.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -44,10 +47,10 @@ pub struct SlowEndpointFigures {
     pub slow_limit_per_sec: f64,
 }
 
-/// What a paced run accepted: event id -> when the API answered.
+/// What a paced run accepted: event id -> when the client first sent it.
 #[derive(Default)]
 struct Offered {
-    acked: HashMap<String, Instant>,
+    sent: HashMap<String, Instant>,
     latencies: Vec<f64>,
     refused: usize,
     retried: usize,
@@ -70,9 +73,9 @@ impl Target {
                 let mut offered = offered.lock().unwrap_or_else(|p| p.into_inner());
                 offered.retried += refused.len();
                 match result {
-                    Ok((id, done, latency_ms)) => {
-                        offered.acked.insert(id, done);
-                        offered.latencies.push(latency_ms);
+                    Ok(posted) => {
+                        offered.sent.insert(posted.id, posted.first_sent);
+                        offered.latencies.push(posted.latency_ms);
                     }
                     Err(_) => offered.refused += 1,
                 }
@@ -95,35 +98,38 @@ impl Target {
         true
     }
 
-    /// End-to-end latencies of the deliveries that reached hooks named `prefix…`.
-    fn end_to_end(&self, prefix: &str, acked: &HashMap<String, Instant>) -> (usize, Percentiles) {
+    /// End-to-end latencies (first send → arrival) of the deliveries that
+    /// reached hooks named `prefix…`.
+    fn end_to_end(&self, prefix: &str, sent: &HashMap<String, Instant>) -> (usize, Percentiles) {
         let arrivals = self.receiver.arrivals.lock().unwrap_or_else(|p| p.into_inner());
         let latencies: Vec<f64> = arrivals
             .by_delivery
             .values()
             .filter(|(_, _, hook)| hook.starts_with(prefix))
             .filter_map(|(event, at, _)| {
-                acked.get(event).map(|ack| at.saturating_duration_since(*ack).as_secs_f64() * 1e3)
+                sent.get(event).map(|sent| at.saturating_duration_since(*sent).as_secs_f64() * 1e3)
             })
             .collect();
         (latencies.len(), percentiles(latencies))
     }
 
-    /// End-to-end latency at a steady `rate` to one fast endpoint.
+    /// End-to-end latency at a steady `rate` to one fast endpoint (an
+    /// endpoint and event type of its own per rate).
     pub async fn paced(&self, rate: u32, seconds: u64, timeout: Duration) -> anyhow::Result<PacedFigures> {
-        self.endpoint("hook/paced-0", "bench.paced", 256).await?;
+        let (hook, event_type) = (format!("paced-{rate}"), format!("bench.paced-{rate}"));
+        self.endpoint(&format!("hook/{hook}"), &event_type, 256).await?;
         self.receiver.reset();
         eprintln!("[paced] {rate} events/s for {seconds} s");
         let meter = Meter::start();
-        let offered = self.offer("bench.paced", rate, seconds).await;
-        let complete = self.await_arrivals("paced", offered.acked.len(), timeout).await;
+        let offered = self.offer(&event_type, rate, seconds).await;
+        let complete = self.await_arrivals(&hook, offered.sent.len(), timeout).await;
         self.await_recorded().await?;
-        let cost = meter.finish("deliveries", self.receiver.delivered_to("paced"));
-        let (delivered, end_to_end) = self.end_to_end("paced", &offered.acked);
+        let cost = meter.finish("deliveries", self.receiver.delivered_to(&hook));
+        let (delivered, end_to_end) = self.end_to_end(&hook, &offered.sent);
         Ok(PacedFigures {
             offered_events_per_sec: rate,
             seconds,
-            accepted: offered.acked.len(),
+            accepted: offered.sent.len(),
             refused: offered.refused,
             retried: offered.retried,
             ingest_latency: percentiles(offered.latencies),
@@ -152,8 +158,8 @@ impl Target {
         let offered = self.offer("bench.slow", rate, seconds).await;
         let window = started.elapsed().as_secs_f64();
         let slow_arrivals = self.receiver.delivered_to("slow-");
-        self.await_arrivals("beside-slow", offered.acked.len(), timeout).await;
-        let (fast_delivered, fast_end_to_end) = self.end_to_end("beside-slow", &offered.acked);
+        self.await_arrivals("beside-slow", offered.sent.len(), timeout).await;
+        let (fast_delivered, fast_end_to_end) = self.end_to_end("beside-slow", &offered.sent);
         let disable = serde_json::json!({ "enabled": false });
         let url = format!("{}/v1/endpoints/{slow}", self.api);
         self.http.patch(url).bearer_auth(&self.key).json(&disable).send().await?.error_for_status()?;

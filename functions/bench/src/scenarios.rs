@@ -23,6 +23,17 @@ pub struct Target {
     pub receiver_url: String,
 }
 
+/// An event the API stored.
+pub struct Posted {
+    pub id: String,
+    /// When the client first sent it (before any refusal it retried).
+    pub first_sent: Instant,
+    /// When the answer that stored it came.
+    pub answered: Instant,
+    /// The answered request's own latency.
+    pub latency_ms: f64,
+}
+
 #[derive(Debug, Serialize)]
 pub struct IngestFigures {
     pub events: usize,
@@ -78,10 +89,9 @@ impl Target {
     }
 
     /// Posts one event as the protocol asks (503 and 429 retried with the same
-    /// idempotency key, see `protocol`). The outcome: its id, when the answer
-    /// came and the latency in ms of the request that was answered — or the
-    /// status (or "transport") that refused it; and the refusals retried.
-    pub async fn post_one(&self, event_type: &str, seq: usize) -> (Result<(String, Instant, f64), String>, Vec<u16>) {
+    /// idempotency key, see `protocol`). The outcome: the stored event — or
+    /// the status (or "transport") that refused it; and the refusals retried.
+    pub async fn post_one(&self, event_type: &str, seq: usize) -> (Result<Posted, String>, Vec<u16>) {
         self.post_one_keyed(event_type, seq, None).await
     }
 
@@ -91,26 +101,27 @@ impl Target {
         event_type: &str,
         seq: usize,
         ordering_key: Option<String>,
-    ) -> (Result<(String, Instant, f64), String>, Vec<u16>) {
+    ) -> (Result<Posted, String>, Vec<u16>) {
         let mut body = json!({ "event_type": event_type, "payload": { "seq": seq, "bench": true } });
         if let Some(ordering_key) = ordering_key {
             body["ordering_key"] = json!(ordering_key);
         }
         let key = crate::protocol::idempotency_key();
         let url = format!("{}/v1/events", self.api);
-        let mut sent = Instant::now();
+        let first_sent = Instant::now();
+        let mut sent = first_sent;
         let outcome = crate::protocol::send(|| {
             sent = Instant::now();
             self.http.post(&url).bearer_auth(&self.key).header("idempotency-key", &key).json(&body)
         })
         .await;
-        let done = Instant::now();
+        let answered = Instant::now();
         let result = match outcome.response {
             // 200: an earlier try was stored after all (its answer was lost).
             Ok(response) if matches!(response.status().as_u16(), 200 | 201) => {
                 let receipt: serde_json::Value = response.json().await.unwrap_or_default();
                 let id = receipt["id"].as_str().unwrap_or_default().to_owned();
-                Ok((id, done, (done - sent).as_secs_f64() * 1000.0))
+                Ok(Posted { id, first_sent, answered, latency_ms: (answered - sent).as_secs_f64() * 1000.0 })
             }
             Ok(response) => Err(response.status().as_u16().to_string()),
             Err(_) => Err("transport".into()),
@@ -152,9 +163,9 @@ impl Target {
                     let (result, refused) = target.post_one_keyed(&event_type, n, ordering_key).await;
                     count_statuses(&retried, &refused);
                     match result {
-                        Ok((id, done, latency_ms)) => {
-                            latencies.lock().unwrap_or_else(|p| p.into_inner()).push(latency_ms);
-                            acked.lock().unwrap_or_else(|p| p.into_inner()).insert(id, done);
+                        Ok(posted) => {
+                            latencies.lock().unwrap_or_else(|p| p.into_inner()).push(posted.latency_ms);
+                            acked.lock().unwrap_or_else(|p| p.into_inner()).insert(posted.id, posted.answered);
                         }
                         Err(status) => {
                             *errors.lock().unwrap_or_else(|p| p.into_inner()).entry(status).or_insert(0) += 1;

@@ -148,6 +148,7 @@ async fn post_event(
     headers: HeaderMap,
     ApiJson(request): ApiJson<PostEventRequest>,
 ) -> Result<(StatusCode, Json<EventReceiptResponse>), ApiError> {
+    let entered = std::time::Instant::now();
     caller.require(Scope::Ingest)?;
     // Backpressure first: it is in memory, and refusing there spends no token.
     state.check_backpressure()?;
@@ -169,6 +170,7 @@ async fn post_event(
     match outcome {
         IngestOutcome::Created(receipt) => {
             outcomes::count(1, 0);
+            relayops_shared::hop!("ingest.committed", event_id = %receipt.id, handler_us = entered.elapsed().as_micros() as u64);
             if receipt.deliveries > 0 {
                 state.wake_publisher();
             }

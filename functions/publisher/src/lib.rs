@@ -152,6 +152,10 @@ impl Publisher {
         outbox::release(&client, &self.owner, &left_over, "left for the next batch").await?;
         // Dying here leaves the rows claimed, to be reclaimed and expanded again.
         relayops_shared::failpoint::crash_if_armed("publisher.after_claim");
+        let traced = if relayops_shared::telemetry::hops_enabled() { &messages[..] } else { &[] };
+        for message in traced {
+            relayops_shared::hop!("publish.claimed", event_id = envelope_event(message), batch = messages.len());
+        }
         let results = session.publish_confirmed(&outgoing, self.config.confirm_timeout).await;
         if results.broken {
             // Leave the rest claimed (reclaimed after the TTL) and reconnect next time.
@@ -159,6 +163,9 @@ impl Publisher {
             self.broker_connected.send_replace(false);
         }
         drop(guard);
+        for message in traced.iter().filter(|message| results.confirmed.contains(&message.id)) {
+            relayops_shared::hop!("publish.confirmed", event_id = envelope_event(message));
+        }
         if !results.confirmed.is_empty() {
             // The broker has the messages; dying here leaves them claimed, to be published again.
             relayops_shared::failpoint::crash_if_armed("publisher.after_confirm");
@@ -294,6 +301,11 @@ impl Publisher {
             }
         }
     }
+}
+
+/// The event a message is about, for the hop trace.
+fn envelope_event(message: &outbox::OutboxMessage) -> &str {
+    message.envelope.get("event_id").and_then(serde_json::Value::as_str).unwrap_or_default()
 }
 
 /// Whether `every` has passed since the time in `slot` (or it holds none); if

@@ -170,6 +170,7 @@ impl Processor {
                 return Disposition::Reject;
             }
         };
+        relayops_shared::hop!("worker.received", event_id = %task.event_id);
         if self.still_saturated(task.endpoint_id, throttles).await {
             report::postponed();
             return Disposition::Postpone { wait: miss_wait(throttles) };
@@ -211,7 +212,10 @@ impl Processor {
     ) -> Result<Disposition, ProcessError> {
         let claim_asked = Instant::now();
         let job = match self.claims.call((tenant, delivery)).await? {
-            ClaimOutcome::Claimed(job) => job,
+            ClaimOutcome::Claimed(job) => {
+                relayops_shared::hop!("worker.claimed", event_id = %job.event_id);
+                job
+            }
             ClaimOutcome::NotClaimable { status: Some(DeliveryStatus::Scheduled), next_attempt_at: Some(due) } => {
                 // Early (a shorter bucket, or a duplicate): wait out the rest.
                 let remaining = (due - Utc::now()).to_std().unwrap_or_default().max(Duration::from_millis(1));
@@ -243,8 +247,10 @@ impl Processor {
                 return Ok(Disposition::Delay { wait, throttled: true });
             }
         };
+        relayops_shared::hop!("worker.admitted", event_id = %job.event_id);
         let started_at = Utc::now();
         let exchange = self.send_holding_lease(&job, claim_asked).await;
+        relayops_shared::hop!("worker.answered", event_id = %job.event_id);
         self.gate.release(slot).await;
         let verdict = classify(&exchange.result);
         let policy = RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
