@@ -218,15 +218,37 @@ pub async fn explain(
 /// client or followed by an ack. Any later synchronous commit flushes it too,
 /// since the WAL is written in order. It saves a disk flush in the latency of
 /// every hop that uses it.
+///
+/// One round trip: `BEGIN; SET LOCAL …`, the statement and `COMMIT` are sent
+/// together (each request goes out on its future's first poll, and
+/// [`join3`](futures_util::future::join3) polls them in this order), where a
+/// transaction object would wait for each in turn — four round trips on the
+/// publisher's and the worker's claim paths. If the statement fails, the
+/// server ends the transaction and answers the `COMMIT` with a rollback; its
+/// error is returned. (In the cached mode a statement not yet prepared on this
+/// connection is prepared first.)
 pub async fn query_unflushed(
     client: &mut deadpool_postgres::Object,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, DbError> {
-    let tx = client.transaction().await?;
-    tx.batch_execute("SET LOCAL synchronous_commit = off").await?;
-    let rows = query(&tx, sql, params).await?;
-    tx.commit().await?;
+    let client: &deadpool_postgres::Client = client;
+    let statement = if unnamed_statements() { None } else { Some(client.prepare_cached(sql).await?) };
+    let run = async {
+        match &statement {
+            Some(statement) => Ok(client.query(statement, params).await?),
+            None => run_unnamed(client, sql, params).await,
+        }
+    };
+    let (began, rows, committed) = futures_util::future::join3(
+        client.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+        run,
+        client.batch_execute("COMMIT"),
+    )
+    .await;
+    began?;
+    let rows = rows?;
+    committed?;
     Ok(rows)
 }
 

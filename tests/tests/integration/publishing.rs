@@ -1,7 +1,9 @@
-//! The publisher's housekeeping: woken by commits from other processes, and
-//! keeping the outbox small.
+//! The publisher's housekeeping: woken by commits from other processes,
+//! keeping the outbox small, and the one-round-trip lease writes its claims
+//! use.
 use std::time::{Duration, Instant};
 
+use relayops_shared::repo::outbox;
 use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
 
@@ -33,4 +35,50 @@ async fn published_outbox_rows_are_deleted_once_the_broker_confirmed_them() {
     env.wait_for_outbox_drained().await;
     env.wait_for_messages_published(1).await;
     assert_eq!(env.count("deliveries").await, 1, "only the outbox is cleaned, never deliveries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_claim_is_one_transaction_of_its_own_that_does_not_wait_for_the_flush() {
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, run_worker: false, ..Default::default() }).await;
+    let admin = env.pool.get().await.unwrap();
+    // A trigger notes the setting each claim's UPDATE ran under (so BEGIN and
+    // SET LOCAL went before it), and fails the claim of a row marked to fail.
+    admin
+        .batch_execute(
+            "CREATE TABLE public.claim_seen (flush text);
+             CREATE FUNCTION public.note_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               INSERT INTO public.claim_seen VALUES (current_setting('synchronous_commit'));
+               IF NEW.envelope ? 'fail' THEN RAISE EXCEPTION 'claim refused'; END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER note_claim BEFORE UPDATE ON relayops.outbox_messages
+               FOR EACH ROW EXECUTE FUNCTION public.note_claim();",
+        )
+        .await
+        .unwrap();
+    let insert = "INSERT INTO relayops.outbox_messages (tenant_id, envelope) VALUES ($1, $2)";
+    let tenant = env.tenant_id.as_uuid();
+    admin.execute(insert, &[&tenant, &json!({ "n": 1 })]).await.unwrap();
+
+    let mut client = env.pool.get().await.unwrap();
+    let claimed = outbox::claim_batch(&mut client, "publisher-a", 10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let seen: String = admin.query_one("SELECT flush FROM public.claim_seen", &[]).await.unwrap().get(0);
+    assert_eq!(seen, "off", "the claim ran inside its unflushed transaction");
+    let status: String = admin.query_one("SELECT status FROM relayops.outbox_messages", &[]).await.unwrap().get(0);
+    assert_eq!(status, "claimed", "and it committed (seen from another connection)");
+    let after: String = client.query_one("SHOW synchronous_commit", &[]).await.unwrap().get(0);
+    assert_eq!(after, "on", "the setting ended with the transaction");
+
+    // A claim that fails leaves its row pending, and the connection usable at
+    // once: no transaction left open or aborted.
+    admin.execute("DELETE FROM relayops.outbox_messages", &[]).await.unwrap();
+    admin.execute(insert, &[&tenant, &json!({ "fail": true })]).await.unwrap();
+    let failed = outbox::claim_batch(&mut client, "publisher-a", 10, Duration::from_secs(30)).await;
+    assert!(failed.is_err(), "the trigger refused the claim: {failed:?}");
+    let open: Option<i64> = client.query_one("SELECT txid_current_if_assigned()", &[]).await.unwrap().get(0);
+    assert_eq!(open, None, "no transaction was left open");
+    let status: String = admin.query_one("SELECT status FROM relayops.outbox_messages", &[]).await.unwrap().get(0);
+    assert_eq!(status, "pending", "the failed claim was rolled back");
 }
