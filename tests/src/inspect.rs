@@ -1,5 +1,5 @@
-//! Reaching around RelayOps in tests: cutting this test's database, and looking
-//! at its RabbitMQ namespace directly.
+//! Reaching around RelayOps in tests: cutting this test's database, planting
+//! triggers in it, and looking at its RabbitMQ namespace directly.
 use serde_json::Value;
 
 use crate::TestEnv;
@@ -31,6 +31,22 @@ impl TestEnv {
             .batch_execute(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", self.database_name))
             .await
             .expect("unblock");
+    }
+}
+
+/// Faults and probes planted in the test's database.
+impl TestEnv {
+    /// Creates the PL/pgSQL trigger function `relayops.<name>` with `body`
+    /// (between `BEGIN` and `END`; it must `RETURN NEW` to let the row
+    /// through) and fires it `when` (e.g. `BEFORE INSERT ON relayops.events`)
+    /// for each row.
+    pub async fn create_trigger(&self, name: &str, when: &str, body: &str) {
+        let client = self.pool.get().await.expect("connection");
+        let sql = format!(
+            "CREATE FUNCTION relayops.{name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$;
+             CREATE TRIGGER {name} {when} FOR EACH ROW EXECUTE FUNCTION relayops.{name}();"
+        );
+        client.batch_execute(&sql).await.expect("trigger created");
     }
 }
 

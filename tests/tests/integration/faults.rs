@@ -153,19 +153,14 @@ async fn receiver_success_with_failed_local_commit_is_retried_with_the_same_deli
     // The first attempt's record fails to commit (a sequence is not rolled back,
     // so only the first insert fails).
     let client = env.pool.get().await.unwrap();
-    client
-        .batch_execute(
-            "CREATE SEQUENCE relayops.fault_counter;
-             CREATE FUNCTION relayops.fail_first_attempt() RETURNS trigger LANGUAGE plpgsql AS
-               $$ BEGIN
-                    IF nextval('relayops.fault_counter') = 1 THEN RAISE EXCEPTION 'injected commit failure'; END IF;
-                    RETURN NEW;
-                  END $$;
-             CREATE TRIGGER fail_first_attempt BEFORE INSERT ON relayops.delivery_attempts
-               FOR EACH ROW EXECUTE FUNCTION relayops.fail_first_attempt();",
-        )
-        .await
-        .unwrap();
+    client.batch_execute("CREATE SEQUENCE relayops.fault_counter").await.unwrap();
+    env.create_trigger(
+        "fail_first_attempt",
+        "BEFORE INSERT ON relayops.delivery_attempts",
+        "IF nextval('relayops.fault_counter') = 1 THEN RAISE EXCEPTION 'injected commit failure'; END IF;
+         RETURN NEW;",
+    )
+    .await;
 
     let event_id = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
     let delivery = env.wait_for_status(&event_id, "delivered").await;

@@ -43,20 +43,15 @@ async fn an_outbox_claim_is_one_transaction_of_its_own_that_does_not_wait_for_th
     let admin = env.pool.get().await.unwrap();
     // A trigger notes the setting each claim's UPDATE ran under (so BEGIN and
     // SET LOCAL went before it), and fails the claim of a row marked to fail.
-    admin
-        .batch_execute(
-            "CREATE TABLE public.claim_seen (flush text);
-             CREATE FUNCTION public.note_claim() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN
-               INSERT INTO public.claim_seen VALUES (current_setting('synchronous_commit'));
-               IF NEW.envelope ? 'fail' THEN RAISE EXCEPTION 'claim refused'; END IF;
-               RETURN NEW;
-             END $$;
-             CREATE TRIGGER note_claim BEFORE UPDATE ON relayops.outbox_messages
-               FOR EACH ROW EXECUTE FUNCTION public.note_claim();",
-        )
-        .await
-        .unwrap();
+    admin.batch_execute("CREATE TABLE relayops.claim_seen (flush text)").await.unwrap();
+    env.create_trigger(
+        "note_claim",
+        "BEFORE UPDATE ON relayops.outbox_messages",
+        "INSERT INTO relayops.claim_seen VALUES (current_setting('synchronous_commit'));
+         IF NEW.envelope ? 'fail' THEN RAISE EXCEPTION 'claim refused'; END IF;
+         RETURN NEW;",
+    )
+    .await;
     let insert = "INSERT INTO relayops.outbox_messages (tenant_id, envelope) VALUES ($1, $2)";
     let tenant = env.tenant_id.as_uuid();
     admin.execute(insert, &[&tenant, &json!({ "n": 1 })]).await.unwrap();
@@ -64,7 +59,7 @@ async fn an_outbox_claim_is_one_transaction_of_its_own_that_does_not_wait_for_th
     let mut client = env.pool.get().await.unwrap();
     let claimed = outbox::claim_batch(&mut client, "publisher-a", 10, Duration::from_secs(30)).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    let seen: String = admin.query_one("SELECT flush FROM public.claim_seen", &[]).await.unwrap().get(0);
+    let seen: String = admin.query_one("SELECT flush FROM relayops.claim_seen", &[]).await.unwrap().get(0);
     assert_eq!(seen, "off", "the claim ran inside its unflushed transaction");
     let status: String = admin.query_one("SELECT status FROM relayops.outbox_messages", &[]).await.unwrap().get(0);
     assert_eq!(status, "claimed", "and it committed (seen from another connection)");
