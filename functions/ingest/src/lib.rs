@@ -171,6 +171,9 @@ async fn post_event(
         IngestOutcome::Created(receipt) => {
             outcomes::count(1, 0);
             relayops_shared::hop!("ingest.committed", event_id = %receipt.id, handler_us = entered.elapsed().as_micros() as u64);
+            // Stored, not yet published by this process: dying here leaves the
+            // rows to any other publisher (LISTEN wake-up missed, idle interval).
+            relayops_shared::failpoint::crash_if_armed("ingest.after_commit");
             if receipt.deliveries > 0 {
                 state.wake_publisher();
             }

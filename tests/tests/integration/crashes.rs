@@ -1,7 +1,8 @@
 //! Real processes killed at the worst moment: a worker with a request in flight
 //! (SIGKILL), a publisher between the broker's confirm and marking the row,
-//! after claiming an event's row, and half-way through an event's messages
-//! (crash points that abort the process there).
+//! after claiming an event's row, half-way through an event's messages, and
+//! an api between its commit and publishing the event itself (crash points
+//! that abort the process there).
 use std::time::Duration;
 
 use relayops_tests::{TestConfig, TestEnv, WAIT};
@@ -185,4 +186,42 @@ async fn killing_the_publisher_half_way_through_an_events_messages_sends_only_th
     assert_each_delivered_once(&env, &event_id, 4).await;
     env.wait_for_outbox_drained().await;
     env.wait_for_messages_published(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_killed_between_its_commit_and_its_own_publish_leaves_the_event_to_another_publisher() {
+    let mut env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let address = relayops_tests::free_loopback_address();
+    let mut api = env.spawn_role(
+        "api",
+        &[("RELAYOPS_API_LISTEN", address.as_str()), ("RELAYOPS_FAILPOINTS", "ingest.after_commit")],
+    );
+    let replica = format!("http://{address}");
+    relayops_tests::wait_until_ready(&env.http, &replica).await;
+
+    // The api stores the event and dies before answering, waking anyone or
+    // publishing it (its own publisher dies with it).
+    let answer = env
+        .http
+        .post(format!("{replica}/v1/events"))
+        .bearer_auth(&env.api_key)
+        .header("idempotency-key", "crash-after-commit")
+        .json(&json!({ "event_type": "a.b", "payload": { "n": 1 } }))
+        .send()
+        .await;
+    assert!(answer.is_err(), "no answer from a process that died: {answer:?}");
+    let status = api.exited(WAIT).await.expect("the api reached its crash point");
+    assert!(!status.success(), "it crashed: {status:?}");
+    assert_eq!(env.count("events").await, 1, "the event was committed");
+    assert_eq!(env.count("outbox_messages").await, 1, "and its message waits in the outbox");
+
+    // Any other publisher is the safety net: it delivers the event, once.
+    env.start_publisher();
+    let client = env.pool.get().await.unwrap();
+    let event: uuid::Uuid = client.query_one("SELECT id FROM relayops.events", &[]).await.unwrap().get(0);
+    let event_id = relayops_shared::ids::EventId::from_uuid(event).to_string();
+    env.wait_for_status(&event_id, "delivered").await;
+    env.wait_for_outbox_drained().await;
+    assert_eq!(env.simulator.received().len(), 1, "one request: {:?}", env.simulator.received());
 }
