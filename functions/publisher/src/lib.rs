@@ -71,11 +71,12 @@ pub struct Publisher {
     last_recovery: std::sync::Mutex<Option<Instant>>,
     /// When history maintenance (partitions, retention) last ran inline.
     last_history: std::sync::Mutex<Option<Instant>>,
-    /// Set by the long-lived loop, which maintains history from a task of its
-    /// own: then the recovery pass leaves it out, and publishing never waits
-    /// behind it (a `DETACH … CONCURRENTLY` can take a while). The Lambda tick
-    /// keeps it inline.
-    history_in_own_task: AtomicBool,
+    /// Set by the long-lived loop, which runs the recovery pass and history
+    /// maintenance from tasks of their own: then a drain leaves both out, and
+    /// a wake-up publishes at once, never behind a recovery pass (a few
+    /// statements, once a second: the p99 of a lone event) or a `DETACH …
+    /// CONCURRENTLY`. The Lambda tick keeps them inline.
+    housekeeping_in_own_tasks: AtomicBool,
     /// Whether the last attempt to reach the broker worked (for readiness).
     broker_connected: tokio::sync::watch::Sender<bool>,
 }
@@ -98,7 +99,7 @@ impl Publisher {
             session: Mutex::new(None),
             last_recovery: std::sync::Mutex::new(None),
             last_history: std::sync::Mutex::new(None),
-            history_in_own_task: AtomicBool::new(false),
+            housekeeping_in_own_tasks: AtomicBool::new(false),
             broker_connected: tokio::sync::watch::channel(false).0,
         }
     }
@@ -179,10 +180,13 @@ impl Publisher {
         Ok(report)
     }
 
-    /// Runs the recovery pass when due (at most once a second), then publishes batches until the outbox is empty
-    /// or the next batch might not finish before `deadline`.
+    /// Runs the recovery pass when due (at most once a second; not in the
+    /// long-lived loop, which runs it in a task of its own), then publishes
+    /// batches until the outbox is empty or the next batch might not finish
+    /// before `deadline`.
     pub async fn drain(&self, deadline: Option<Instant>) -> Result<PublishReport, PublishError> {
-        let mut report = if take_if_due(&self.last_recovery, RECOVERY_INTERVAL) {
+        let inline_recovery = !self.housekeeping_in_own_tasks.load(Ordering::Relaxed);
+        let mut report = if inline_recovery && take_if_due(&self.last_recovery, RECOVERY_INTERVAL) {
             self.recover().await?
         } else {
             PublishReport::default()
@@ -246,7 +250,7 @@ impl Publisher {
             );
         }
         drop(client);
-        if !self.history_in_own_task.load(Ordering::Relaxed)
+        if !self.housekeeping_in_own_tasks.load(Ordering::Relaxed)
             && take_if_due(&self.last_history, self.config.history.maintenance_interval)
         {
             self.maintain_history().await;
@@ -268,15 +272,39 @@ impl Publisher {
         }
     }
 
+    /// The recovery pass once a second, beside the long-lived loop: what it
+    /// puts back in the outbox (reclaimed or re-enqueued rows) wakes the loop.
+    /// A failure is logged and tried again at the next interval.
+    async fn recover_forever(self: Arc<Self>, wakeup: Arc<Notify>) {
+        let mut ticks = tokio::time::interval(RECOVERY_INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match self.recover().await {
+                Ok(report) if report.reclaimed + report.requeued > 0 => {
+                    tracing::debug!(?report, "recovery pass");
+                    wakeup.notify_one();
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    figures::tick_failed();
+                    tracing::warn!(error = %error_chain(&error), "publisher recovery pass failed");
+                }
+            }
+        }
+    }
+
     /// The long-lived loop (local runner): drains whenever woken, and at least
     /// every idle interval; while idle it keeps its broker session open, so a
     /// broker outage shows in readiness and the session is back before the
-    /// next batch. History maintenance runs beside it in a task of its own
-    /// (ended with the loop). Errors are logged and retried with a growing
-    /// pause (200 ms doubling to 6.4 s).
+    /// next batch. The recovery pass and history maintenance run beside it in
+    /// tasks of their own (ended with the loop), so a wake-up never waits for
+    /// them. Errors are logged and retried with a growing pause (200 ms
+    /// doubling to 6.4 s).
     pub async fn run(self: Arc<Self>, wakeup: Arc<Notify>) {
-        self.history_in_own_task.store(true, Ordering::Relaxed);
+        self.housekeeping_in_own_tasks.store(true, Ordering::Relaxed);
         let _history = AbortOnDrop(tokio::spawn(Arc::clone(&self).maintain_history_forever()));
+        let _recovery = AbortOnDrop(tokio::spawn(Arc::clone(&self).recover_forever(Arc::clone(&wakeup))));
         let mut failures: u32 = 0;
         loop {
             let tick = match self.drain(None).await {

@@ -1,6 +1,6 @@
 //! The publisher's housekeeping: woken by commits from other processes,
-//! keeping the outbox small, and the one-round-trip lease writes its claims
-//! use.
+//! keeping the outbox small, a recovery pass beside publishing (never in a
+//! wake-up's way), and the one-round-trip lease writes its claims use.
 use std::time::{Duration, Instant};
 
 use relayops_shared::repo::outbox;
@@ -35,6 +35,27 @@ async fn published_outbox_rows_are_deleted_once_the_broker_confirmed_them() {
     env.wait_for_outbox_drained().await;
     env.wait_for_messages_published(1).await;
     assert_eq!(env.count("deliveries").await, 1, "only the outbox is cleaned, never deliveries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_pass_that_cannot_finish_does_not_hold_up_publishing() {
+    let env = TestEnv::start().await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    // Only the recovery pass reads the watermarks: with the table locked, every
+    // pass from now on waits (a slow recovery, at its worst).
+    let mut admin = env.pool.get().await.unwrap();
+    let lock = admin.transaction().await.unwrap();
+    lock.batch_execute("LOCK TABLE relayops.outbox_watermarks IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    env.wait_for_sql(
+        "a recovery pass waits for the lock",
+        "SELECT count(*) > 0 FROM pg_locks WHERE NOT granted AND relation = 'relayops.outbox_watermarks'::regclass",
+    )
+    .await;
+
+    // A wake-up publishes at once, beside the stuck pass.
+    let event = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
+    env.wait_for_status(&event, "delivered").await;
+    lock.rollback().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
