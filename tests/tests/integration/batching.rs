@@ -260,3 +260,28 @@ async fn a_batch_claim_reads_only_its_own_rows_in_a_partition_never_analyzed() {
     let outcomes = claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
     assert_eq!(outcomes.iter().filter(|outcome| claimed(outcome)).count(), keys.len());
 }
+
+/// A claim is planned once per connection, not at every run: the planner's
+/// default for it (a custom plan each time, over every partition) cost about
+/// four times the run of a one-delivery claim (BENCHMARKS.md, "An event that
+/// arrives alone"). The generic plan prunes partitions at run time; the test
+/// above checks what a claim reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_runs_on_its_generic_plan_from_the_first_time() {
+    let (env, keys) = pending_deliveries(2).await;
+    let mut client = env.pool.get().await.unwrap();
+    for key in &keys {
+        let outcomes = claim_many(&mut client, &[*key], "worker-a", LEASE).await.unwrap();
+        assert!(claimed(&outcomes[0]), "{outcomes:?}");
+    }
+    let plans = client
+        .query_one(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements
+             WHERE statement LIKE 'WITH wanted AS%' AND statement LIKE '%lease_owner = $3%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (generic, custom): (i64, i64) = (plans.get(0), plans.get(1));
+    assert_eq!((generic, custom), (2, 0), "both claims ran the generic plan, none was planned for its parameters");
+}
