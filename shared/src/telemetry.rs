@@ -32,7 +32,7 @@ pub fn init() {
 /// since the Unix epoch, comparable across processes on one host) and the
 /// event's id. Off unless asked for (`RELAYOPS_LOG=info,relayops::hops=trace`):
 /// a disabled callsite costs one check, and its fields are never computed.
-/// BENCHMARKS.md ("Where a lone event's time goes") reads it.
+/// BENCHMARKS.md ("An event that arrives alone") reads it.
 pub const HOPS_TARGET: &str = "relayops::hops";
 
 /// Now, in microseconds since the Unix epoch (for the hop trace).
