@@ -13,7 +13,6 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use crate::repo::GenericClient;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -247,9 +246,11 @@ pub struct Settlement {
 }
 
 /// Records every attempt whose delivery `worker_id` still leases, with the
-/// delivery's next state; one result per settlement, in order.
+/// delivery's next state; one result per settlement, in order. One statement
+/// in a transaction of its own, on its generic plan
+/// ([`sql::query_on_generic_plan`]).
 pub async fn record_many(
-    client: &impl GenericClient,
+    client: &deadpool_postgres::Client,
     settlements: &[Settlement],
     worker_id: &str,
 ) -> Result<Vec<Settled>, DbError> {
@@ -268,7 +269,7 @@ pub async fn record_many(
     let latencies: Vec<i32> = settlements.iter().map(|s| s.attempt.latency_ms).collect();
     let started: Vec<_> = settlements.iter().map(|s| s.attempt.started_at).collect();
     let (low, high) = event_id_range(ids.iter().copied());
-    let rows = sql::query(
+    let rows = sql::query_on_generic_plan(
         client,
         SETTLE_MANY_WITH_ATTEMPTS,
         &[
@@ -304,9 +305,10 @@ pub struct Deferral {
     pub wait: Duration,
 }
 
-/// Defers every delivery `worker_id` still leases; one result per deferral, in order.
+/// Defers every delivery `worker_id` still leases; one result per deferral,
+/// in order (one statement on its generic plan, like [`record_many`]).
 pub async fn defer_many(
-    client: &impl GenericClient,
+    client: &deadpool_postgres::Client,
     deferrals: &[Deferral],
     worker_id: &str,
 ) -> Result<Vec<Settled>, DbError> {
@@ -314,7 +316,8 @@ pub async fn defer_many(
     let (tenants, ids) = key_columns(&keys);
     let waits: Vec<i64> = deferrals.iter().map(|deferral| deferral.wait.as_millis() as i64).collect();
     let (low, high) = event_id_range(ids.iter().copied());
-    let rows = sql::query(client, DEFER_MANY, &[&tenants, &ids, &waits, &worker_id, &low, &high]).await?;
+    let rows =
+        sql::query_on_generic_plan(client, DEFER_MANY, &[&tenants, &ids, &waits, &worker_id, &low, &high]).await?;
     let deferred: HashSet<(Uuid, Uuid)> = rows.iter().map(row_key).collect();
     Ok(keys
         .iter()

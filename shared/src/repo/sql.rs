@@ -219,29 +219,49 @@ pub async fn explain(
 /// since the WAL is written in order. It saves a disk flush in the latency of
 /// every hop that uses it.
 ///
-/// A prepared (cached) statement runs on its generic plan (`SET LOCAL
-/// plan_cache_mode = force_generic_plan`): these are hot statements on partitioned tables, whose
-/// partitions are pruned at run time from the parameters, and the planner's
-/// default (a custom plan each time, as its generic plan looks costlier) spent
-/// more on planning than on running them — the worker's claim of one delivery
-/// took ~2.5 ms to plan and ~0.6 ms to run with 95 partitions; its generic plan
-/// was faster at 1, 10 and 100 keys, also on 33,000 rows never analyzed
-/// (BENCHMARKS.md, "An event that arrives alone").
-///
-/// One round trip: `BEGIN; SET LOCAL …`, the statement and `COMMIT` are sent
-/// together (each request goes out on its future's first poll, and
-/// [`join3`](futures_util::future::join3) polls them in this order), where a
-/// transaction object would wait for each in turn — four round trips on the
-/// publisher's and the worker's claim paths. If the statement fails, the
-/// server ends the transaction and answers the `COMMIT` with a rollback; its
-/// error is returned. (In the cached mode a statement not yet prepared on this
-/// connection is prepared first.)
+/// Like [`query_on_generic_plan`], a prepared (cached) statement runs on its
+/// generic plan, and the whole transaction is one round trip.
 pub async fn query_unflushed(
     client: &mut deadpool_postgres::Object,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, DbError> {
-    let client: &deadpool_postgres::Client = client;
+    in_own_transaction(client, Some("SET LOCAL synchronous_commit = off"), sql, params).await
+}
+
+/// Runs one statement in a transaction of its own, committed synchronously,
+/// on its generic plan when it is prepared (`SET LOCAL plan_cache_mode =
+/// force_generic_plan`). For the hot statements on partitioned tables that
+/// find every row by key: their partitions are pruned at run time from the
+/// parameters, and the planner's default — a custom plan at every run, since
+/// the generic one looks costlier — spent more on planning than on running
+/// them. With 95 partitions the worker's claim of one delivery took ~2.5 ms
+/// to plan and ~0.6 ms to run, and its generic plan was faster at 1, 10 and
+/// 100 keys, also on 33,000 rows never analyzed; the attempt record of one
+/// delivery spent 1.5 ms planning and 0.45 ms running at 200 events/s
+/// (BENCHMARKS.md, "An event that arrives alone").
+///
+/// One round trip: `BEGIN; SET LOCAL …`, the statement and `COMMIT` are sent
+/// together (each request goes out on its future's first poll, and
+/// [`join3`](futures_util::future::join3) polls them in this order), where a
+/// transaction object would wait for each in turn. If the statement fails,
+/// the server ends the transaction and answers the `COMMIT` with a rollback;
+/// its error is returned. (In the cached mode a statement not yet prepared on
+/// this connection is prepared first.)
+pub async fn query_on_generic_plan(
+    client: &deadpool_postgres::Client,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, DbError> {
+    in_own_transaction(client, None, sql, params).await
+}
+
+async fn in_own_transaction(
+    client: &deadpool_postgres::Client,
+    setting: Option<&str>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, DbError> {
     let statement = if unnamed_statements() { None } else { Some(client.prepare_cached(sql).await?) };
     let run = async {
         match &statement {
@@ -251,12 +271,15 @@ pub async fn query_unflushed(
     };
     // An unnamed statement is planned at every run anyway: there, a custom
     // plan (pruned to the parameters' partitions) is the cheaper one to make.
-    let begin = match statement {
-        Some(_) => "BEGIN; SET LOCAL synchronous_commit = off; SET LOCAL plan_cache_mode = force_generic_plan",
-        None => "BEGIN; SET LOCAL synchronous_commit = off",
-    };
+    let mut begin = String::from("BEGIN");
+    for setting in
+        setting.into_iter().chain(statement.as_ref().map(|_| "SET LOCAL plan_cache_mode = force_generic_plan"))
+    {
+        begin.push_str("; ");
+        begin.push_str(setting);
+    }
     let (began, rows, committed) =
-        futures_util::future::join3(client.batch_execute(begin), run, client.batch_execute("COMMIT")).await;
+        futures_util::future::join3(client.batch_execute(&begin), run, client.batch_execute("COMMIT")).await;
     began?;
     let rows = rows?;
     committed?;
