@@ -126,6 +126,14 @@ impl Publisher {
 
     /// Claims one batch, publishes it and settles it. Returns what it did.
     pub async fn publish_batch(&self) -> Result<PublishReport, PublishError> {
+        Ok(self.publish_one_batch().await?.0)
+    }
+
+    /// [`publish_batch`](Self::publish_batch), and whether the outbox may
+    /// hold more rows to claim now: the claim filled the batch, or rows were
+    /// left over for the next one. (Rows committed after the claim wake the
+    /// long-lived loop again.)
+    async fn publish_one_batch(&self) -> Result<(PublishReport, bool), PublishError> {
         let mut client = self.pool.get().await.map_err(DbError::from)?;
         let started = Instant::now();
         // The session first: while the broker is away, rows stay unclaimed
@@ -142,8 +150,9 @@ impl Publisher {
         let messages =
             outbox::claim_batch(&mut client, &self.owner, self.config.batch_size, self.config.claim_ttl).await?;
         if messages.is_empty() {
-            return Ok(PublishReport::default());
+            return Ok((PublishReport::default(), false));
         }
+        let batch_was_full = messages.len() as i64 >= self.config.batch_size;
         // An event's row becomes a message per pending delivery of the event;
         // rows past the batch's message limit go back unpublished.
         let outgoing = outbox_fanout::expand(&client, &messages).await?;
@@ -177,7 +186,7 @@ impl Publisher {
         let (published, deleted) = (settled.messages_of(&deleted), deleted.len() as u64);
         let report = PublishReport { batches: 1, published, deleted, released, ..Default::default() };
         figures::batch(&report, started.elapsed());
-        Ok(report)
+        Ok((report, batch_was_full || !left_over.is_empty()))
     }
 
     /// Runs the recovery pass when due (at most once a second; not in the
@@ -201,10 +210,17 @@ impl Publisher {
                 }
             }
             let started = Instant::now();
-            let batch = self.publish_batch().await?;
+            let (batch, more_may_wait) = self.publish_one_batch().await?;
             slowest_batch = slowest_batch.max(started.elapsed());
             report.add(batch);
             if batch.deleted + batch.released == 0 || batch.released > 0 {
+                break;
+            }
+            // The long-lived loop is woken for every row committed from now
+            // on, so a claim that found fewer rows than it could take needs
+            // no empty claim after it (one per lone event at low rates). The
+            // Lambda tick, woken by no one, looks again.
+            if !more_may_wait && !inline_recovery {
                 break;
             }
         }

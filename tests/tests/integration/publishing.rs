@@ -1,6 +1,7 @@
 //! The publisher's housekeeping: woken by commits from other processes,
 //! keeping the outbox small, a recovery pass beside publishing (never in a
-//! wake-up's way), and the one-round-trip lease writes its claims use.
+//! wake-up's way), a drain that ends with its last non-empty claim, and the
+//! one-round-trip lease writes its claims use.
 use std::time::{Duration, Instant};
 
 use relayops_shared::repo::outbox;
@@ -24,6 +25,48 @@ async fn a_publisher_in_another_process_wakes_on_commit_not_on_its_idle_timer() 
         env.wait_for_status(&event, "delivered").await;
         assert!(started.elapsed() < Duration::from_secs(5), "event {n} took {:?}", started.elapsed());
     }
+}
+
+/// A wake-up whose claim found fewer rows than a batch holds ends the drain:
+/// rows committed later wake the publisher again, so the empty claim that used
+/// to follow every lone event (one more statement per event at low rates)
+/// is not made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_event_costs_the_publisher_one_claim_not_two() {
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    // Only notifications wake it, so every claim below follows a commit.
+    let _publisher = env.spawn_role("publisher", &[("RELAYOPS_PUBLISHER_IDLE_MS", "600000")]);
+    env.wait_for_sql(
+        "the publisher listens",
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN relayops_outbox%'",
+    )
+    .await;
+    let client = env.pool.get().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE relayops.claims_seen (at timestamptz);
+             CREATE FUNCTION relayops.count_claims() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                 IF current_query() LIKE '%publish_attempts = o.publish_attempts + 1%' THEN
+                     INSERT INTO relayops.claims_seen VALUES (now());
+                 END IF;
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER count_claims AFTER UPDATE ON relayops.outbox_messages
+                 FOR EACH STATEMENT EXECUTE FUNCTION relayops.count_claims();",
+        )
+        .await
+        .unwrap();
+    let events = 5;
+    for n in 0..events {
+        let event = env.post_event("a.b", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned();
+        env.wait_for_status(&event, "delivered").await;
+        env.wait_for_outbox_drained().await;
+    }
+    let claims = env.count("claims_seen").await;
+    // One per event, and at most one more: the loop's first drain, if it
+    // started after the trigger was planted.
+    assert!((events..=events + 1).contains(&claims), "{claims} outbox claims for {events} lone events");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
