@@ -45,6 +45,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0014_ordering_lanes", include_str!("../../../migrations/0014_ordering_lanes.sql")),
     ("0015_dead_letter_lane_policy", include_str!("../../../migrations/0015_dead_letter_lane_policy.sql")),
     ("0016_outbox_event_rows", include_str!("../../../migrations/0016_outbox_event_rows.sql")),
+    ("0017_subscriptions_by_pattern", include_str!("../../../migrations/0017_subscriptions_by_pattern.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use crate::db::{DbError, Pool};
 use crate::domain::EndpointKind;
-use crate::repo::events::{find_duplicate, insert_prepared, IngestOutcome, PreparedEvent};
+use crate::repo::events::{find_duplicate, insert_prepared, subscribed_endpoints, IngestOutcome, PreparedEvent};
 use crate::repo::retention::IDEMPOTENCY_WINDOW;
 use crate::repo::{sql, GenericClient};
 
@@ -43,7 +43,8 @@ pub const MAX_BATCH: usize = 64;
 /// `event_deliveries.v1` outbox row per event with a delivery). The key CTE
 /// returns the event id each key now names (the new event's, when the key was
 /// free or taken over), and only those events are written.
-const INGEST_MANY: &str = "WITH input AS (
+const INGEST_MANY: &str = concat!(
+    "WITH input AS (
          SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::text[], $6::bytea[],
                               $7::text[], $8::text[])
              AS i(id, tenant_id, event_type, payload, idempotency_key, request_hash, tenant_text, id_text)),
@@ -65,15 +66,10 @@ const INGEST_MANY: &str = "WITH input AS (
      new_deliveries AS (
          INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
          SELECT relayops.delivery_id_for(e.id), ep.tenant_id, e.id, ep.id
-         FROM new_event e JOIN relayops.webhook_endpoints ep ON ep.tenant_id = e.tenant_id
-         WHERE ep.enabled AND ep.kind = 'webhook'
-           AND EXISTS (
-             SELECT 1 FROM relayops.endpoint_subscriptions s
-             WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
-               AND (s.event_type_pattern = e.event_type
-                    OR s.event_type_pattern = '*'
-                    OR (right(s.event_type_pattern, 2) = '.*'
-                        AND starts_with(e.event_type, left(s.event_type_pattern, -1)))))
+         FROM new_event e
+         ",
+    subscribed_endpoints!("e.tenant_id", "e.event_type", "'webhook'"),
+    "
          RETURNING id, tenant_id, event_id, endpoint_id),
      new_outbox AS (
          INSERT INTO relayops.outbox_messages (tenant_id, event_id, envelope)
@@ -84,7 +80,8 @@ const INGEST_MANY: &str = "WITH input AS (
      SELECT e.id, e.received_at, coalesce(fanned.deliveries, 0) AS deliveries
      FROM new_event e
      LEFT JOIN (SELECT event_id, count(*) AS deliveries FROM new_deliveries GROUP BY event_id) fanned
-            ON fanned.event_id = e.id";
+            ON fanned.event_id = e.id"
+);
 
 /// Ingest's writes through one batcher per process, started on first use
 /// (it needs the runtime), with half the pool's connections as lanes: the

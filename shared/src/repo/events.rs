@@ -29,20 +29,38 @@ macro_rules! idempotency_key_cte {
     };
 }
 
-/// The endpoints (`ep`) an event of type `$3` fans out to: enabled, of kind
-/// `$10`, subscribed exactly, by `prefix.*`, or `*`.
+/// The endpoints (`ep`: `id`, `tenant_id`) an event of tenant `$tenant` and
+/// type `$event_type` fans out to, as a `FROM` item after the event's: enabled,
+/// of kind `$kind`, subscribed exactly, by `prefix.*`, or `*` (the rule of
+/// `EventTypePattern::matches`). Found from the patterns that match the type
+/// (`relayops.patterns_matching`, migration 0017), each looked up by key in
+/// the tenant's subscriptions, then each endpoint by key: the work is that of
+/// the matching subscriptions, however many endpoints the tenant has (it read
+/// every endpoint and, for each, every subscription of the tenant before:
+/// 35-55 ms an event with 101 endpoints). The `OFFSET 0` fences keep that
+/// order whatever the statistics say. An endpoint matched by two patterns
+/// counts once.
 macro_rules! subscribed_endpoints {
-    () => {
-        "WHERE ep.enabled AND ep.kind = $10
-           AND EXISTS (
-             SELECT 1 FROM relayops.endpoint_subscriptions s
-             WHERE s.tenant_id = ep.tenant_id AND s.endpoint_id = ep.id
-               AND (s.event_type_pattern = $3
-                    OR s.event_type_pattern = '*'
-                    OR (right(s.event_type_pattern, 2) = '.*'
-                        AND starts_with($3, left(s.event_type_pattern, -1)))))"
+    ($tenant:literal, $event_type:literal, $kind:literal) => {
+        concat!(
+            "CROSS JOIN LATERAL (
+             SELECT DISTINCT s.endpoint_id FROM relayops.endpoint_subscriptions s
+             WHERE s.tenant_id = ",
+            $tenant,
+            " AND s.event_type_pattern = ANY (relayops.patterns_matching(",
+            $event_type,
+            ")) OFFSET 0) s
+         CROSS JOIN LATERAL (
+             SELECT ep.id, ep.tenant_id FROM relayops.webhook_endpoints ep
+             WHERE ep.tenant_id = ",
+            $tenant,
+            " AND ep.id = s.endpoint_id AND ep.enabled AND ep.kind = ",
+            $kind,
+            " OFFSET 0) ep"
+        )
     };
 }
+pub(crate) use subscribed_endpoints;
 
 /// One `delivery.v1` outbox row per delivery `d` of `new_deliveries` (ordered
 /// events: only a lane's head gets a message).
@@ -90,9 +108,9 @@ const INGEST: &str = concat!(
      new_deliveries AS (
          INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
          SELECT relayops.delivery_id_for(new_event.id), ep.tenant_id, new_event.id, ep.id
-         FROM new_event JOIN relayops.webhook_endpoints ep ON ep.tenant_id = new_event.tenant_id
+         FROM new_event
          ",
-    subscribed_endpoints!(),
+    subscribed_endpoints!("new_event.tenant_id", "$3", "$10"),
     "
          RETURNING id, endpoint_id),
      new_outbox AS (
@@ -121,9 +139,9 @@ const INGEST_ORDERED: &str = concat!(
          RETURNING id, tenant_id, received_at),
      targets AS MATERIALIZED (
          SELECT relayops.delivery_id_for(new_event.id) AS id, ep.id AS endpoint_id
-         FROM new_event JOIN relayops.webhook_endpoints ep ON ep.tenant_id = new_event.tenant_id
+         FROM new_event
          ",
-    subscribed_endpoints!(),
+    subscribed_endpoints!("new_event.tenant_id", "$3", "$10"),
     "),
      lanes AS (
          INSERT INTO relayops.ordering_lanes AS l

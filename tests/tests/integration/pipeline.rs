@@ -1,5 +1,5 @@
 //! The happy path, end to end.
-use relayops_tests::TestEnv;
+use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,6 +80,47 @@ async fn event_without_matching_subscription_creates_no_delivery() {
     assert_eq!(env.count("deliveries").await, 0);
     assert_eq!(env.count("outbox_messages").await, 0);
     assert_eq!(env.messages_published().await, 0.0, "no outbox row was written (and published)");
+}
+
+/// Ingest finds subscribers from the patterns that match an event's type
+/// (`relayops.patterns_matching`): the type itself, `*`, and `prefix.*` for
+/// each dotted prefix. Every ingest statement (single, batch, ordered) must
+/// pick the same endpoints, and an endpoint matched by several of its
+/// patterns gets one delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_reaches_exactly_the_endpoints_whose_patterns_match_its_type() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let mut matching = std::collections::BTreeSet::new();
+    for patterns in [&["a.b.c"][..], &["a.*"], &["a.b.*"], &["*"], &["a.*", "*", "a.b.c", "x.y"]] {
+        matching.insert(env.create_endpoint("/sim/ok", patterns, json!({})).await["id"].as_str().unwrap().to_owned());
+    }
+    for patterns in [&["a.b"][..], &["a.b.c.*"], &["b.*"], &["a.bc.*"], &["a.b.cd"], &["ab.*"], &["a.b.c-d"]] {
+        env.create_endpoint("/sim/ok", patterns, json!({})).await;
+    }
+    let disabled = env.create_endpoint("/sim/ok", &["*"], json!({})).await["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/endpoints/{disabled}");
+    let off = env.request(reqwest::Method::PATCH, &path, Some(&env.api_key), Some(json!({ "enabled": false }))).await;
+    assert_eq!(off.status, 200, "{:?}", off.body);
+
+    let single = env.post_event("a.b.c", json!({})).await.body["id"].as_str().unwrap().to_owned();
+    let ordered = env.post("/v1/events", json!({ "event_type": "a.b.c", "payload": {}, "ordering_key": "k" })).await;
+    assert_eq!(ordered.status, 201, "{:?}", ordered.body);
+    let batch = env
+        .post(
+            "/v1/events/batch",
+            json!({ "events": [{ "event_type": "a.b.c", "payload": {} }, { "event_type": "b.x", "payload": {} }] }),
+        )
+        .await;
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    let in_batch = |n: usize| batch.body["results"][n]["event"]["id"].as_str().unwrap().to_owned();
+    for event in [single, ordered.body["id"].as_str().unwrap().to_owned(), in_batch(0)] {
+        let deliveries = env.wait_for_deliveries(&event, |all| !all.is_empty()).await;
+        let endpoints: std::collections::BTreeSet<String> =
+            deliveries.iter().map(|d| d["endpoint_id"].as_str().unwrap().to_owned()).collect();
+        assert_eq!((deliveries.len(), &endpoints), (matching.len(), &matching), "event {event}");
+    }
+    // `b.x`: the `b.*` endpoint and the two `*` ones.
+    assert_eq!(env.wait_for_deliveries(&in_batch(1), |all| !all.is_empty()).await.len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
