@@ -123,6 +123,56 @@ async fn an_event_reaches_exactly_the_endpoints_whose_patterns_match_its_type() 
     assert_eq!(env.wait_for_deliveries(&in_batch(1), |all| !all.is_empty()).await.len(), 3);
 }
 
+/// Ingest's work is that of the subscriptions that match, not of the
+/// tenant's endpoints: with 2,000 endpoints subscribed to other types (and
+/// statistics that know it), writing an event for the one subscriber reads a
+/// handful of rows (the statement used to read every endpoint of the tenant
+/// and, for each, its subscriptions). Counted by Postgres for the writing
+/// transaction itself (`pg_stat_xact_user_tables`), which is rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_reads_only_the_subscriptions_that_match_however_many_endpoints_the_tenant_has() {
+    use relayops_shared::domain::{EndpointKind, EventPayload, EventType};
+    use relayops_shared::repo::events::{insert_prepared, IngestOutcome, NewEvent, PreparedEvent};
+    let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["a.b"], json!({})).await;
+    let mut client = env.pool.get().await.unwrap();
+    let tenant = env.tenant_id.as_uuid();
+    client
+        .execute(
+            "WITH endpoints AS (
+                 INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, secret)
+                 SELECT gen_random_uuid(), $1, 'http://127.0.0.1:9/elsewhere', 'whsec_' || md5(n::text)
+                 FROM generate_series(1, 2000) AS n RETURNING id, tenant_id)
+             INSERT INTO relayops.endpoint_subscriptions (id, tenant_id, endpoint_id, event_type_pattern)
+             SELECT gen_random_uuid(), e.tenant_id, e.id, p FROM endpoints e, unnest(ARRAY['other.type', 'c.*']) AS p",
+            &[&tenant],
+        )
+        .await
+        .unwrap();
+    client.batch_execute("ANALYZE relayops.webhook_endpoints, relayops.endpoint_subscriptions").await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    // The backend's counters not yet flushed may hold earlier work of this
+    // connection: the difference across the insert is the insert's.
+    let rows_read = "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)) FILTER (WHERE relname = 'endpoint_subscriptions'), 0)::bigint,
+                            coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)) FILTER (WHERE relname = 'webhook_endpoints'), 0)::bigint
+                     FROM pg_stat_xact_user_tables WHERE schemaname = 'relayops'";
+    let before = tx.query_one(rows_read, &[]).await.unwrap();
+    let (event_type, payload) = (EventType::parse("a.b").unwrap(), EventPayload::parse(json!({})).unwrap());
+    let event = NewEvent { event_type: &event_type, payload: &payload, idempotency_key: None, ordering_key: None };
+    let outcome =
+        insert_prepared(&tx, &PreparedEvent::new(env.tenant_id, &event), EndpointKind::Webhook).await.unwrap();
+    assert!(matches!(&outcome, IngestOutcome::Created(receipt) if receipt.deliveries == 1), "{outcome:?}");
+    let after = tx.query_one(rows_read, &[]).await.unwrap();
+    tx.rollback().await.unwrap();
+    let read = |column: usize| after.get::<_, i64>(column) - before.get::<_, i64>(column);
+    let (subscriptions, endpoints) = (read(0), read(1));
+    // One subscription; its endpoint, and the delivery's foreign-key check of it.
+    assert!(
+        subscriptions <= 2 && endpoints <= 3,
+        "rows read by the ingest of one event: {subscriptions} subscriptions, {endpoints} endpoints"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_requests_verify_with_the_reference_standard_webhooks_library() {
     let env = TestEnv::start().await;
