@@ -220,8 +220,9 @@ pub async fn claim_many(
 }
 
 /// How the batch claim of `keys` runs, as `EXPLAIN (ANALYZE, FORMAT JSON)`
-/// reports it, in a transaction that is rolled back (nothing is claimed): so
-/// a test can check what a claim reads, not only what it returns.
+/// reports it — the plan the worker runs (its generic plan under
+/// [`sql::BY_KEY_PLANS`]) — in a transaction that is rolled back (nothing is
+/// claimed): so a test can check what a claim reads, not only what it returns.
 pub async fn explain_claim_many(
     client: &mut deadpool_postgres::Object,
     keys: &[DeliveryKey],
@@ -229,11 +230,18 @@ pub async fn explain_claim_many(
     lease: Duration,
 ) -> Result<serde_json::Value, DbError> {
     let params = ClaimParams::new(keys, worker_id, lease);
-    let tx = client.transaction().await?;
-    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_MANY}");
-    let rows = sql::query(&tx, &explain, &params.as_sql()).await?;
-    tx.rollback().await?;
-    Ok(rows.first().map(|row| row.get(0)).unwrap_or_default())
+    let uuids =
+        |ids: &[Uuid]| format!("'{{{}}}'::uuid[]", ids.iter().map(Uuid::to_string).collect::<Vec<_>>().join(","));
+    let literals = [
+        uuids(&params.tenants),
+        uuids(&params.ids),
+        format!("'{}'", params.worker_id.replace('\'', "''")),
+        params.lease_ms.to_string(),
+        format!("'{}'::uuid", params.low),
+        format!("'{}'::uuid", params.high),
+    ];
+    let types = ["uuid[]", "uuid[]", "text", "bigint", "uuid", "uuid"];
+    sql::explain_on_generic_plan(client, CLAIM_MANY, &types, &literals).await
 }
 
 /// One attempt to record: which delivery, its number, and what happened.

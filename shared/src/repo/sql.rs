@@ -219,8 +219,8 @@ pub async fn explain(
 /// since the WAL is written in order. It saves a disk flush in the latency of
 /// every hop that uses it.
 ///
-/// Like [`query_on_generic_plan`], a prepared (cached) statement runs on its
-/// generic plan, and the whole transaction is one round trip.
+/// Like [`query_on_generic_plan`], it plans by [`BY_KEY_PLANS`], and the
+/// whole transaction is one round trip.
 pub async fn query_unflushed(
     client: &mut deadpool_postgres::Object,
     sql: &str,
@@ -230,16 +230,15 @@ pub async fn query_unflushed(
 }
 
 /// Runs one statement in a transaction of its own, committed synchronously,
-/// on its generic plan when it is prepared (`SET LOCAL plan_cache_mode =
-/// force_generic_plan`). For the hot statements on partitioned tables that
-/// find every row by key: their partitions are pruned at run time from the
-/// parameters, and the planner's default — a custom plan at every run, since
-/// the generic one looks costlier — spent more on planning than on running
-/// them. With 95 partitions the worker's claim of one delivery took ~2.5 ms
-/// to plan and ~0.6 ms to run, and its generic plan was faster at 1, 10 and
-/// 100 keys, also on 33,000 rows never analyzed; the attempt record of one
-/// delivery spent 1.5 ms planning and 0.45 ms running at 200 events/s
-/// (BENCHMARKS.md, "An event that arrives alone").
+/// under [`BY_KEY_PLANS`]: on its generic plan when it is prepared, and with
+/// every row found by key. For the hot statements on partitioned tables
+/// that find every row by key: their partitions are pruned at run time from
+/// the parameters, and the planner's default — a custom plan at every run,
+/// since the generic one looks costlier — spent more on planning than on
+/// running them. With 95 partitions the worker's claim of one delivery took
+/// ~2.5 ms to plan and ~0.6 ms to run; the attempt record of one delivery
+/// spent 1.5 ms planning and 0.45 ms running at 200 events/s (BENCHMARKS.md,
+/// "An event that arrives alone").
 ///
 /// One round trip: `BEGIN; SET LOCAL …`, the statement and `COMMIT` are sent
 /// together (each request goes out on its future's first poll, and
@@ -256,6 +255,26 @@ pub async fn query_on_generic_plan(
     in_own_transaction(client, None, sql, params).await
 }
 
+/// How [`query_on_generic_plan`] and [`query_unflushed`] plan: a generic
+/// plan (planned once per connection, pruned at run time), and one that finds
+/// every row by key whatever the statistics say. A generic plan is made
+/// without the parameters' values, so for a batch it guesses the size; with
+/// the statistics of a partition that is filling up and was never analyzed
+/// (every new partition starts so) it joined the locked rows back to
+/// `deliveries` by hashing a scan of every partition — O(partition) per
+/// claim (11,000 rows read to claim one delivery on a bench database). With
+/// sequential scans, hash and merge joins priced out, only index lookups are
+/// left; the statements that run so find all their rows by key (tests:
+/// `batching::…_reads_only_its_own_rows…`, through [`explain_on_generic_plan`]).
+pub const BY_KEY_PLANS: &str = "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; \
+     SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off";
+
+/// The plan settings alone, for an unnamed statement: it is planned at every
+/// run anyway, and there a custom plan (pruned to the parameters' partitions)
+/// is the cheaper one to make.
+const BY_KEY_PLANS_UNNAMED: &str =
+    "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off";
+
 async fn in_own_transaction(
     client: &deadpool_postgres::Client,
     setting: Option<&str>,
@@ -269,21 +288,40 @@ async fn in_own_transaction(
             None => run_unnamed(client, sql, params).await,
         }
     };
-    // An unnamed statement is planned at every run anyway: there, a custom
-    // plan (pruned to the parameters' partitions) is the cheaper one to make.
-    let mut begin = String::from("BEGIN");
-    for setting in
-        setting.into_iter().chain(statement.as_ref().map(|_| "SET LOCAL plan_cache_mode = force_generic_plan"))
-    {
-        begin.push_str("; ");
-        begin.push_str(setting);
-    }
+    let plans = if statement.is_some() { BY_KEY_PLANS } else { BY_KEY_PLANS_UNNAMED };
+    let begin = match setting {
+        Some(setting) => format!("BEGIN; {setting}; {plans}"),
+        None => format!("BEGIN; {plans}"),
+    };
     let (began, rows, committed) =
         futures_util::future::join3(client.batch_execute(&begin), run, client.batch_execute("COMMIT")).await;
     began?;
     let rows = rows?;
     committed?;
     Ok(rows)
+}
+
+/// `EXPLAIN (ANALYZE, FORMAT JSON)` of `sql` as [`query_on_generic_plan`] and
+/// [`query_unflushed`] run it — its generic plan under [`BY_KEY_PLANS`] —
+/// with the parameters written into the `EXECUTE` as `literals` (SQL
+/// literals with their casts, trusted: tests and benchmarks only), in a
+/// transaction that is rolled back. `types` are the parameters' types, in
+/// order. (Postgres 15 has no `EXPLAIN (GENERIC_PLAN)`; an `EXPLAIN` with
+/// bound parameters shows a custom plan, which is not the one that runs.)
+pub async fn explain_on_generic_plan(
+    client: &mut deadpool_postgres::Object,
+    sql: &str,
+    types: &[&str],
+    literals: &[String],
+) -> Result<serde_json::Value, DbError> {
+    let tx = client.transaction().await?;
+    tx.batch_execute(BY_KEY_PLANS).await?;
+    tx.batch_execute(&format!("PREPARE relayops_explained({}) AS {sql}", types.join(", "))).await?;
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE relayops_explained({})", literals.join(", "));
+    let rows = tx.query(&explain, &[]).await?;
+    tx.batch_execute("DEALLOCATE relayops_explained").await?;
+    tx.rollback().await?;
+    Ok(rows.first().map(|row| row.get(0)).unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -261,6 +261,55 @@ async fn a_batch_claim_reads_only_its_own_rows_in_a_partition_never_analyzed() {
     assert_eq!(outcomes.iter().filter(|outcome| claimed(outcome)).count(), keys.len());
 }
 
+/// A generic plan is made once per connection and kept while the tables grow,
+/// so it must find every delivery by key whatever their size when it was made.
+/// Made on a small, analyzed partition (as a worker's connection makes it on a
+/// new day's partition), the claim's plan has no scan of a `deliveries`
+/// partition and no hash or merge join: without the by-key settings it hashed
+/// a scan of every partition, and on a bench database kept reading all 11,000
+/// rows of the partition to claim one delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_plan_finds_deliveries_by_key_even_when_made_on_a_small_partition() {
+    let (env, _) = pending_deliveries(1).await;
+    let mut client = env.pool.get().await.unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO relayops.events
+                 SELECT (jsonb_populate_record(e, jsonb_build_object('id', c.event_id))).*
+                 FROM relayops.events e,
+                      (SELECT relayops.delivery_id_for(relayops.uuid_floor(now() - n * interval '1 millisecond')) AS event_id
+                       FROM generate_series(1, 700) AS n) c;
+             INSERT INTO relayops.deliveries
+                 SELECT (jsonb_populate_record(d, jsonb_build_object('id', relayops.delivery_id_for(e.id), 'event_id', e.id))).*
+                 FROM relayops.deliveries d, relayops.events e WHERE e.id <> d.event_id;
+             ANALYZE relayops.deliveries, relayops.events;",
+        )
+        .await
+        .unwrap();
+    let rows = client.query("SELECT id FROM relayops.deliveries ORDER BY random() LIMIT 10", &[]).await.unwrap();
+    let keys: Vec<DeliveryKey> = rows.iter().map(|row| (env.tenant_id, DeliveryId::from_uuid(row.get(0)))).collect();
+    let plan = explain_claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
+    let root = &plan[0]["Plan"];
+    assert_eq!(root["Actual Rows"], keys.len(), "the explained claim took every key");
+    let mut found = Vec::new();
+    scans_and_joins(root, &mut found);
+    assert!(found.is_empty(), "the claim's plan scans or joins by hash or merge: {found:?}\n{plan:#}");
+}
+
+/// Every scan of a `deliveries` partition (other than by index) and every
+/// hash or merge join in a plan.
+fn scans_and_joins(node: &serde_json::Value, found: &mut Vec<String>) {
+    let text = |key: &str| node.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+    let (kind, relation) = (text("Node Type"), text("Relation Name"));
+    let scan = matches!(kind.as_str(), "Seq Scan" | "Bitmap Heap Scan") && relation.starts_with("deliveries");
+    if scan || matches!(kind.as_str(), "Hash Join" | "Merge Join") {
+        found.push(format!("{kind} {relation}"));
+    }
+    for child in node.get("Plans").and_then(serde_json::Value::as_array).into_iter().flatten() {
+        scans_and_joins(child, found);
+    }
+}
+
 /// A claim is planned once per connection, not at every run: the planner's
 /// default for it (a custom plan each time, over every partition) cost about
 /// four times the run of a one-delivery claim (BENCHMARKS.md, "An event that
