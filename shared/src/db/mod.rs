@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod, Runtime};
 
-pub use deadpool_postgres::Pool;
+pub use deadpool_postgres::{Object, Pool};
 pub use error::DbError;
 pub use target::{PgTarget, SslMode};
 

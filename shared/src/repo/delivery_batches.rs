@@ -230,18 +230,8 @@ pub async fn explain_claim_many(
     lease: Duration,
 ) -> Result<serde_json::Value, DbError> {
     let params = ClaimParams::new(keys, worker_id, lease);
-    let uuids =
-        |ids: &[Uuid]| format!("'{{{}}}'::uuid[]", ids.iter().map(Uuid::to_string).collect::<Vec<_>>().join(","));
-    let literals = [
-        uuids(&params.tenants),
-        uuids(&params.ids),
-        format!("'{}'", params.worker_id.replace('\'', "''")),
-        params.lease_ms.to_string(),
-        format!("'{}'::uuid", params.low),
-        format!("'{}'::uuid", params.high),
-    ];
     let types = ["uuid[]", "uuid[]", "text", "bigint", "uuid", "uuid"];
-    sql::explain_on_generic_plan(client, CLAIM_MANY, &types, &literals).await
+    sql::explain_on_generic_plan(client, CLAIM_MANY, &types, &params.as_sql()).await
 }
 
 /// One attempt to record: which delivery, its number, and what happened.
@@ -253,6 +243,105 @@ pub struct Settlement {
     pub attempt: AttemptRecord,
 }
 
+/// [`SETTLE_MANY_WITH_ATTEMPTS`]'s parameters, in order: a column per field.
+struct RecordParams<'a> {
+    tenants: Vec<Uuid>,
+    ids: Vec<Uuid>,
+    statuses: Vec<&'a str>,
+    numbers: Vec<i32>,
+    next_at: Vec<Option<chrono::DateTime<chrono::Utc>>>,
+    http_statuses: Vec<Option<i32>>,
+    errors: Vec<Option<&'a str>>,
+    attempt_ids: Vec<Uuid>,
+    outcomes: Vec<&'a str>,
+    headers: Vec<&'a serde_json::Value>,
+    bodies: Vec<Option<&'a str>>,
+    latencies: Vec<i32>,
+    started: Vec<chrono::DateTime<chrono::Utc>>,
+    worker_id: &'a str,
+    low: Uuid,
+    high: Uuid,
+}
+
+/// [`RecordParams`]'s Postgres types, in order.
+const RECORD_TYPES: [&str; 16] = [
+    "uuid[]",
+    "uuid[]",
+    "text[]",
+    "int[]",
+    "timestamptz[]",
+    "int[]",
+    "text[]",
+    "uuid[]",
+    "text[]",
+    "jsonb[]",
+    "text[]",
+    "int[]",
+    "timestamptz[]",
+    "text",
+    "uuid",
+    "uuid",
+];
+
+impl<'a> RecordParams<'a> {
+    fn new(settlements: &'a [Settlement], worker_id: &'a str) -> Self {
+        let column = |f: &dyn Fn(&Settlement) -> Uuid| settlements.iter().map(f).collect::<Vec<_>>();
+        let ids = column(&|s| s.delivery_id.as_uuid());
+        let (low, high) = event_id_range(ids.iter().copied());
+        Self {
+            tenants: column(&|s| s.tenant_id.as_uuid()),
+            ids,
+            statuses: settlements.iter().map(|s| s.attempt.outcome.next_status().as_str()).collect(),
+            numbers: settlements.iter().map(|s| s.attempt_number).collect(),
+            next_at: settlements.iter().map(|s| s.attempt.next_attempt_at).collect(),
+            http_statuses: settlements.iter().map(|s| s.attempt.http_status).collect(),
+            errors: settlements.iter().map(|s| s.attempt.error.as_deref()).collect(),
+            attempt_ids: column(&|_| AttemptId::new().as_uuid()),
+            outcomes: settlements.iter().map(|s| s.attempt.outcome.as_str()).collect(),
+            headers: settlements.iter().map(|s| &s.attempt.request_headers).collect(),
+            bodies: settlements.iter().map(|s| s.attempt.response_body.as_deref()).collect(),
+            latencies: settlements.iter().map(|s| s.attempt.latency_ms).collect(),
+            started: settlements.iter().map(|s| s.attempt.started_at).collect(),
+            worker_id,
+            low,
+            high,
+        }
+    }
+
+    fn as_sql(&self) -> [&(dyn ToSql + Sync); 16] {
+        [
+            &self.tenants,
+            &self.ids,
+            &self.statuses,
+            &self.numbers,
+            &self.next_at,
+            &self.http_statuses,
+            &self.errors,
+            &self.attempt_ids,
+            &self.outcomes,
+            &self.headers,
+            &self.bodies,
+            &self.latencies,
+            &self.started,
+            &self.worker_id,
+            &self.low,
+            &self.high,
+        ]
+    }
+}
+
+/// How the batch record of `settlements` runs — the plan the worker runs —
+/// as `EXPLAIN (ANALYZE, FORMAT JSON)` reports it, rolled back (nothing is
+/// recorded): like [`explain_claim_many`].
+pub async fn explain_record_many(
+    client: &mut deadpool_postgres::Object,
+    settlements: &[Settlement],
+    worker_id: &str,
+) -> Result<serde_json::Value, DbError> {
+    let params = RecordParams::new(settlements, worker_id);
+    sql::explain_on_generic_plan(client, SETTLE_MANY_WITH_ATTEMPTS, &RECORD_TYPES, &params.as_sql()).await
+}
+
 /// Records every attempt whose delivery `worker_id` still leases, with the
 /// delivery's next state; one result per settlement, in order. One statement
 /// in a transaction of its own, on its generic plan
@@ -262,47 +351,12 @@ pub async fn record_many(
     settlements: &[Settlement],
     worker_id: &str,
 ) -> Result<Vec<Settled>, DbError> {
-    let column = |f: &dyn Fn(&Settlement) -> Uuid| settlements.iter().map(f).collect::<Vec<_>>();
-    let tenants = column(&|s| s.tenant_id.as_uuid());
-    let ids = column(&|s| s.delivery_id.as_uuid());
-    let attempt_ids = column(&|_| AttemptId::new().as_uuid());
-    let statuses: Vec<&str> = settlements.iter().map(|s| s.attempt.outcome.next_status().as_str()).collect();
-    let numbers: Vec<i32> = settlements.iter().map(|s| s.attempt_number).collect();
-    let next_at: Vec<_> = settlements.iter().map(|s| s.attempt.next_attempt_at).collect();
-    let http_statuses: Vec<Option<i32>> = settlements.iter().map(|s| s.attempt.http_status).collect();
-    let errors: Vec<Option<&str>> = settlements.iter().map(|s| s.attempt.error.as_deref()).collect();
-    let outcomes: Vec<&str> = settlements.iter().map(|s| s.attempt.outcome.as_str()).collect();
-    let headers: Vec<&serde_json::Value> = settlements.iter().map(|s| &s.attempt.request_headers).collect();
-    let bodies: Vec<Option<&str>> = settlements.iter().map(|s| s.attempt.response_body.as_deref()).collect();
-    let latencies: Vec<i32> = settlements.iter().map(|s| s.attempt.latency_ms).collect();
-    let started: Vec<_> = settlements.iter().map(|s| s.attempt.started_at).collect();
-    let (low, high) = event_id_range(ids.iter().copied());
-    let rows = sql::query_on_generic_plan(
-        client,
-        SETTLE_MANY_WITH_ATTEMPTS,
-        &[
-            &tenants,
-            &ids,
-            &statuses,
-            &numbers,
-            &next_at,
-            &http_statuses,
-            &errors,
-            &attempt_ids,
-            &outcomes,
-            &headers,
-            &bodies,
-            &latencies,
-            &started,
-            &worker_id,
-            &low,
-            &high,
-        ],
-    )
-    .await?;
+    let params = RecordParams::new(settlements, worker_id);
+    let rows = sql::query_on_generic_plan(client, SETTLE_MANY_WITH_ATTEMPTS, &params.as_sql()).await?;
+    let (tenants, ids) = (&params.tenants, &params.ids);
     let recorded: HashSet<(Uuid, Uuid)> =
         rows.iter().map(|row| (row.get("tenant_id"), row.get("delivery_id"))).collect();
-    let settled = tenants.iter().zip(&ids).map(|(tenant, id)| recorded.contains(&(*tenant, *id)));
+    let settled = tenants.iter().zip(ids).map(|(tenant, id)| recorded.contains(&(*tenant, *id)));
     Ok(settled.map(|recorded| if recorded { Settled::Recorded } else { Settled::LeaseLost }).collect())
 }
 

@@ -303,21 +303,28 @@ async fn in_own_transaction(
 
 /// `EXPLAIN (ANALYZE, FORMAT JSON)` of `sql` as [`query_on_generic_plan`] and
 /// [`query_unflushed`] run it — its generic plan under [`BY_KEY_PLANS`] —
-/// with the parameters written into the `EXECUTE` as `literals` (SQL
-/// literals with their casts, trusted: tests and benchmarks only), in a
-/// transaction that is rolled back. `types` are the parameters' types, in
-/// order. (Postgres 15 has no `EXPLAIN (GENERIC_PLAN)`; an `EXPLAIN` with
-/// bound parameters shows a custom plan, which is not the one that runs.)
+/// with `params` (of the Postgres `types`, in order), in a transaction that is
+/// rolled back. Postgres 15 has no `EXPLAIN (GENERIC_PLAN)`, and an `EXPLAIN`
+/// with bound parameters shows a custom plan, which is not the one that runs;
+/// so the statement is `PREPARE`d and explained through `EXECUTE`, each
+/// parameter handed over as a transaction-local setting (bound, never
+/// written into the SQL). For tests and benchmarks.
 pub async fn explain_on_generic_plan(
     client: &mut deadpool_postgres::Object,
     sql: &str,
     types: &[&str],
-    literals: &[String],
+    params: &[&(dyn ToSql + Sync)],
 ) -> Result<serde_json::Value, DbError> {
     let tx = client.transaction().await?;
     tx.batch_execute(BY_KEY_PLANS).await?;
+    let mut arguments = Vec::with_capacity(types.len());
+    for (position, (ty, param)) in types.iter().zip(params).enumerate() {
+        let name = format!("relayops.explain_{position}");
+        tx.query(&format!("SELECT set_config('{name}', $1::{ty}::text, true)"), &[*param]).await?;
+        arguments.push(format!("current_setting('{name}')::{ty}"));
+    }
     tx.batch_execute(&format!("PREPARE relayops_explained({}) AS {sql}", types.join(", "))).await?;
-    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE relayops_explained({})", literals.join(", "));
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE relayops_explained({})", arguments.join(", "));
     let rows = tx.query(&explain, &[]).await?;
     tx.batch_execute("DEALLOCATE relayops_explained").await?;
     tx.rollback().await?;

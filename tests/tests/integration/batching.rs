@@ -10,7 +10,7 @@ use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
 use relayops_shared::ids::DeliveryId;
 use relayops_shared::repo::deliveries::{AttemptRecord, ClaimOutcome, Settled};
 use relayops_shared::repo::delivery_batches::{
-    claim_many, defer_many, explain_claim_many, record_many, Deferral, DeliveryKey, Settlement,
+    claim_many, defer_many, explain_claim_many, explain_record_many, record_many, Deferral, DeliveryKey, Settlement,
 };
 use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
@@ -270,8 +270,36 @@ async fn a_batch_claim_reads_only_its_own_rows_in_a_partition_never_analyzed() {
 /// rows of the partition to claim one delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claims_plan_finds_deliveries_by_key_even_when_made_on_a_small_partition() {
+    let (_env, mut client, keys) = ten_keys_in_a_small_analyzed_partition().await;
+    let plan = explain_claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
+    let root = &plan[0]["Plan"];
+    assert_eq!(root["Actual Rows"], keys.len(), "the explained claim took every key");
+    let mut found = Vec::new();
+    scans_and_joins(root, &mut found);
+    assert!(found.is_empty(), "the claim's plan scans or joins by hash or merge: {found:?}\n{plan:#}");
+}
+
+/// The attempt record, under the same settings and on the same kind of
+/// partition, also finds every delivery by key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_records_plan_finds_deliveries_by_key_even_when_made_on_a_small_partition() {
+    let (_env, mut client, keys) = ten_keys_in_a_small_analyzed_partition().await;
+    let outcomes = claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
+    assert!(outcomes.iter().all(claimed), "{outcomes:?}");
+    let settlements: Vec<Settlement> = keys.iter().map(|key| delivered(*key, 1)).collect();
+    let plan = explain_record_many(&mut client, &settlements, "worker-a").await.unwrap();
+    let root = &plan[0]["Plan"];
+    assert_eq!(root["Actual Rows"], keys.len(), "the explained record took every key");
+    let mut found = Vec::new();
+    scans_and_joins(root, &mut found);
+    assert!(found.is_empty(), "the record's plan scans or joins by hash or merge: {found:?}\n{plan:#}");
+}
+
+/// A test env whose current partition holds ~700 deliveries and was just
+/// analyzed, with a connection and ten of its deliveries, pending.
+async fn ten_keys_in_a_small_analyzed_partition() -> (TestEnv, relayops_shared::db::Object, Vec<DeliveryKey>) {
     let (env, _) = pending_deliveries(1).await;
-    let mut client = env.pool.get().await.unwrap();
+    let client = env.pool.get().await.unwrap();
     client
         .batch_execute(
             "INSERT INTO relayops.events
@@ -287,13 +315,8 @@ async fn a_claims_plan_finds_deliveries_by_key_even_when_made_on_a_small_partiti
         .await
         .unwrap();
     let rows = client.query("SELECT id FROM relayops.deliveries ORDER BY random() LIMIT 10", &[]).await.unwrap();
-    let keys: Vec<DeliveryKey> = rows.iter().map(|row| (env.tenant_id, DeliveryId::from_uuid(row.get(0)))).collect();
-    let plan = explain_claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
-    let root = &plan[0]["Plan"];
-    assert_eq!(root["Actual Rows"], keys.len(), "the explained claim took every key");
-    let mut found = Vec::new();
-    scans_and_joins(root, &mut found);
-    assert!(found.is_empty(), "the claim's plan scans or joins by hash or merge: {found:?}\n{plan:#}");
+    let keys = rows.iter().map(|row| (env.tenant_id, DeliveryId::from_uuid(row.get(0)))).collect();
+    (env, client, keys)
 }
 
 /// Every scan of a `deliveries` partition (other than by index) and every
