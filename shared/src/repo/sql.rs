@@ -265,7 +265,8 @@ pub async fn query_on_generic_plan(
 /// claim (11,000 rows read to claim one delivery on a bench database). With
 /// sequential scans, hash and merge joins priced out, only index lookups are
 /// left; the statements that run so find all their rows by key (tests:
-/// `batching::…_reads_only_its_own_rows…`, through [`explain_on_generic_plan`]).
+/// `batching::…_plan_finds_deliveries_by_key…`, through
+/// [`explain_on_generic_plan`]).
 pub const BY_KEY_PLANS: &str = "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; \
      SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off";
 
