@@ -20,7 +20,13 @@ impl TestEnv {
         let name = &self.database_name;
         admin.batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false")).await.expect("block");
         admin
-            .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", &[name])
+            // Client sessions only: an autovacuum worker on the database is a
+            // superuser process the admin role may not terminate.
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                &[name],
+            )
             .await
             .expect("terminate");
     }
