@@ -18,13 +18,15 @@ demo: services
 ## Tests named `exclusive_*` restart the shared broker or Redis or load the
 ## machine, so they run after the others, one at a time, with a CPU hog
 ## (stress-ng, scripts/with-cpu-hog.sh) so they prove themselves on a busy machine.
+## Both runs name the whole workspace, so the second builds nothing again
+## (`-p relayops-tests` alone unified features differently and rebuilt three crates).
 test: services lint
 	bash scripts/aws-tools.sh >/dev/null  # cargo-lambda, sam, cfn-lint, moto (the SQS tests use moto_server)
 	bash scripts/browser.sh >/dev/null    # chromium + chromedriver (the console's browser tests)
 	cargo build -q -p relayops -p relayops-bench --bins
 	@if cargo nextest --version >/dev/null 2>&1; then \
 	  cargo nextest run --workspace --no-fail-fast -E 'not test(/exclusive_/)' && \
-	  bash scripts/with-cpu-hog.sh cargo nextest run -p relayops-tests --no-fail-fast --test-threads 1 -E 'test(/exclusive_/)'; \
+	  bash scripts/with-cpu-hog.sh cargo nextest run --workspace --no-fail-fast --test-threads 1 -E 'test(/exclusive_/)'; \
 	else \
 	  cargo test --workspace --no-fail-fast -- --skip exclusive_ && \
 	  bash scripts/with-cpu-hog.sh cargo test -p relayops-tests --test integration --no-fail-fast -- exclusive_ --test-threads 1; \

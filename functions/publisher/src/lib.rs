@@ -83,6 +83,20 @@ pub struct Publisher {
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
+/// When a drain stops (besides a deadline, a refused message, or a claim that
+/// came back empty).
+#[derive(Clone, Copy)]
+enum DrainStop {
+    /// Only on an empty claim: the Lambda tick, which nothing wakes for rows
+    /// committed meanwhile, looks again.
+    WhenEmpty,
+    /// Also after a claim that found fewer rows than it could take: the
+    /// long-lived loop is woken (`Notify`, whose permit outlives a wake-up
+    /// that came mid-drain) for every row committed from then on, so an
+    /// empty claim after it (one per lone event at low rates) is waste.
+    WhenShort,
+}
+
 /// A batch sends at most this many messages per row it may claim
 /// (`RELAYOPS_PUBLISHER_BATCH_SIZE`): events with a large fan-out expand into
 /// many, and the batch must be confirmed within the confirm timeout.
@@ -191,9 +205,14 @@ impl Publisher {
 
     /// Runs the recovery pass when due (at most once a second; not in the
     /// long-lived loop, which runs it in a task of its own), then publishes
-    /// batches until the outbox is empty or the next batch might not finish
-    /// before `deadline`.
+    /// batches until a claim comes back empty or the next batch might not
+    /// finish before `deadline` (the Lambda tick: nothing wakes it for what is
+    /// committed meanwhile).
     pub async fn drain(&self, deadline: Option<Instant>) -> Result<PublishReport, PublishError> {
+        self.drain_until(deadline, DrainStop::WhenEmpty).await
+    }
+
+    async fn drain_until(&self, deadline: Option<Instant>, stop: DrainStop) -> Result<PublishReport, PublishError> {
         let inline_recovery = !self.housekeeping_in_own_tasks.load(Ordering::Relaxed);
         let mut report = if inline_recovery && take_if_due(&self.last_recovery, RECOVERY_INTERVAL) {
             self.recover().await?
@@ -216,11 +235,7 @@ impl Publisher {
             if batch.deleted + batch.released == 0 || batch.released > 0 {
                 break;
             }
-            // The long-lived loop is woken for every row committed from now
-            // on, so a claim that found fewer rows than it could take needs
-            // no empty claim after it (one per lone event at low rates). The
-            // Lambda tick, woken by no one, looks again.
-            if !more_may_wait && !inline_recovery {
+            if !more_may_wait && matches!(stop, DrainStop::WhenShort) {
                 break;
             }
         }
@@ -323,7 +338,7 @@ impl Publisher {
         let _recovery = AbortOnDrop(tokio::spawn(Arc::clone(&self).recover_forever(Arc::clone(&wakeup))));
         let mut failures: u32 = 0;
         loop {
-            let tick = match self.drain(None).await {
+            let tick = match self.drain_until(None, DrainStop::WhenShort).await {
                 Ok(report) => self.connect().await.map(|()| report),
                 Err(error) => Err(error),
             };

@@ -226,7 +226,7 @@ pub async fn query_unflushed(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, DbError> {
-    in_own_transaction(client, Some("SET LOCAL synchronous_commit = off"), sql, params).await
+    in_own_transaction(client, Commit::Unflushed, sql, params).await
 }
 
 /// Runs one statement in a transaction of its own, committed synchronously,
@@ -252,7 +252,17 @@ pub async fn query_on_generic_plan(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, DbError> {
-    in_own_transaction(client, None, sql, params).await
+    in_own_transaction(client, Commit::Flushed, sql, params).await
+}
+
+/// The settings of [`BY_KEY_PLANS`] that price out everything but index
+/// lookups. Alone (without forcing the generic plan) for an unnamed
+/// statement: it is planned at every run anyway, and there a custom plan
+/// (pruned to the parameters' partitions) is the cheaper one to make.
+macro_rules! by_key_settings {
+    () => {
+        "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"
+    };
 }
 
 /// How [`query_on_generic_plan`] and [`query_unflushed`] plan: a generic
@@ -267,18 +277,34 @@ pub async fn query_on_generic_plan(
 /// left; the statements that run so find all their rows by key (tests:
 /// `batching::…_plan_finds_deliveries_by_key…`, through
 /// [`explain_on_generic_plan`]).
-pub const BY_KEY_PLANS: &str = "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; \
-     SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off";
+pub const BY_KEY_PLANS: &str = concat!("SET LOCAL plan_cache_mode = force_generic_plan; ", by_key_settings!());
 
-/// The plan settings alone, for an unnamed statement: it is planned at every
-/// run anyway, and there a custom plan (pruned to the parameters' partitions)
-/// is the cheaper one to make.
-const BY_KEY_PLANS_UNNAMED: &str =
-    "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off";
+/// Whether a transaction's commit waits for the WAL flush.
+#[derive(Clone, Copy)]
+enum Commit {
+    Flushed,
+    Unflushed,
+}
+
+/// What opens a transaction of [`in_own_transaction`]: a fixed string for each
+/// of the four cases, so the hot statements allocate nothing for it.
+fn begin_statement(commit: Commit, prepared: bool) -> &'static str {
+    match (commit, prepared) {
+        (Commit::Flushed, true) => {
+            concat!("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; ", by_key_settings!())
+        }
+        (Commit::Flushed, false) => concat!("BEGIN; ", by_key_settings!()),
+        (Commit::Unflushed, true) => concat!(
+            "BEGIN; SET LOCAL synchronous_commit = off; SET LOCAL plan_cache_mode = force_generic_plan; ",
+            by_key_settings!()
+        ),
+        (Commit::Unflushed, false) => concat!("BEGIN; SET LOCAL synchronous_commit = off; ", by_key_settings!()),
+    }
+}
 
 async fn in_own_transaction(
     client: &deadpool_postgres::Client,
-    setting: Option<&str>,
+    commit: Commit,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, DbError> {
@@ -289,13 +315,9 @@ async fn in_own_transaction(
             None => run_unnamed(client, sql, params).await,
         }
     };
-    let plans = if statement.is_some() { BY_KEY_PLANS } else { BY_KEY_PLANS_UNNAMED };
-    let begin = match setting {
-        Some(setting) => format!("BEGIN; {setting}; {plans}"),
-        None => format!("BEGIN; {plans}"),
-    };
+    let begin = begin_statement(commit, statement.is_some());
     let (began, rows, committed) =
-        futures_util::future::join3(client.batch_execute(&begin), run, client.batch_execute("COMMIT")).await;
+        futures_util::future::join3(client.batch_execute(begin), run, client.batch_execute("COMMIT")).await;
     began?;
     let rows = rows?;
     committed?;
@@ -359,6 +381,24 @@ mod tests {
         ];
         for (position, (value, expected)) in cases.into_iter().enumerate() {
             assert_eq!(wire_type(value, position).unwrap(), expected, "case {position}");
+        }
+    }
+
+    #[test]
+    fn a_prepared_statements_transaction_opens_with_the_by_key_plans_and_only_the_unflushed_skips_the_flush() {
+        assert_eq!(begin_statement(Commit::Flushed, true), format!("BEGIN; {BY_KEY_PLANS}"));
+        assert_eq!(
+            begin_statement(Commit::Unflushed, true),
+            format!("BEGIN; SET LOCAL synchronous_commit = off; {BY_KEY_PLANS}")
+        );
+        for prepared in [true, false] {
+            assert!(!begin_statement(Commit::Flushed, prepared).contains("synchronous_commit"));
+        }
+        // Unnamed statements are planned at every run: the by-key settings
+        // without forcing a generic plan.
+        for commit in [Commit::Flushed, Commit::Unflushed] {
+            let begin = begin_statement(commit, false);
+            assert!(begin.ends_with(by_key_settings!()) && !begin.contains("plan_cache_mode"), "{begin}");
         }
     }
 }

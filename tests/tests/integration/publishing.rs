@@ -1,24 +1,33 @@
 //! The publisher's housekeeping: woken by commits from other processes,
 //! keeping the outbox small, a recovery pass beside publishing (never in a
 //! wake-up's way), a drain that ends with its last non-empty claim, and the
-//! one-round-trip lease writes its claims use.
+//! one-round-trip lease writes its claims use; a commit that comes mid-drain
+//! still wakes it.
 use std::time::{Duration, Instant};
 
 use relayops_shared::repo::outbox;
-use relayops_tests::{TestConfig, TestEnv};
+use relayops_tests::{RoleProcess, TestConfig, TestEnv};
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_publisher_in_another_process_wakes_on_commit_not_on_its_idle_timer() {
+/// A test environment without its own publisher, one endpoint subscribed to
+/// everything, and a publisher in a process of its own whose idle interval is
+/// far longer than any test (only a notification can wake it), once it
+/// listens.
+async fn env_with_a_listening_publisher() -> (TestEnv, RoleProcess) {
     let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    // An idle interval far longer than this test: only a notification can wake it.
-    let _publisher = env.spawn_role("publisher", &[("RELAYOPS_PUBLISHER_IDLE_MS", "600000")]);
+    let publisher = env.spawn_role("publisher", &[("RELAYOPS_PUBLISHER_IDLE_MS", "600000")]);
     env.wait_for_sql(
         "the publisher listens",
         "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN relayops_outbox%'",
     )
     .await;
+    (env, publisher)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_in_another_process_wakes_on_commit_not_on_its_idle_timer() {
+    let (env, _publisher) = env_with_a_listening_publisher().await;
     for n in 0..3 {
         let started = Instant::now();
         let event = env.post_event("a.b", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned();
@@ -33,15 +42,8 @@ async fn a_publisher_in_another_process_wakes_on_commit_not_on_its_idle_timer() 
 /// is not made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_event_costs_the_publisher_one_claim_not_two() {
-    let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
-    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    // Only notifications wake it, so every claim below follows a commit.
-    let _publisher = env.spawn_role("publisher", &[("RELAYOPS_PUBLISHER_IDLE_MS", "600000")]);
-    env.wait_for_sql(
-        "the publisher listens",
-        "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN relayops_outbox%'",
-    )
-    .await;
+    // Every claim below follows a commit.
+    let (env, _publisher) = env_with_a_listening_publisher().await;
     let client = env.pool.get().await.unwrap();
     client
         .batch_execute(
@@ -69,6 +71,50 @@ async fn a_lone_event_costs_the_publisher_one_claim_not_two() {
     // empty claim now and then, as a busy machine showed (7 for 5). Two per
     // event, as before, is what must not come back.
     assert!((events..2 * events).contains(&claims), "{claims} outbox claims for {events} lone events");
+}
+
+/// The risk of ending a drain after a short claim: an event committed while
+/// the drain runs (after its claim read the outbox) must still go out at once.
+/// Its wake-up comes mid-drain, with nobody waiting; it must be kept for the
+/// loop's next wait, or the event sits until the idle interval (600 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_committed_while_the_publisher_drains_goes_out_without_waiting_for_its_idle_timer() {
+    let (env, _publisher) = env_with_a_listening_publisher().await;
+    // The first claim that takes a row holds its transaction open until the
+    // test says the second event is committed and announced.
+    let admin = env.pool.get().await.unwrap();
+    admin
+        .batch_execute(
+            "CREATE TABLE relayops.second_event_sent (at timestamptz);
+             CREATE TABLE relayops.claim_held (at timestamptz);
+             CREATE FUNCTION relayops.hold_first_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                 IF EXISTS (SELECT 1 FROM claimed) AND NOT EXISTS (SELECT 1 FROM relayops.claim_held) THEN
+                     INSERT INTO relayops.claim_held VALUES (now());
+                     FOR i IN 1..1500 LOOP
+                         EXIT WHEN EXISTS (SELECT 1 FROM relayops.second_event_sent);
+                         PERFORM pg_sleep(0.02);
+                     END LOOP;
+                 END IF;
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER hold_first_claim AFTER UPDATE ON relayops.outbox_messages
+                 REFERENCING NEW TABLE AS claimed FOR EACH STATEMENT EXECUTE FUNCTION relayops.hold_first_claim();",
+        )
+        .await
+        .unwrap();
+    let first = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
+    env.wait_for_sql(
+        "the publisher's claim of the first event is held",
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'",
+    )
+    .await;
+    let second = env.post_event("a.b", json!({ "n": 2 })).await.body["id"].as_str().unwrap().to_owned();
+    // The API announces its commits apart from them; announce it once more
+    // from here, so the wake-up is surely on its way before the claim goes on.
+    admin.batch_execute("NOTIFY relayops_outbox").await.unwrap();
+    admin.batch_execute("INSERT INTO relayops.second_event_sent VALUES (now())").await.unwrap();
+    env.wait_for_status(&first, "delivered").await;
+    env.wait_for_status(&second, "delivered").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
