@@ -6,23 +6,11 @@
 -- read every endpoint of the tenant and, for each, its subscriptions: one
 -- subscriber among 101 endpoints cost 35-55 ms an event on a bench database,
 -- and the work grew with the square of the tenant's endpoints.
--- PL/pgSQL: a loop over the dots costs ~4 us a call here, where the same in
--- SQL (generate_series and array_agg, never inlined) cost ~17 us.
 CREATE FUNCTION relayops.patterns_matching(event_type text) RETURNS text[]
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
-DECLARE
-    patterns text[] := ARRAY[event_type, '*'];
-    at int := 0;
-    step int;
-BEGIN
-    LOOP
-        step := strpos(substr(event_type, at + 1), '.');
-        EXIT WHEN step = 0;
-        at := at + step;
-        patterns := patterns || (left(event_type, at) || '*');
-    END LOOP;
-    RETURN patterns;
-END
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT ARRAY[event_type, '*'] || coalesce(array_agg(left(event_type, p) || '*' ORDER BY p), '{}')
+    FROM generate_series(1, length(event_type)) AS p
+    WHERE substr(event_type, p, 1) = '.'
 $$;
 
 CREATE INDEX endpoint_subscriptions_pattern_idx

@@ -12,10 +12,25 @@ export RELAYOPS_WORKER_HEALTH_LISTEN=127.0.0.1:0
 # The console scenario signs in (login tokens need a key).
 export RELAYOPS_JWT_SECRET="${RELAYOPS_JWT_SECRET:-bench-smoke-jwt-secret-0123456789abcdef}"
 out=/tmp/relayops-bench-smoke.json
+# A database of its own, made now and dropped after: what
+# the machine's `relayops` database holds (the demo's data, a schema another
+# checkout migrated) is not this run's business.
+base_url="${RELAYOPS_DATABASE_URL:-postgres://relayops:relayops@127.0.0.1:5432/relayops}"
+database="relayops_bench_smoke_$$"
+export RELAYOPS_DATABASE_URL="${base_url%/*}/${database}"
+psql "$base_url" -qc "CREATE DATABASE \"${database}\"" >/dev/null
+pid=""
+cleanup() {
+  local status=$?
+  set +e
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  psql "$base_url" -qc "DROP DATABASE IF EXISTS \"${database}\" WITH (FORCE)" >/dev/null
+  exit "$status"
+}
+trap cleanup EXIT
 
 "$target/relayops" all > /tmp/relayops-bench-smoke.log 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
 "$target/relayops-bench" --api http://127.0.0.1:18080 --events 300 --concurrency 8 --ceiling-secs 1 \
   --paced-rates 50,100 --rate 50 --paced-secs 2 --console-deliveries 300 --console-rounds 3 --fanout-endpoints 1,10 --json \
   --scenarios ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow,console > "$out"

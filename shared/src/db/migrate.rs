@@ -46,6 +46,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0015_dead_letter_lane_policy", include_str!("../../../migrations/0015_dead_letter_lane_policy.sql")),
     ("0016_outbox_event_rows", include_str!("../../../migrations/0016_outbox_event_rows.sql")),
     ("0017_subscriptions_by_pattern", include_str!("../../../migrations/0017_subscriptions_by_pattern.sql")),
+    ("0018_patterns_matching_in_plpgsql", include_str!("../../../migrations/0018_patterns_matching_in_plpgsql.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";
@@ -167,5 +168,31 @@ mod tests {
         assert_eq!(parts.len(), 3, "{parts:?}");
         assert!(parts[1].contains("PERFORM 1;") && parts[1].trim_end().ends_with("END $$;"));
         assert_eq!(parts[2].trim(), "SELECT\n  1;");
+    }
+
+    /// A migration applied anywhere must never change: the runner refuses a
+    /// database where a version was applied with other contents ("already
+    /// applied with different contents"), so an edited migration stops every
+    /// deployment (and the demo, and the bench) that had run it. Change the
+    /// schema with a new migration; add its line to `migrations/released.sha256`
+    /// (`sha256sum 0*.sql` in `migrations/`).
+    #[test]
+    fn every_migration_keeps_the_contents_it_was_released_with() {
+        let released: std::collections::HashMap<&str, &str> = include_str!("../../../migrations/released.sha256")
+            .lines()
+            .filter_map(|line| line.split_once("  "))
+            .map(|(sum, file)| (file.trim_end_matches(".sql"), sum))
+            .collect();
+        for (version, sql) in MIGRATIONS {
+            let sum: String = Sha256::digest(sql.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect();
+            match released.get(version) {
+                Some(expected) => assert_eq!(
+                    &sum, expected,
+                    "migration {version} changed after its release: put the change in a new migration"
+                ),
+                None => panic!("migration {version} is not in migrations/released.sha256: add `{sum}  {version}.sql`"),
+            }
+        }
+        assert_eq!(released.len(), MIGRATIONS.len(), "released.sha256 names a migration that is not compiled in");
     }
 }
