@@ -1,6 +1,7 @@
 //! The upgrade of a populated installation to partitioned history (issue 14):
 //! a database built at migration 0006 and filled as that release did, then
-//! migrated the rest of the way; every row is still there and usable.
+//! migrated the rest of the way; every row is still there and usable. And
+//! the subscriber patterns function as 0017 released it and 0018 replaced it.
 use std::time::Instant;
 
 use relayops_shared::config::HistoryConfig;
@@ -141,4 +142,40 @@ async fn an_upgrade_keeps_every_row_of_a_populated_database_and_its_uses() {
         panic!("a new event is stored");
     };
     assert_eq!(created.deliveries, 1);
+}
+
+/// Ingest's subscriber lookup asks `relayops.patterns_matching(type)` for the
+/// patterns to look up; it must agree with `EventTypePattern::matches` (what
+/// the API documents) for every type and pattern, both as `0017` released it
+/// (SQL) and as `0018` replaced it (PL/pgSQL) on a database upgraded from
+/// `0017`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patterns_matching_agrees_with_the_rust_rule_before_and_after_its_rewrite() {
+    use relayops_shared::domain::EventTypePattern;
+    let types = ["a", "ab", "a.b", "a.bc", "a.b.c", "a.b.cd", "ab.c", "x-y.z_1", "a.b.c.d.e"];
+    let mut patterns: Vec<String> = vec!["*".into(), "a.b.c.*".into(), "a.bc.*".into(), "ab.*".into(), "b.*".into()];
+    for event_type in types {
+        patterns.push(event_type.to_owned());
+        patterns.push(format!("{event_type}.*"));
+    }
+    let db = ScratchDatabase::create().await;
+    let mut client = db.pool.get().await.unwrap();
+    for through in ["0017_subscriptions_by_pattern", migrate::latest_version()] {
+        migrate::run_through(&mut client, through).await.unwrap();
+        for event_type in types {
+            let row = client.query_one("SELECT relayops.patterns_matching($1)", &[&event_type]).await.unwrap();
+            let listed: Vec<String> = row.get(0);
+            let parsed = EventType::parse(event_type).unwrap();
+            for pattern in &patterns {
+                let rule = EventTypePattern::parse(pattern).unwrap().matches(&parsed);
+                assert_eq!(
+                    listed.contains(pattern),
+                    rule,
+                    "at {through}: type {event_type}, pattern {pattern}: {listed:?}"
+                );
+            }
+            let distinct: std::collections::BTreeSet<&String> = listed.iter().collect();
+            assert_eq!(distinct.len(), listed.len(), "at {through}: {event_type} lists a pattern twice: {listed:?}");
+        }
+    }
 }
