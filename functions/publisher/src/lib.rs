@@ -169,7 +169,7 @@ impl Publisher {
         let batch_was_full = messages.len() as i64 >= self.config.batch_size;
         // An event's row becomes a message per pending delivery of the event;
         // rows past the batch's message limit go back unpublished.
-        let outgoing = outbox_fanout::expand(&client, &messages).await?;
+        let outgoing = outbox_fanout::expand(&messages);
         let claimed: Vec<i64> = messages.iter().map(|message| message.id).collect();
         let limit = (self.config.batch_size as usize).saturating_mul(MESSAGES_PER_ROW_CLAIMED);
         let (rows, outgoing, left_over) = outbox_fanout::fit(&claimed, outgoing, limit);

@@ -1,26 +1,48 @@
 //! The outbox, from the publisher's side: claim a batch (short transaction,
-//! `FOR UPDATE SKIP LOCKED`, so publishers run in parallel), delete rows only
+//! `FOR UPDATE SKIP LOCKED`, so publishers run in parallel; an event's row
+//! comes with its pending deliveries), delete rows only
 //! after the broker confirmed them (the outbox holds the work in flight and
 //! nothing else), release what failed, and reclaim the claims of publishers
 //! that died. Not tenant-scoped: rows are never chosen by a client.
+use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::repo::GenericClient;
+use uuid::Uuid;
 
+use crate::broker::DeliveryTask;
 use crate::db::DbError;
-use crate::repo::sql;
+use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::{sql, GenericClient};
 
-const CLAIM_BATCH: &str = "UPDATE relayops.outbox_messages o
-     SET status = 'claimed', claimed_by = $1,
-         claim_expires_at = now() + $3::bigint * interval '1 millisecond',
-         publish_attempts = o.publish_attempts + 1
-     WHERE o.id IN (
-         SELECT id FROM relayops.outbox_messages
-         WHERE status = 'pending' AND available_at <= now()
-         ORDER BY id
-         LIMIT $2
-         FOR UPDATE SKIP LOCKED)
-     RETURNING o.id, o.envelope";
+/// The claim of a batch of rows (`FOR UPDATE SKIP LOCKED`, so publishers run
+/// in parallel) and, in the same statement, the deliveries each
+/// `event_deliveries.v1` row stands for: those of its event still `pending`
+/// (one result row per delivery; a row of any other kind, or an event with
+/// none left, comes once with no delivery). An event's row names its event
+/// in `event_id` (the ingest statements write it; no other row has one). Each
+/// event's lookup is a probe of the `(event_id, endpoint_id)` index of the one
+/// partition its id names (a nested loop, pruned per row at run time); the
+/// status is tested outside the `OFFSET 0` fence, so no statistics about
+/// statuses can turn it into a scan of every pending row (BENCHMARKS.md
+/// "Claim queries stay O(batch)"). It was a statement of its own after the
+/// claim: a round trip and ~0.3 ms of Postgres per lone event more (issue 18).
+const CLAIM_BATCH: &str = "WITH claimed AS (
+         UPDATE relayops.outbox_messages o
+         SET status = 'claimed', claimed_by = $1,
+             claim_expires_at = now() + $3::bigint * interval '1 millisecond',
+             publish_attempts = o.publish_attempts + 1
+         WHERE o.id IN (
+             SELECT id FROM relayops.outbox_messages
+             WHERE status = 'pending' AND available_at <= now()
+             ORDER BY id
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         RETURNING o.id, o.envelope, o.tenant_id, o.event_id)
+     SELECT c.id, c.envelope, c.tenant_id, c.event_id, d.id AS delivery_id, d.endpoint_id
+     FROM claimed c
+     LEFT JOIN LATERAL (
+         SELECT d.id, d.endpoint_id, d.status FROM relayops.deliveries d
+         WHERE d.event_id = c.event_id AND d.tenant_id = c.tenant_id OFFSET 0) d ON d.status = 'pending'";
 
 const DELETE_PUBLISHED: &str = "DELETE FROM relayops.outbox_messages
      WHERE id = ANY($1) AND status = 'claimed' AND claimed_by = $2
@@ -43,10 +65,15 @@ const COUNT_PENDING: &str = "SELECT (SELECT count(*) FROM relayops.outbox_messag
 pub struct OutboxMessage {
     pub id: i64,
     pub envelope: serde_json::Value,
+    /// For an `event_deliveries.v1` row: its event's deliveries that were
+    /// still `pending` when it was claimed (empty for any other row).
+    pub pending: Vec<DeliveryTask>,
 }
 
-/// The claim's commit does not wait for the WAL flush: a claim lost in a
-/// database crash leaves the rows pending, to be claimed again.
+/// Claims up to `limit` rows for `ttl`, oldest first, each with the pending
+/// deliveries it stands for (see [`CLAIM_BATCH`]). The claim's commit does
+/// not wait for the WAL flush: a claim lost in a database crash leaves the
+/// rows pending, to be claimed again.
 pub async fn claim_batch(
     client: &mut deadpool_postgres::Object,
     owner: &str,
@@ -55,8 +82,26 @@ pub async fn claim_batch(
 ) -> Result<Vec<OutboxMessage>, DbError> {
     let ttl_ms = ttl.as_millis() as i64;
     let rows = sql::query_unflushed(client, CLAIM_BATCH, &[&owner, &limit, &ttl_ms]).await?;
-    let mut messages: Vec<OutboxMessage> =
-        rows.iter().map(|row| OutboxMessage { id: row.get("id"), envelope: row.get("envelope") }).collect();
+    let mut messages: Vec<OutboxMessage> = Vec::new();
+    let mut at: HashMap<i64, usize> = HashMap::new();
+    for row in &rows {
+        let id: i64 = row.get("id");
+        let index = *at.entry(id).or_insert_with(|| {
+            messages.push(OutboxMessage { id, envelope: row.get("envelope"), pending: Vec::new() });
+            messages.len() - 1
+        });
+        let (Some(delivery), Some(event)) =
+            (row.get::<_, Option<Uuid>>("delivery_id"), row.get::<_, Option<Uuid>>("event_id"))
+        else {
+            continue;
+        };
+        messages[index].pending.push(DeliveryTask {
+            tenant_id: TenantId::from_uuid(row.get("tenant_id")),
+            delivery_id: DeliveryId::from_uuid(delivery),
+            event_id: EventId::from_uuid(event),
+            endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
+        });
+    }
     // RETURNING does not keep the subquery's order; publish oldest first.
     messages.sort_by_key(|message| message.id);
     Ok(messages)

@@ -1,7 +1,7 @@
 //! The outbox rows that stand for a whole event (`event_deliveries.v1`, one
 //! per unordered event, written by ingest) turned into the broker messages
 //! they stand for: one `delivery.v1` per delivery of the event still
-//! `pending`, found for a whole claimed batch in one statement. Rows of any
+//! `pending`, found by the claim itself (`outbox::claim_batch`). Rows of any
 //! other kind pass through as they are.
 //!
 //! A row is settled by its messages together ([`settle`]): deleted only once
@@ -16,31 +16,9 @@
 use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
-use uuid::Uuid;
 
-use crate::broker::{DeliveryTask, EventDeliveries, QueueMessage};
-use crate::db::DbError;
-use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::broker::{EventDeliveries, QueueMessage};
 use crate::repo::outbox::OutboxMessage;
-use crate::repo::{sql, GenericClient};
-
-/// The pending deliveries of the events `($1, $2)` (tenant, event). Each
-/// event's lookup is a probe of the `(event_id, endpoint_id)` index of the one
-/// partition its id names (a nested loop, pruned per row at run time). The
-/// status is tested outside the `OFFSET 0` fence, so no statistics about
-/// statuses can turn the lookup into a scan of every pending row (the claim
-/// queries' lesson, BENCHMARKS.md "Claim queries stay O(batch)"). The events
-/// are walked by `generate_subscripts`, whose row estimate does not depend on
-/// the array: with `unnest` a custom plan for a short batch always looked
-/// cheaper than the generic one, so every batch was planned anew (≈ 0.6 ms of
-/// Postgres CPU each, measured with `pgbench -M prepared`).
-const PENDING_DELIVERIES_OF_EVENTS: &str = "SELECT e.tenant_id, e.event_id, d.id, d.endpoint_id
-     FROM generate_subscripts($2::uuid[], 1) AS i
-     CROSS JOIN LATERAL (SELECT ($1::uuid[])[i] AS tenant_id, ($2::uuid[])[i] AS event_id OFFSET 0) e
-     CROSS JOIN LATERAL (
-         SELECT d.id, d.endpoint_id, d.status FROM relayops.deliveries d
-         WHERE d.event_id = e.event_id AND d.tenant_id = e.tenant_id OFFSET 0) d
-     WHERE d.status = 'pending'";
 
 /// A broker message to send for the outbox row `row`.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,27 +28,25 @@ pub struct Outgoing {
 }
 
 /// The messages of `rows` (claimed, in id order), in that order: an
-/// `event_deliveries.v1` row becomes a `delivery.v1` per pending delivery of
-/// its event (none when none is left), any other row its own envelope.
-pub async fn expand(client: &impl GenericClient, rows: &[OutboxMessage]) -> Result<Vec<Outgoing>, DbError> {
-    let events: Vec<Option<EventDeliveries>> =
-        rows.iter().map(|row| EventDeliveries::from_envelope(&row.envelope)).collect();
-    let mut deliveries = pending_deliveries(client, events.iter().flatten()).await?;
+/// `event_deliveries.v1` row becomes a `delivery.v1` per delivery of its
+/// event pending at the claim (none when none is left), any other row its
+/// own envelope.
+pub fn expand(rows: &[OutboxMessage]) -> Vec<Outgoing> {
+    let mut expanded: HashSet<EventDeliveries> = HashSet::new();
     let mut outgoing = Vec::with_capacity(rows.len());
-    for (row, event) in rows.iter().zip(events) {
-        match event {
+    for row in rows {
+        match EventDeliveries::from_envelope(&row.envelope) {
             None => outgoing.push(Outgoing { row: row.id, envelope: row.envelope.clone() }),
-            // A second row for the same event (a rare duplicate) finds none left.
-            Some(event) => outgoing.extend(
-                deliveries
-                    .remove(&event)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|task| Outgoing { row: row.id, envelope: QueueMessage::DeliveryV1(task).to_json() }),
+            // A second row for the same event (a rare duplicate) sends nothing more.
+            Some(event) if !expanded.insert(event) => {}
+            Some(_) => outgoing.extend(
+                row.pending
+                    .iter()
+                    .map(|task| Outgoing { row: row.id, envelope: QueueMessage::DeliveryV1(task.clone()).to_json() }),
             ),
         }
     }
-    Ok(outgoing)
+    outgoing
 }
 
 /// Splits an expanded batch where its messages would pass `max_messages`:
@@ -96,29 +72,6 @@ pub fn fit(rows: &[i64], outgoing: Vec<Outgoing>, max_messages: usize) -> (Vec<i
     let left_over: HashSet<i64> = left.iter().copied().collect();
     let outgoing = outgoing.into_iter().filter(|message| !left_over.contains(&message.row)).collect();
     (kept_rows.to_vec(), outgoing, left.to_vec())
-}
-
-/// Every pending delivery of `events`, by event, in one statement.
-async fn pending_deliveries(
-    client: &impl GenericClient,
-    events: impl Iterator<Item = &EventDeliveries>,
-) -> Result<HashMap<EventDeliveries, Vec<DeliveryTask>>, DbError> {
-    let (tenants, ids): (Vec<Uuid>, Vec<Uuid>) =
-        events.map(|event| (event.tenant_id.as_uuid(), event.event_id.as_uuid())).unzip();
-    let mut found: HashMap<EventDeliveries, Vec<DeliveryTask>> = HashMap::new();
-    if ids.is_empty() {
-        return Ok(found);
-    }
-    for row in sql::query(client, PENDING_DELIVERIES_OF_EVENTS, &[&tenants, &ids]).await? {
-        let (tenant_id, event_id) = (TenantId::from_uuid(row.get(0)), EventId::from_uuid(row.get(1)));
-        found.entry(EventDeliveries { tenant_id, event_id }).or_default().push(DeliveryTask {
-            tenant_id,
-            delivery_id: DeliveryId::from_uuid(row.get(2)),
-            event_id,
-            endpoint_id: EndpointId::from_uuid(row.get(3)),
-        });
-    }
-    Ok(found)
 }
 
 /// How the claimed rows came out, from how their messages did.
