@@ -42,7 +42,7 @@ pub fn expand(rows: &[OutboxMessage]) -> Vec<Outgoing> {
             Some(_) => outgoing.extend(
                 row.pending
                     .iter()
-                    .map(|task| Outgoing { row: row.id, envelope: QueueMessage::DeliveryV1(task.clone()).to_json() }),
+                    .map(|task| Outgoing { row: row.id, envelope: QueueMessage::DeliveryV1(*task).to_json() }),
             ),
         }
     }
