@@ -107,6 +107,19 @@ pub async fn claim_batch(
     Ok(messages)
 }
 
+/// `EXPLAIN (ANALYZE, FORMAT JSON)` of [`claim_batch`]'s statement as it runs
+/// (its generic plan under `sql::BY_KEY_PLANS`), rolled back. For tests and
+/// benchmarks.
+pub async fn explain_claim_batch(
+    client: &mut deadpool_postgres::Object,
+    owner: &str,
+    limit: i64,
+    ttl: Duration,
+) -> Result<serde_json::Value, DbError> {
+    let ttl_ms = ttl.as_millis() as i64;
+    sql::explain_on_generic_plan(client, CLAIM_BATCH, &["text", "bigint", "bigint"], &[&owner, &limit, &ttl_ms]).await
+}
+
 /// Deletes the rows whose messages the broker confirmed and returns their
 /// ids; rows whose claim was taken over are skipped. Does not wait for the WAL flush: a delete lost in a
 /// database crash (or a publisher dying before it) means the rows are

@@ -12,6 +12,7 @@ use relayops_shared::repo::deliveries::{AttemptRecord, ClaimOutcome, Settled};
 use relayops_shared::repo::delivery_batches::{
     claim_many, defer_many, explain_claim_many, explain_record_many, record_many, Deferral, DeliveryKey, Settlement,
 };
+use relayops_shared::repo::outbox;
 use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
 
@@ -293,6 +294,21 @@ async fn a_records_plan_finds_deliveries_by_key_even_when_made_on_a_small_partit
     let mut found = Vec::new();
     scans_and_joins(root, &mut found);
     assert!(found.is_empty(), "the record's plan scans or joins by hash or merge: {found:?}\n{plan:#}");
+}
+
+/// The publisher's claim, which returns each event row's pending deliveries,
+/// finds them by key as well: the fixture's one outbox row (its event's one
+/// delivery) among ~700 deliveries of a small analyzed partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_claims_plan_finds_an_events_deliveries_by_key_even_when_made_on_a_small_partition() {
+    let (_env, mut client, _) = ten_keys_in_a_small_analyzed_partition().await;
+    let plan = outbox::explain_claim_batch(&mut client, "publisher-a", 10, LEASE).await.unwrap();
+    let root = &plan[0]["Plan"];
+    assert_eq!(root["Actual Rows"], 1, "the claim took the event's row with its one pending delivery\n{plan:#}");
+    let mut found = Vec::new();
+    scans_and_joins(root, &mut found);
+    assert!(found.is_empty(), "the publisher's claim scans or joins by hash or merge: {found:?}\n{plan:#}");
+    assert_eq!(delivery_rows_read(root), 1.0, "the claim read other deliveries than its event's\n{plan:#}");
 }
 
 /// A test env whose current partition holds ~700 deliveries and was just
