@@ -42,7 +42,15 @@ use crate::repo::sql;
 /// (`partitions::ensure_delivery_id_keys`), and the UPDATE that follows is
 /// given nothing but the locked rows' keys to find its rows by. A version
 /// that also gave it the status and the event id range let the planner pick
-/// a scan of every pending row per batch (BENCHMARKS.md, issue 14).
+/// a scan of every pending row per batch (BENCHMARKS.md, issue 14). For the
+/// same reason the tenant and `$condition` are tested outside the `OFFSET 0`
+/// fence, on the row found by id: given `tenant_id = … AND status = …` next
+/// to the id, the planner took the `(tenant_id, status, created_at, id)`
+/// index on most connections of a bench run (every in-flight row of the
+/// tenant read per record; BENCHMARKS.md, session 7), a plan that looks as
+/// cheap as the id's own index while a partition is new. The UPDATEs that
+/// follow match the locked rows by `(id, event_id)` alone: `locked` holds only
+/// rows of the tenant named with each id.
 macro_rules! locked_in_id_order {
     ($source:literal, $low:literal, $high:literal, $condition:expr) => {
         concat!(
@@ -52,17 +60,17 @@ macro_rules! locked_in_id_order {
             $source,
             " ORDER BY id) s
          CROSS JOIN LATERAL (
-             SELECT d.tenant_id, d.id, d.event_id, d.endpoint_id FROM relayops.deliveries d
-             WHERE d.id = s.id AND d.tenant_id = s.tenant_id
-               AND ",
+             SELECT d.tenant_id, d.id, d.event_id, d.endpoint_id
+             FROM (SELECT d.* FROM relayops.deliveries d
+                   WHERE d.id = s.id AND ",
             in_its_partition!("d.event_id", "s.id"),
             "
-               AND d.event_id BETWEEN ",
+                     AND d.event_id BETWEEN ",
             $low,
             " AND ",
             $high,
-            "
-               AND ",
+            " OFFSET 0) d
+             WHERE d.tenant_id = s.tenant_id AND ",
             $condition,
             "
              FOR UPDATE) x)"
@@ -74,7 +82,8 @@ macro_rules! locked_in_id_order {
 /// statistics say about statuses), locked in id order if due (and, for an
 /// ordered delivery, the head of its lane), and updated.
 /// Each delivery's event and endpoint are read by primary key (LATERAL with
-/// `OFFSET 0`: never turned into a join over the whole table).
+/// `OFFSET 0`: never turned into a join over the whole table; the event's
+/// tenant is checked outside the fence, like the delivery's).
 const CLAIM_MANY: &str = concat!(
     "WITH wanted AS (
          SELECT w.tenant_id, w.id FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)),
@@ -85,11 +94,11 @@ const CLAIM_MANY: &str = concat!(
      SET status = 'in_progress', lease_owner = $3,
          lease_expires_at = now() + $4::bigint * interval '1 millisecond', updated_at = now()
      FROM locked l
-     CROSS JOIN LATERAL (SELECT e.event_type, e.payload FROM relayops.events e
-                         WHERE e.id = l.event_id AND e.tenant_id = l.tenant_id OFFSET 0) e
+     CROSS JOIN LATERAL (SELECT e.event_type, e.payload, e.tenant_id FROM relayops.events e
+                         WHERE e.id = l.event_id OFFSET 0) e
      CROSS JOIN LATERAL (SELECT ep.* FROM relayops.webhook_endpoints ep
                          WHERE ep.tenant_id = l.tenant_id AND ep.id = l.endpoint_id OFFSET 0) ep
-     WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id
+     WHERE d.id = l.id AND d.event_id = l.event_id AND e.tenant_id = l.tenant_id
      RETURNING d.tenant_id, d.id, ",
     claimed_columns!()
 );
@@ -99,9 +108,10 @@ const CURRENT_STATES: &str = concat!(
      FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)
      CROSS JOIN LATERAL (
          SELECT d.tenant_id, d.id, d.status, d.next_attempt_at FROM relayops.deliveries d
-         WHERE d.id = w.id AND d.tenant_id = w.tenant_id AND ",
+         WHERE d.id = w.id AND ",
     in_its_partition!("d.event_id", "w.id"),
-    " OFFSET 0) x"
+    " OFFSET 0) x
+     WHERE x.tenant_id = w.tenant_id"
 );
 
 const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
@@ -122,7 +132,7 @@ const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
              delivered_at = CASE WHEN i.status = 'delivered' THEN now() ELSE d.delivered_at END,
              updated_at = now()
          FROM locked l JOIN input i ON i.tenant_id = l.tenant_id AND i.id = l.id
-         WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id
+         WHERE d.id = l.id AND d.event_id = l.event_id
          RETURNING d.tenant_id, d.id)
      INSERT INTO relayops.delivery_attempts (id, tenant_id, delivery_id, attempt_number, outcome,
          http_status, error, request_headers, response_body, latency_ms, worker_id, started_at)
@@ -144,7 +154,7 @@ const DEFER_MANY: &str = concat!(
      SET status = 'scheduled', next_attempt_at = now() + i.wait_ms * interval '1 millisecond',
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
      FROM locked l JOIN input i ON i.tenant_id = l.tenant_id AND i.id = l.id
-     WHERE d.tenant_id = l.tenant_id AND d.id = l.id AND d.event_id = l.event_id
+     WHERE d.id = l.id AND d.event_id = l.event_id
      RETURNING d.tenant_id, d.id"
 );
 

@@ -22,9 +22,12 @@ use crate::repo::{sql, GenericClient};
 /// in `event_id` (the ingest statements write it; no other row has one). Each
 /// event's lookup is a probe of the `(event_id, endpoint_id)` index of the one
 /// partition its id names (a nested loop, pruned per row at run time); the
-/// status is tested outside the `OFFSET 0` fence, so no statistics about
-/// statuses can turn it into a scan of every pending row (BENCHMARKS.md
-/// "Claim queries stay O(batch)"). It was a statement of its own after the
+/// status and the tenant are tested outside the `OFFSET 0` fence, so no
+/// statistics can turn it into a scan of every pending row (BENCHMARKS.md
+/// "Claim queries stay O(batch)") or of the tenant's deliveries (the
+/// expansion, with the tenant inside, read every delivery of the tenant in
+/// the partition through `(tenant_id, endpoint_id, created_at)` on most runs
+/// of a bench: BENCHMARKS.md, session 7). It was a statement of its own after the
 /// claim: a round trip and ~0.3 ms of Postgres per lone event more (issue 18).
 const CLAIM_BATCH: &str = "WITH claimed AS (
          UPDATE relayops.outbox_messages o
@@ -41,8 +44,8 @@ const CLAIM_BATCH: &str = "WITH claimed AS (
      SELECT c.id, c.envelope, c.tenant_id, c.event_id, d.id AS delivery_id, d.endpoint_id
      FROM claimed c
      LEFT JOIN LATERAL (
-         SELECT d.id, d.endpoint_id, d.status FROM relayops.deliveries d
-         WHERE d.event_id = c.event_id AND d.tenant_id = c.tenant_id OFFSET 0) d ON d.status = 'pending'";
+         SELECT d.id, d.endpoint_id, d.status, d.tenant_id FROM relayops.deliveries d
+         WHERE d.event_id = c.event_id OFFSET 0) d ON d.status = 'pending' AND d.tenant_id = c.tenant_id";
 
 const DELETE_PUBLISHED: &str = "DELETE FROM relayops.outbox_messages
      WHERE id = ANY($1) AND status = 'claimed' AND claimed_by = $2
