@@ -47,10 +47,20 @@ impl TestEnv {
     /// through) and fires it `when` (e.g. `BEFORE INSERT ON relayops.events`)
     /// for each row.
     pub async fn create_trigger(&self, name: &str, when: &str, body: &str) {
+        self.plant_trigger(name, when, "ROW", body).await;
+    }
+
+    /// As [`create_trigger`](Self::create_trigger), fired once per statement
+    /// (`when` may add `REFERENCING NEW TABLE AS …`); `body` must `RETURN NULL`.
+    pub async fn create_statement_trigger(&self, name: &str, when: &str, body: &str) {
+        self.plant_trigger(name, when, "STATEMENT", body).await;
+    }
+
+    async fn plant_trigger(&self, name: &str, when: &str, level: &str, body: &str) {
         let client = self.pool.get().await.expect("connection");
         let sql = format!(
             "CREATE FUNCTION relayops.{name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$;
-             CREATE TRIGGER {name} {when} FOR EACH ROW EXECUTE FUNCTION relayops.{name}();"
+             CREATE TRIGGER {name} {when} FOR EACH {level} EXECUTE FUNCTION relayops.{name}();"
         );
         client.batch_execute(&sql).await.expect("trigger created");
     }

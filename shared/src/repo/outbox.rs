@@ -4,7 +4,6 @@
 //! after the broker confirmed them (the outbox holds the work in flight and
 //! nothing else), release what failed, and reclaim the claims of publishers
 //! that died. Not tenant-scoped: rows are never chosen by a client.
-use std::collections::HashMap;
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -45,7 +44,8 @@ const CLAIM_BATCH: &str = "WITH claimed AS (
      FROM claimed c
      LEFT JOIN LATERAL (
          SELECT d.id, d.endpoint_id, d.status, d.tenant_id FROM relayops.deliveries d
-         WHERE d.event_id = c.event_id OFFSET 0) d ON d.status = 'pending' AND d.tenant_id = c.tenant_id";
+         WHERE d.event_id = c.event_id OFFSET 0) d ON d.status = 'pending' AND d.tenant_id = c.tenant_id
+     ORDER BY c.id";
 
 /// A row still claimed by `$2`: the table's CHECK makes `claimed_by` and
 /// `claim_expires_at` set exactly when `status = 'claimed'`, so the condition
@@ -99,28 +99,27 @@ pub async fn claim_batch(
 ) -> Result<Vec<OutboxMessage>, DbError> {
     let ttl_ms = ttl.as_millis() as i64;
     let rows = sql::query_unflushed(client, CLAIM_BATCH, &[&owner, &limit, &ttl_ms]).await?;
+    // Oldest first (RETURNING keeps no order; the statement sorts), a row's
+    // deliveries one after another.
     let mut messages: Vec<OutboxMessage> = Vec::new();
-    let mut at: HashMap<i64, usize> = HashMap::new();
     for row in &rows {
         let id: i64 = row.get("id");
-        let index = *at.entry(id).or_insert_with(|| {
+        if messages.last().is_none_or(|last| last.id != id) {
             messages.push(OutboxMessage { id, envelope: row.get("envelope"), pending: Vec::new() });
-            messages.len() - 1
-        });
+        }
         let (Some(delivery), Some(event)) =
             (row.get::<_, Option<Uuid>>("delivery_id"), row.get::<_, Option<Uuid>>("event_id"))
         else {
             continue;
         };
-        messages[index].pending.push(DeliveryTask {
+        let message = messages.last_mut().expect("pushed above");
+        message.pending.push(DeliveryTask {
             tenant_id: TenantId::from_uuid(row.get("tenant_id")),
             delivery_id: DeliveryId::from_uuid(delivery),
             event_id: EventId::from_uuid(event),
             endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
         });
     }
-    // RETURNING does not keep the subquery's order; publish oldest first.
-    messages.sort_by_key(|message| message.id);
     Ok(messages)
 }
 

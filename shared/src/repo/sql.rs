@@ -255,6 +255,13 @@ pub async fn query_on_generic_plan(
     in_own_transaction(client, Commit::Flushed, sql, params).await
 }
 
+/// The setting that makes a prepared statement run on its generic plan.
+macro_rules! generic_plan {
+    () => {
+        "SET LOCAL plan_cache_mode = force_generic_plan; "
+    };
+}
+
 /// The settings of [`BY_KEY_PLANS`] that price out everything but index
 /// lookups. Alone (without forcing the generic plan) for an unnamed
 /// statement: it is planned at every run anyway, and there a custom plan
@@ -277,7 +284,7 @@ macro_rules! by_key_settings {
 /// left; the statements that run so find all their rows by key (tests:
 /// `batching::…_plan_finds_deliveries_by_key…`, through
 /// [`explain_on_generic_plan`]).
-pub const BY_KEY_PLANS: &str = concat!("SET LOCAL plan_cache_mode = force_generic_plan; ", by_key_settings!());
+pub const BY_KEY_PLANS: &str = concat!(generic_plan!(), by_key_settings!());
 
 /// Whether a transaction's commit waits for the WAL flush.
 #[derive(Clone, Copy)]
@@ -291,13 +298,12 @@ enum Commit {
 fn begin_statement(commit: Commit, prepared: bool) -> &'static str {
     match (commit, prepared) {
         (Commit::Flushed, true) => {
-            concat!("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; ", by_key_settings!())
+            concat!("BEGIN; ", generic_plan!(), by_key_settings!())
         }
         (Commit::Flushed, false) => concat!("BEGIN; ", by_key_settings!()),
-        (Commit::Unflushed, true) => concat!(
-            "BEGIN; SET LOCAL synchronous_commit = off; SET LOCAL plan_cache_mode = force_generic_plan; ",
-            by_key_settings!()
-        ),
+        (Commit::Unflushed, true) => {
+            concat!("BEGIN; SET LOCAL synchronous_commit = off; ", generic_plan!(), by_key_settings!())
+        }
         (Commit::Unflushed, false) => concat!("BEGIN; SET LOCAL synchronous_commit = off; ", by_key_settings!()),
     }
 }

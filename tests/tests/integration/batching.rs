@@ -307,9 +307,7 @@ async fn a_claims_plan_finds_deliveries_by_key_even_when_made_on_a_small_partiti
     let plan = explain_claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
     let root = &plan[0]["Plan"];
     assert_eq!(root["Actual Rows"], keys.len(), "the explained claim took every key");
-    let mut found = Vec::new();
-    scans_and_joins(root, &mut found);
-    assert!(found.is_empty(), "the claim's plan scans or joins by hash or merge: {found:?}\n{plan:#}");
+    assert_finds_by_key("claim", &plan);
 }
 
 /// The attempt record, under the same settings and on the same kind of
@@ -318,10 +316,7 @@ async fn a_claims_plan_finds_deliveries_by_key_even_when_made_on_a_small_partiti
 async fn a_records_plan_finds_deliveries_by_key_even_when_made_on_a_small_partition() {
     let (_env, mut client, keys) = ten_keys_in_a_small_analyzed_partition().await;
     let plan = explained_record_of(&mut client, &keys).await;
-    let root = &plan[0]["Plan"];
-    let mut found = Vec::new();
-    scans_and_joins(root, &mut found);
-    assert!(found.is_empty(), "the record's plan scans or joins by hash or merge: {found:?}\n{plan:#}");
+    assert_finds_by_key("record", &plan);
 }
 
 /// The publisher's claim, which returns each event row's pending deliveries,
@@ -333,9 +328,7 @@ async fn a_publisher_claims_plan_finds_an_events_deliveries_by_key_even_when_mad
     let plan = outbox::explain_claim_batch(&mut client, "publisher-a", 10, LEASE).await.unwrap();
     let root = &plan[0]["Plan"];
     assert_eq!(root["Actual Rows"], 1, "the claim took the event's row with its one pending delivery\n{plan:#}");
-    let mut found = Vec::new();
-    scans_and_joins(root, &mut found);
-    assert!(found.is_empty(), "the publisher's claim scans or joins by hash or merge: {found:?}\n{plan:#}");
+    assert_finds_by_key("publisher's claim", &plan);
     assert_eq!(delivery_rows_read(root), 1.0, "the claim read other deliveries than its event's\n{plan:#}");
 }
 
@@ -361,6 +354,13 @@ async fn ten_keys_in_a_small_analyzed_partition() -> (TestEnv, relayops_shared::
     let rows = client.query("SELECT id FROM relayops.deliveries ORDER BY random() LIMIT 10", &[]).await.unwrap();
     let keys = rows.iter().map(|row| (env.tenant_id, DeliveryId::from_uuid(row.get(0)))).collect();
     (env, client, keys)
+}
+
+/// That `plan` (of `what`) has nothing [`scans_and_joins`] finds.
+fn assert_finds_by_key(what: &str, plan: &serde_json::Value) {
+    let mut found = Vec::new();
+    scans_and_joins(&plan[0]["Plan"], &mut found);
+    assert!(found.is_empty(), "the {what}'s plan scans or joins by hash or merge: {found:?}\n{plan:#}");
 }
 
 /// Every scan of a `deliveries` partition other than by a key (a sequential

@@ -45,20 +45,16 @@ async fn a_lone_event_costs_the_publisher_one_claim_not_two() {
     // Every claim below follows a commit.
     let (env, _publisher) = env_with_a_listening_publisher().await;
     let client = env.pool.get().await.unwrap();
-    client
-        .batch_execute(
-            "CREATE TABLE relayops.claims_seen (at timestamptz);
-             CREATE FUNCTION relayops.count_claims() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-                 IF current_query() LIKE '%publish_attempts = o.publish_attempts + 1%' THEN
-                     INSERT INTO relayops.claims_seen VALUES (now());
-                 END IF;
-                 RETURN NULL;
-             END $$;
-             CREATE TRIGGER count_claims AFTER UPDATE ON relayops.outbox_messages
-                 FOR EACH STATEMENT EXECUTE FUNCTION relayops.count_claims();",
-        )
-        .await
-        .unwrap();
+    client.batch_execute("CREATE TABLE relayops.claims_seen (at timestamptz)").await.unwrap();
+    env.create_statement_trigger(
+        "count_claims",
+        "AFTER UPDATE ON relayops.outbox_messages",
+        "IF current_query() LIKE '%publish_attempts = o.publish_attempts + 1%' THEN
+             INSERT INTO relayops.claims_seen VALUES (now());
+         END IF;
+         RETURN NULL;",
+    )
+    .await;
     let events = 5;
     for n in 0..events {
         let event = env.post_event("a.b", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned();
@@ -84,24 +80,22 @@ async fn an_event_committed_while_the_publisher_drains_goes_out_without_waiting_
     // test says the second event is committed and announced.
     let admin = env.pool.get().await.unwrap();
     admin
-        .batch_execute(
-            "CREATE TABLE relayops.second_event_sent (at timestamptz);
-             CREATE TABLE relayops.claim_held (at timestamptz);
-             CREATE FUNCTION relayops.hold_first_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-                 IF EXISTS (SELECT 1 FROM claimed) AND NOT EXISTS (SELECT 1 FROM relayops.claim_held) THEN
-                     INSERT INTO relayops.claim_held VALUES (now());
-                     FOR i IN 1..1500 LOOP
-                         EXIT WHEN EXISTS (SELECT 1 FROM relayops.second_event_sent);
-                         PERFORM pg_sleep(0.02);
-                     END LOOP;
-                 END IF;
-                 RETURN NULL;
-             END $$;
-             CREATE TRIGGER hold_first_claim AFTER UPDATE ON relayops.outbox_messages
-                 REFERENCING NEW TABLE AS claimed FOR EACH STATEMENT EXECUTE FUNCTION relayops.hold_first_claim();",
-        )
+        .batch_execute("CREATE TABLE relayops.second_event_sent (at timestamptz); CREATE TABLE relayops.claim_held (at timestamptz);")
         .await
         .unwrap();
+    env.create_statement_trigger(
+        "hold_first_claim",
+        "AFTER UPDATE ON relayops.outbox_messages REFERENCING NEW TABLE AS claimed",
+        "IF EXISTS (SELECT 1 FROM claimed) AND NOT EXISTS (SELECT 1 FROM relayops.claim_held) THEN
+             INSERT INTO relayops.claim_held VALUES (now());
+             FOR i IN 1..1500 LOOP
+                 EXIT WHEN EXISTS (SELECT 1 FROM relayops.second_event_sent);
+                 PERFORM pg_sleep(0.02);
+             END LOOP;
+         END IF;
+         RETURN NULL;",
+    )
+    .await;
     let first = env.post_event("a.b", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
     env.wait_for_sql(
         "the publisher's claim of the first event is held",
