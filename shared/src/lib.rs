@@ -19,6 +19,7 @@ pub mod debounce;
 pub mod domain;
 pub mod failpoint;
 pub mod flow;
+pub mod handoff;
 pub mod history;
 pub mod ids;
 pub mod net_policy;

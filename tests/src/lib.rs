@@ -227,6 +227,11 @@ pub struct TestEnv {
     tasks: Vec<JoinHandle<()>>,
     worker: Option<JoinHandle<()>>,
     wakeup: std::sync::Arc<Notify>,
+    /// The publisher the in-process API hands its rows to, as `relayops all`
+    /// does (`relayops_shared::handoff`), until the first `start_publisher`
+    /// runs it. With `run_publisher: false` the API has none: its rows wait
+    /// pending for whichever publisher a test starts.
+    handing_publisher: Option<Publisher>,
 }
 
 fn unique_suffix() -> String {
@@ -389,6 +394,11 @@ impl TestEnv {
         let wakeup = std::sync::Arc::new(Notify::new());
         let mut state = api_state(&pool, &config)
             .with_wakeup(Arc::new(Wakeups(vec![wakeup.clone(), Arc::new(PgNotifier::new(pool.clone()))])));
+        let handing_publisher =
+            config.run_publisher.then(|| Publisher::new(pool.clone(), broker.clone(), config.publisher.clone()));
+        if let Some(publisher) = &handing_publisher {
+            state = state.with_handoff(publisher.handoff());
+        }
         let mut tasks = vec![simulator_task];
         if let Some(backpressure_config) = &config.backpressure {
             let backpressure = Backpressure::new(backpressure_config.clone());
@@ -415,6 +425,7 @@ impl TestEnv {
             tasks,
             worker: None,
             wakeup,
+            handing_publisher,
         };
         if config.run_publisher {
             env.start_publisher();
@@ -425,11 +436,15 @@ impl TestEnv {
         env
     }
 
-    /// Starts an outbox publisher loop (woken by this env's ingest).
+    /// Starts an outbox publisher loop (woken by this env's ingest; the first
+    /// one started in an env with `run_publisher` takes its API's hand-off).
     pub fn start_publisher(&mut self) {
         let listener = db::listen::wake_on_outbox_inserts(self.database_url.clone(), self.wakeup.clone());
         self.tasks.push(tokio::spawn(listener));
-        let publisher = Publisher::new(self.pool.clone(), self.broker.clone(), self.config.publisher.clone());
+        let publisher = self
+            .handing_publisher
+            .take()
+            .unwrap_or_else(|| Publisher::new(self.pool.clone(), self.broker.clone(), self.config.publisher.clone()));
         self.tasks.push(tokio::spawn(std::sync::Arc::new(publisher).run(self.wakeup.clone())));
     }
 

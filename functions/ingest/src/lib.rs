@@ -168,14 +168,19 @@ async fn post_event(
     };
     let outcome = state.ingest_writes.write(PreparedEvent::new(caller.tenant_id, &new_event)).await??;
     match outcome {
-        IngestOutcome::Created(receipt) => {
+        IngestOutcome::Created(mut receipt) => {
             outcomes::count(1, 0);
             relayops_shared::hop!("ingest.committed", event_id = %receipt.id, handler_us = entered.elapsed().as_micros() as u64);
             // Stored, not yet published by this process: dying here leaves the
-            // rows to any other publisher (LISTEN wake-up missed, idle interval).
+            // rows to any other publisher (LISTEN wake-up missed, idle
+            // interval; a row claimed for this process's publisher once its
+            // claim expires).
             relayops_shared::failpoint::crash_if_armed("ingest.after_commit");
-            if receipt.deliveries > 0 {
-                state.wake_publisher();
+            match receipt.handed.take() {
+                // To this process's publisher, which needs no wake-up.
+                Some(handed) => drop(handed),
+                None if receipt.deliveries > 0 => state.wake_publisher(),
+                None => {}
             }
             tracing::info!(tenant_id = %caller.tenant_id, event_id = %receipt.id, deliveries = receipt.deliveries, "event accepted");
             Ok((StatusCode::CREATED, Json(receipt.into())))

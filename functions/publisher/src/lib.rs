@@ -20,12 +20,14 @@ use std::time::{Duration, Instant};
 use relayops_shared::config::{BrokerConfig, PublisherConfig};
 use relayops_shared::db::DbError;
 use relayops_shared::db::Pool;
+use relayops_shared::handoff::Handoff;
 use relayops_shared::history;
+use relayops_shared::repo::outbox::OutboxMessage;
 use relayops_shared::repo::{outbox, outbox_fanout, recovery};
 use relayops_shared::task::AbortOnDrop;
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{mpsc, Mutex, MutexGuard, Notify};
 
 pub use session::PublishError;
 use session::Session;
@@ -79,6 +81,17 @@ pub struct Publisher {
     housekeeping_in_own_tasks: AtomicBool,
     /// Whether the last attempt to reach the broker worked (for readiness).
     broker_connected: tokio::sync::watch::Sender<bool>,
+    /// The publisher's end of the hand-off from ingest in this process, once
+    /// [`handoff`](Self::handoff) made one; the long-lived loop takes it.
+    handed: std::sync::Mutex<Option<mpsc::Receiver<OutboxMessage>>>,
+}
+
+/// What the long-lived loop does next.
+enum Next {
+    /// Claim and publish what waits in the outbox.
+    Drain,
+    /// Publish rows ingest wrote claimed by this publisher and handed over.
+    Publish(Vec<OutboxMessage>),
 }
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
@@ -115,7 +128,19 @@ impl Publisher {
             last_history: std::sync::Mutex::new(None),
             housekeeping_in_own_tasks: AtomicBool::new(false),
             broker_connected: tokio::sync::watch::channel(false).0,
+            handed: std::sync::Mutex::new(None),
         }
+    }
+
+    /// A hand-off from ingest in this process to this publisher's long-lived
+    /// loop ([`run`](Self::run)): ingest writes rows claimed by this
+    /// publisher while it reaches the broker, and hands them over after the
+    /// commit (`relayops_shared::handoff`). Make it before `run` starts.
+    pub fn handoff(&self) -> Handoff {
+        let (handoff, receiver) =
+            Handoff::channel(self.owner.clone(), self.config.claim_ttl, self.broker_connected.subscribe());
+        *self.handed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(receiver);
+        handoff
     }
 
     /// Whether the publisher reaches the broker now (it tries again, with
@@ -128,14 +153,7 @@ impl Publisher {
     /// does it during init, so the first invocation's batches are timed alone;
     /// the long-lived loop to notice a broker outage while idle).
     pub async fn connect(&self) -> Result<(), PublishError> {
-        let mut guard = self.session.lock().await;
-        if !guard.as_ref().is_some_and(Session::is_usable) {
-            *guard = None;
-            let opened = Session::open(&self.broker).await;
-            self.broker_connected.send_replace(opened.is_ok());
-            *guard = Some(opened?);
-        }
-        Ok(())
+        self.open_session(&mut self.session.lock().await).await.map(|_| ())
     }
 
     /// Claims one batch, publishes it and settles it. Returns what it did.
@@ -153,30 +171,71 @@ impl Publisher {
         // The session first: while the broker is away, rows stay unclaimed
         // rather than claimed by a publisher that cannot publish them.
         let mut guard = self.session.lock().await;
-        let session = match guard.as_ref() {
-            Some(session) if session.is_usable() => session,
-            _ => {
-                let opened = Session::open(&self.broker).await;
-                self.broker_connected.send_replace(opened.is_ok());
-                guard.insert(opened?)
-            }
-        };
+        self.open_session(&mut guard).await?;
         let messages =
             outbox::claim_batch(&mut client, &self.owner, self.config.batch_size, self.config.claim_ttl).await?;
         if messages.is_empty() {
             return Ok((PublishReport::default(), false));
         }
         let batch_was_full = messages.len() as i64 >= self.config.batch_size;
+        let (report, left_over) = self.publish_claimed(&mut client, guard, &messages, started).await?;
+        Ok((report, batch_was_full || left_over))
+    }
+
+    /// Publishes rows ingest in this process wrote claimed by this publisher
+    /// and handed over (no claim: they are ours already), and whether some
+    /// were left for the next batch (released: pending again). While the
+    /// broker cannot be reached they are released at once, for whichever
+    /// publisher gets there first, rather than left to their claim's expiry.
+    async fn publish_handed(&self, messages: Vec<OutboxMessage>) -> Result<(PublishReport, bool), PublishError> {
+        let started = Instant::now();
+        let mut client = self.pool.get().await.map_err(DbError::from)?;
+        let mut guard = self.session.lock().await;
+        if let Err(error) = self.open_session(&mut guard).await {
+            let ids: Vec<i64> = messages.iter().map(|message| message.id).collect();
+            outbox::release(&client, &self.owner, &ids, "broker unavailable").await?;
+            return Err(error);
+        }
+        self.publish_claimed(&mut client, guard, &messages, started).await
+    }
+
+    /// The broker session in `guard`, opened again if it broke.
+    async fn open_session<'g>(
+        &self,
+        guard: &'g mut MutexGuard<'_, Option<Session>>,
+    ) -> Result<&'g Session, PublishError> {
+        let session = match guard.take().filter(Session::is_usable) {
+            Some(session) => session,
+            None => {
+                let opened = Session::open(&self.broker).await;
+                self.broker_connected.send_replace(opened.is_ok());
+                opened?
+            }
+        };
+        Ok(guard.insert(session))
+    }
+
+    /// Publishes `messages` (rows this publisher holds claimed, with their
+    /// pending deliveries) on the session in `guard`, and settles them; returns what it did and whether rows were left over
+    /// (past the batch's message limit: released for the next batch).
+    async fn publish_claimed(
+        &self,
+        client: &mut relayops_shared::db::Object,
+        mut guard: MutexGuard<'_, Option<Session>>,
+        messages: &[OutboxMessage],
+        started: Instant,
+    ) -> Result<(PublishReport, bool), PublishError> {
+        let session = self.open_session(&mut guard).await?;
         // An event's row becomes a message per pending delivery of the event;
         // rows past the batch's message limit go back unpublished.
-        let outgoing = outbox_fanout::expand(&messages);
+        let outgoing = outbox_fanout::expand(messages);
         let claimed: Vec<i64> = messages.iter().map(|message| message.id).collect();
         let limit = (self.config.batch_size as usize).saturating_mul(MESSAGES_PER_ROW_CLAIMED);
         let (rows, outgoing, left_over) = outbox_fanout::fit(&claimed, outgoing, limit);
-        outbox::release(&client, &self.owner, &left_over, "left for the next batch").await?;
+        outbox::release(&*client, &self.owner, &left_over, "left for the next batch").await?;
         // Dying here leaves the rows claimed, to be reclaimed and expanded again.
         relayops_shared::failpoint::crash_if_armed("publisher.after_claim");
-        let traced = if relayops_shared::telemetry::hops_enabled() { &messages[..] } else { &[] };
+        let traced = if relayops_shared::telemetry::hops_enabled() { messages } else { &[] };
         for message in traced {
             relayops_shared::hop!("publish.claimed", event_id = envelope_event(message), batch = messages.len());
         }
@@ -195,12 +254,12 @@ impl Publisher {
             relayops_shared::failpoint::crash_if_armed("publisher.after_confirm");
         }
         let settled = outbox_fanout::settle(&rows, &outgoing, &results.confirmed, &results.refused);
-        let deleted = outbox::delete_published(&mut client, &self.owner, &settled.confirmed).await?;
-        let released = outbox::release(&client, &self.owner, &settled.refused, "refused by broker").await?;
+        let deleted = outbox::delete_published(client, &self.owner, &settled.confirmed).await?;
+        let released = outbox::release(&*client, &self.owner, &settled.refused, "refused by broker").await?;
         let (published, deleted) = (settled.messages_of(&deleted), deleted.len() as u64);
         let report = PublishReport { batches: 1, published, deleted, released, ..Default::default() };
         figures::batch(&report, started.elapsed());
-        Ok((report, batch_was_full || !left_over.is_empty()))
+        Ok((report, !left_over.is_empty()))
     }
 
     /// Runs the recovery pass when due (at most once a second; not in the
@@ -325,30 +384,41 @@ impl Publisher {
         }
     }
 
-    /// The long-lived loop (local runner): drains whenever woken, and at least
-    /// every idle interval; while idle it keeps its broker session open, so a
-    /// broker outage shows in readiness and the session is back before the
-    /// next batch. The recovery pass and history maintenance run beside it in
-    /// tasks of their own (ended with the loop), so a wake-up never waits for
-    /// them. Errors are logged and retried with a growing pause (200 ms
-    /// doubling to 6.4 s).
+    /// The long-lived loop (local runner): publishes the rows ingest in this
+    /// process hands over ([`handoff`](Self::handoff)) as they come, drains
+    /// the outbox whenever woken, and at least every idle interval; while
+    /// idle it keeps its broker session open, so a broker outage shows in
+    /// readiness and the session is back before the next batch. The recovery
+    /// pass and history maintenance run beside it in tasks of their own
+    /// (ended with the loop), so a wake-up never waits for them. Errors are
+    /// logged and retried with a growing pause (200 ms doubling to 6.4 s).
     pub async fn run(self: Arc<Self>, wakeup: Arc<Notify>) {
         self.housekeeping_in_own_tasks.store(true, Ordering::Relaxed);
         let _history = AbortOnDrop(tokio::spawn(Arc::clone(&self).maintain_history_forever()));
         let _recovery = AbortOnDrop(tokio::spawn(Arc::clone(&self).recover_forever(Arc::clone(&wakeup))));
+        let mut handed = self.handed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         let mut failures: u32 = 0;
+        let mut next = Next::Drain;
         loop {
-            let tick = match self.drain_until(None, DrainStop::WhenShort).await {
-                Ok(report) => self.connect().await.map(|()| report),
+            let tick = match next {
+                Next::Drain => self.drain_until(None, DrainStop::WhenShort).await.map(|report| (report, false)),
+                Next::Publish(messages) => self.publish_handed(messages).await,
+            };
+            let tick = match tick {
+                Ok(done) => self.connect().await.map(|()| done),
                 Err(error) => Err(error),
             };
-            match tick {
-                Ok(report) => {
+            next = match tick {
+                Ok((report, left_over)) => {
                     failures = 0;
                     if report != PublishReport::default() {
-                        tracing::debug!(?report, "outbox drained");
+                        tracing::debug!(?report, "outbox published");
                     }
-                    let _ = tokio::time::timeout(self.config.idle_interval, wakeup.notified()).await;
+                    if left_over {
+                        Next::Drain
+                    } else {
+                        self.next_work(&wakeup, &mut handed).await
+                    }
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
@@ -356,8 +426,37 @@ impl Publisher {
                     let pause = Duration::from_millis(200 * 2u64.pow(failures.min(5)));
                     tracing::warn!(error = %error_chain(&error), pause_ms = pause.as_millis() as u64, "publisher tick failed");
                     tokio::time::sleep(pause).await;
+                    Next::Drain
                 }
+            };
+        }
+    }
+
+    /// Waits for work: rows handed over (a batch of what has come), a
+    /// wake-up, or the idle interval. When both kinds wait, either may go
+    /// first (`select!` picks at random), so neither starves the other.
+    async fn next_work(&self, wakeup: &Notify, handed: &mut Option<mpsc::Receiver<OutboxMessage>>) -> Next {
+        let idle = tokio::time::sleep(self.config.idle_interval);
+        let Some(receiver) = handed.as_mut() else {
+            tokio::select! {
+                _ = wakeup.notified() => {}
+                _ = idle => {}
             }
+            return Next::Drain;
+        };
+        let mut rows = Vec::new();
+        let limit = self.config.batch_size.max(1) as usize;
+        tokio::select! {
+            received = receiver.recv_many(&mut rows, limit) => {
+                if received == 0 {
+                    // Ingest's end is gone: only wake-ups from now on.
+                    *handed = None;
+                    return Next::Drain;
+                }
+                Next::Publish(rows)
+            }
+            _ = wakeup.notified() => Next::Drain,
+            _ = idle => Next::Drain,
         }
     }
 }

@@ -134,6 +134,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             Ok(())
         });
         let wakeup = Arc::new(Notify::new());
+        let mut handoff = None;
         if let Some(publisher_config) = publisher {
             // Wake on commits from any process (ingest replicas, replays, recovery).
             let listener = db::listen::wake_on_outbox_inserts(database.listen_url().to_owned(), Arc::clone(&wakeup));
@@ -142,6 +143,8 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 Ok(())
             });
             let publisher = Arc::new(Publisher::new(pool.clone(), broker.clone(), publisher_config));
+            // With the api in this process, ingest hands its rows to this publisher.
+            handoff = roles.api.then(|| publisher.handoff());
             if !roles.api {
                 // A standalone publisher is ready only while it reaches the
                 // broker (an api replica is ready while it can store events).
@@ -166,7 +169,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 flow: flow_control,
                 default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
             };
-            let state = ApiState::new(pool.clone())
+            let mut state = ApiState::new(pool.clone())
                 .with_auth(&api.auth)?
                 .with_wakeup(Arc::new(Wakeups(vec![wakeup, Arc::new(PgNotifier::new(pool.clone()))])))
                 .with_backpressure(backpressure)
@@ -174,6 +177,9 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 .with_outbound_allow(outbound_allow.clone())
                 .with_login_throttle(throttle)
                 .with_platform_retention(history.retention);
+            if let Some(handoff) = handoff.take() {
+                state = state.with_handoff(handoff);
+            }
             let listener = tokio::net::TcpListener::bind(listen.api).await?;
             tracing::info!(address = %listen.api, "api listening");
             // The peer address is the client (login throttling), unless a

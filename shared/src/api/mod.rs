@@ -188,6 +188,13 @@ impl ApiState {
         }
     }
 
+    /// Ingest hands the outbox rows it writes to this process's publisher
+    /// (`relayops all`, `relayops api`: see [`handoff`](crate::handoff)).
+    pub fn with_handoff(mut self, handoff: crate::handoff::Handoff) -> Self {
+        self.ingest_writes = self.ingest_writes.with_handoff(handoff);
+        self
+    }
+
     pub fn with_wakeup(mut self, wakeup: Arc<dyn PublisherWakeup>) -> Self {
         self.wakeup = Some(wakeup);
         self

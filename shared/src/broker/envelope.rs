@@ -59,6 +59,15 @@ pub struct EventDeliveries {
 }
 
 impl EventDeliveries {
+    /// The envelope of its outbox row, as the ingest statements build it in SQL.
+    pub fn envelope(&self) -> serde_json::Value {
+        serde_json::json!({
+            "type": EVENT_DELIVERIES_V1,
+            "tenant_id": self.tenant_id.to_string(),
+            "event_id": self.event_id.to_string(),
+        })
+    }
+
     /// The event an outbox envelope stands for, if it is an
     /// `event_deliveries.v1` row (anything else is published as it is).
     pub fn from_envelope(envelope: &serde_json::Value) -> Option<Self> {
@@ -119,6 +128,11 @@ mod tests {
             "event_id": event_id.to_string(),
         });
         assert_eq!(EventDeliveries::from_envelope(&built_like_sql), Some(EventDeliveries { tenant_id, event_id }));
+        assert_eq!(
+            EventDeliveries { tenant_id, event_id }.envelope(),
+            built_like_sql,
+            "and built the same way in Rust"
+        );
         let delivery = QueueMessage::DeliveryV1(DeliveryTask {
             tenant_id,
             delivery_id: DeliveryId::new(),

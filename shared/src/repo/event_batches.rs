@@ -25,7 +25,10 @@ use uuid::Uuid;
 use crate::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use crate::db::{DbError, Pool};
 use crate::domain::EndpointKind;
-use crate::repo::events::{find_duplicate, insert_prepared, subscribed_endpoints, IngestOutcome, PreparedEvent};
+use crate::handoff::{HandedRow, Handoff};
+use crate::repo::events::{
+    find_duplicate, insert_prepared, outbox_claim_columns, subscribed_endpoints, IngestOutcome, PreparedEvent,
+};
 use crate::repo::retention::IDEMPOTENCY_WINDOW;
 use crate::repo::{sql, GenericClient};
 
@@ -40,7 +43,8 @@ pub const MAX_BATCH: usize = 64;
 
 /// [`INGEST`](super::events) for many events of the tenants' `webhook`
 /// endpoints: the same CTEs over `unnest` of the events' columns (one
-/// `event_deliveries.v1` outbox row per event with a delivery). The key CTE
+/// `event_deliveries.v1` outbox row per event with a delivery, claimed by this
+/// process's publisher when `$10` names it, for `$11` ms). The key CTE
 /// returns the event id each key now names (the new event's, when the key was
 /// free or taken over), and only those events are written.
 const INGEST_MANY: &str = concat!(
@@ -72,15 +76,24 @@ const INGEST_MANY: &str = concat!(
     "
          RETURNING id, tenant_id, event_id, endpoint_id),
      new_outbox AS (
-         INSERT INTO relayops.outbox_messages (tenant_id, event_id, envelope)
+         INSERT INTO relayops.outbox_messages
+             (tenant_id, event_id, envelope, status, claimed_by, claim_expires_at, publish_attempts)
          SELECT i.tenant_id, i.id, jsonb_build_object(
-             'type', 'event_deliveries.v1', 'tenant_id', i.tenant_text, 'event_id', i.id_text)
+             'type', 'event_deliveries.v1', 'tenant_id', i.tenant_text, 'event_id', i.id_text),
+             ",
+    outbox_claim_columns!("$10", "$11"),
+    "
          FROM input i WHERE i.id IN (SELECT event_id FROM new_deliveries)
-         ORDER BY i.id)
-     SELECT e.id, e.received_at, coalesce(fanned.deliveries, 0) AS deliveries
+         ORDER BY i.id
+         RETURNING id, event_id)
+     SELECT e.id, e.received_at, coalesce(fanned.deliveries, 0) AS deliveries, fanned.delivery_ids,
+            fanned.endpoint_ids, o.id AS outbox_id
      FROM new_event e
-     LEFT JOIN (SELECT event_id, count(*) AS deliveries FROM new_deliveries GROUP BY event_id) fanned
-            ON fanned.event_id = e.id"
+     LEFT JOIN (SELECT event_id, count(*) AS deliveries, array_agg(id ORDER BY id) AS delivery_ids,
+                       array_agg(endpoint_id ORDER BY id) AS endpoint_ids
+                FROM new_deliveries GROUP BY event_id) fanned
+            ON fanned.event_id = e.id
+     LEFT JOIN new_outbox o ON o.event_id = e.id"
 );
 
 /// Ingest's writes through one batcher per process, started on first use
@@ -90,29 +103,40 @@ const INGEST_MANY: &str = concat!(
 pub struct IngestWrites {
     pool: Pool,
     batcher: Arc<OnceLock<IngestBatcher>>,
+    /// This process's publisher, when it has one: events' outbox rows are
+    /// written claimed by it and handed over ([`handoff`](crate::handoff)).
+    handoff: Option<Handoff>,
 }
 
 impl IngestWrites {
     pub fn new(pool: Pool) -> Self {
-        Self { pool, batcher: Arc::new(OnceLock::new()) }
+        Self { pool, batcher: Arc::new(OnceLock::new()), handoff: None }
+    }
+
+    /// Hands the outbox rows written from now on to this process's
+    /// publisher (before the first write: the batcher keeps what it started with).
+    pub fn with_handoff(mut self, handoff: Handoff) -> Self {
+        self.handoff = Some(handoff);
+        self
     }
 
     /// Writes one event (with others that arrive meanwhile) and answers it
     /// once the statement that carried it committed.
     pub async fn write(&self, event: PreparedEvent) -> Result<IngestResult, BatchError> {
         let lanes = (self.pool.status().max_size / 2).max(1);
-        self.batcher.get_or_init(|| spawn(self.pool.clone(), lanes)).call(event).await
+        self.batcher.get_or_init(|| spawn(self.pool.clone(), lanes, self.handoff.clone())).call(event).await
     }
 }
 
 /// Starts the ingest batcher on the current runtime: `lanes` statements at
-/// most at once, each on a connection of `pool`.
-pub fn spawn(pool: Pool, lanes: usize) -> IngestBatcher {
+/// most at once, each on a connection of `pool`, rows handed to `handoff`'s
+/// publisher when there is one.
+pub fn spawn(pool: Pool, lanes: usize, handoff: Option<Handoff>) -> IngestBatcher {
     let run: BatchFn<PreparedEvent, IngestResult> = Arc::new(move |events| {
-        let pool = pool.clone();
+        let (pool, handoff) = (pool.clone(), handoff.clone());
         Box::pin(async move {
             let client = pool.get().await?;
-            write(&client, events).await
+            write_handing_to(&client, events, handoff.as_ref()).await
         })
     });
     Batcher::spawn(BatchLimits { max_items: MAX_BATCH, lanes }, run)
@@ -122,7 +146,17 @@ pub fn spawn(pool: Pool, lanes: usize) -> IngestBatcher {
 /// order. `Err` only when the database is unreachable or history partitions
 /// are missing: every request in the batch gets that answer.
 pub async fn write(client: &impl GenericClient, events: Vec<PreparedEvent>) -> Result<Vec<IngestResult>, DbError> {
-    write_with(client, &events, OnRefusal::OneByOne).await
+    write_with(client, &events, OnRefusal::OneByOne, None).await
+}
+
+/// [`write`], the unordered events' outbox rows written claimed by
+/// `handoff`'s publisher while it takes them (each receipt's `handed`).
+pub async fn write_handing_to(
+    client: &impl GenericClient,
+    events: Vec<PreparedEvent>,
+    handoff: Option<&Handoff>,
+) -> Result<Vec<IngestResult>, DbError> {
+    write_with(client, &events, OnRefusal::OneByOne, handoff).await
 }
 
 /// Writes `events` inside the caller's transaction, all or nothing (the
@@ -132,7 +166,7 @@ pub async fn write_together(
     client: &impl GenericClient,
     events: &[PreparedEvent],
 ) -> Result<Vec<IngestOutcome>, DbError> {
-    write_with(client, events, OnRefusal::FailAll).await?.into_iter().collect()
+    write_with(client, events, OnRefusal::FailAll, None).await?.into_iter().collect()
 }
 
 /// What to do when the database refuses a set statement.
@@ -148,9 +182,10 @@ async fn write_with(
     client: &impl GenericClient,
     events: &[PreparedEvent],
     on_refusal: OnRefusal,
+    handoff: Option<&Handoff>,
 ) -> Result<Vec<IngestResult>, DbError> {
     if let [event] = events {
-        return match insert_prepared(client, event, EndpointKind::Webhook).await {
+        return match insert_prepared(client, event, EndpointKind::Webhook, handoff).await {
             Err(error) if on_refusal == OnRefusal::FailAll || is_for_everyone(&error) => Err(error),
             outcome => Ok(vec![outcome]),
         };
@@ -180,16 +215,16 @@ async fn write_with(
     let later: Vec<usize> = ordered.into_iter().chain(repeats).collect();
     let mut outcomes: Vec<Option<IngestResult>> = (0..events.len()).map(|_| None).collect();
     let firsts: Vec<&PreparedEvent> = first.iter().map(|&index| &events[index]).collect();
-    let written = if firsts.is_empty() { Ok(Vec::new()) } else { insert_many(client, &firsts).await };
+    let written = if firsts.is_empty() { Ok(Vec::new()) } else { insert_many(client, &firsts, handoff).await };
     match written {
         Ok(written) => {
-            let written: HashMap<Uuid, (DateTime<Utc>, i64)> =
-                written.into_iter().map(|(id, received_at, deliveries)| (id, (received_at, deliveries))).collect();
+            let mut written: HashMap<Uuid, Written> = written.into_iter().map(|row| (row.id, row)).collect();
             let mut held = Vec::new();
             for (&index, event) in first.iter().zip(&firsts) {
-                match written.get(&event.id.as_uuid()) {
-                    Some(&(received_at, deliveries)) => {
-                        outcomes[index] = Some(Ok(IngestOutcome::Created(event.receipt(received_at, deliveries))))
+                match written.remove(&event.id.as_uuid()) {
+                    Some(row) => {
+                        let receipt = event.receipt(row.received_at, row.deliveries, row.handed);
+                        outcomes[index] = Some(Ok(IngestOutcome::Created(receipt)))
                     }
                     None => held.push(index),
                 }
@@ -209,12 +244,12 @@ async fn write_with(
         Err(error) => {
             tracing::warn!(events = firsts.len(), error = %crate::telemetry::error_chain(&error), "ingest batch refused; writing its events one at a time");
             for &index in &first {
-                outcomes[index] = Some(insert_prepared(client, &events[index], EndpointKind::Webhook).await);
+                outcomes[index] = Some(insert_prepared(client, &events[index], EndpointKind::Webhook, handoff).await);
             }
         }
     }
     for index in later {
-        let outcome = insert_prepared(client, &events[index], EndpointKind::Webhook).await;
+        let outcome = insert_prepared(client, &events[index], EndpointKind::Webhook, handoff).await;
         // Inside a transaction a refusal aborted everything written so far.
         let outcome = if on_refusal == OnRefusal::FailAll { Ok(outcome?) } else { outcome };
         outcomes[index] = Some(outcome);
@@ -230,12 +265,22 @@ fn is_for_everyone(error: &DbError) -> bool {
     error.is_unavailable() || matches!(error, DbError::NoPartition(_))
 }
 
-/// Runs [`INGEST_MANY`]: the id, receipt time and delivery count of each
-/// event written (those whose key was held by another event are absent).
+/// An event [`INGEST_MANY`] wrote.
+struct Written {
+    id: Uuid,
+    received_at: DateTime<Utc>,
+    deliveries: i64,
+    handed: Option<HandedRow>,
+}
+
+/// Runs [`INGEST_MANY`]: each event written (those whose key was held by
+/// another event are absent), its outbox row claimed by `handoff`'s
+/// publisher while it takes rows.
 async fn insert_many(
     client: &impl GenericClient,
     events: &[&PreparedEvent],
-) -> Result<Vec<(Uuid, DateTime<Utc>, i64)>, DbError> {
+    handoff: Option<&Handoff>,
+) -> Result<Vec<Written>, DbError> {
     let ids: Vec<Uuid> = events.iter().map(|event| event.id.as_uuid()).collect();
     let tenants: Vec<Uuid> = events.iter().map(|event| event.tenant.as_uuid()).collect();
     let types: Vec<&str> = events.iter().map(|event| event.event_type.as_str()).collect();
@@ -245,11 +290,21 @@ async fn insert_many(
     let tenant_texts: Vec<String> = events.iter().map(|event| event.tenant.to_string()).collect();
     let id_texts: Vec<String> = events.iter().map(|event| event.id.to_string()).collect();
     let window = IDEMPOTENCY_WINDOW.as_secs() as i64;
+    let claim = handoff.and_then(|handoff| Some((handoff, handoff.claim()?)));
+    let (owner, ttl_ms) = claim.map_or((None, 0), |(_, claim)| (Some(claim.owner), claim.ttl_ms));
     let rows = sql::query(
         client,
         INGEST_MANY,
-        &[&ids, &tenants, &types, &payloads, &keys, &hashes, &tenant_texts, &id_texts, &window],
+        &[&ids, &tenants, &types, &payloads, &keys, &hashes, &tenant_texts, &id_texts, &window, &owner, &ttl_ms],
     )
     .await?;
-    Ok(rows.iter().map(|row| (row.get("id"), row.get("received_at"), row.get("deliveries"))).collect())
+    let by_id: HashMap<Uuid, &PreparedEvent> = events.iter().map(|event| (event.id.as_uuid(), *event)).collect();
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let id: Uuid = row.get("id");
+            let handed = by_id.get(&id).and_then(|event| event.handed_row(claim.map(|(handoff, _)| handoff), row));
+            Written { id, received_at: row.get("received_at"), deliveries: row.get("deliveries"), handed }
+        })
+        .collect())
 }

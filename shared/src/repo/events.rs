@@ -8,11 +8,15 @@ use sha2::{Digest, Sha256};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+use crate::broker::{DeliveryTask, EventDeliveries};
 use crate::db::DbError;
 use crate::domain::{EndpointKind, EventPayload, EventType, IdempotencyKey, OrderingKey};
-use crate::ids::{EventId, TenantId};
+use crate::handoff::{HandedRow, Handoff};
+use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::outbox::OutboxMessage;
 use crate::repo::retention::IDEMPOTENCY_WINDOW;
 use crate::repo::sql;
+use uuid::Uuid;
 
 /// Ingest's first CTE (`key`): the idempotency key, if any, taken or taken
 /// over (see [`INGEST`]).
@@ -62,6 +66,29 @@ macro_rules! subscribed_endpoints {
 }
 pub(crate) use subscribed_endpoints;
 
+/// The columns an event's outbox row is written with after its `tenant_id`,
+/// `event_id` and `envelope`: `pending`, or already claimed by the publisher
+/// of the process that writes it (`$owner` not null: `handoff`, the row is
+/// handed to it once the statement commits) for `$ttl_ms`.
+macro_rules! outbox_claim_columns {
+    ($owner:literal, $ttl_ms:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $owner,
+            "::text IS NULL THEN 'pending' ELSE 'claimed' END, ",
+            $owner,
+            "::text, CASE WHEN ",
+            $owner,
+            "::text IS NULL THEN NULL ELSE now() + ",
+            $ttl_ms,
+            "::bigint * interval '1 millisecond' END, CASE WHEN ",
+            $owner,
+            "::text IS NULL THEN 0 ELSE 1 END"
+        )
+    };
+}
+pub(crate) use outbox_claim_columns;
+
 /// One `delivery.v1` outbox row per delivery `d` of `new_deliveries` (ordered
 /// events: only a lane's head gets a message).
 macro_rules! outbox_rows {
@@ -89,7 +116,11 @@ macro_rules! outbox_rows {
 /// any delivery, ONE outbox row for the event (`event_deliveries.v1`, naming
 /// the event in `event_id`), which the publisher expands into a `delivery.v1`
 /// message per pending delivery (`repo::outbox_fanout`), so the writes per
-/// subscriber are the delivery row alone. A key held by another event inserts nothing and returns no row,
+/// subscriber are the delivery row alone. The row is written already claimed
+/// when `$11` names this process's publisher (`handoff`; `$12` the claim's
+/// length in ms), and the statement returns what the publisher needs to
+/// publish it without a claim: the row's id and the deliveries (ids and
+/// endpoints, in id order). A key held by another event inserts nothing and returns no row,
 /// so the caller can tell; a concurrent request with the same key waits for
 /// this one's commit.
 ///
@@ -114,10 +145,20 @@ const INGEST: &str = concat!(
     "
          RETURNING id, endpoint_id),
      new_outbox AS (
-         INSERT INTO relayops.outbox_messages (tenant_id, event_id, envelope)
-         SELECT $2, $1, jsonb_build_object('type', 'event_deliveries.v1', 'tenant_id', $7::text, 'event_id', $8::text)
-         WHERE EXISTS (SELECT 1 FROM new_deliveries))
-     SELECT received_at, (SELECT count(*) FROM new_deliveries) AS deliveries FROM new_event"
+         INSERT INTO relayops.outbox_messages
+             (tenant_id, event_id, envelope, status, claimed_by, claim_expires_at, publish_attempts)
+         SELECT $2, $1, jsonb_build_object('type', 'event_deliveries.v1', 'tenant_id', $7::text, 'event_id', $8::text),
+                ",
+    outbox_claim_columns!("$11", "$12"),
+    "
+         WHERE EXISTS (SELECT 1 FROM new_deliveries)
+         RETURNING id)
+     SELECT received_at, fanned.deliveries, fanned.delivery_ids, fanned.endpoint_ids,
+            (SELECT id FROM new_outbox) AS outbox_id
+     FROM new_event,
+          (SELECT count(*) AS deliveries, array_agg(id ORDER BY id) AS delivery_ids,
+                  array_agg(endpoint_id ORDER BY id) AS endpoint_ids
+           FROM new_deliveries) fanned"
 );
 
 /// [`INGEST`] for an event with an ordering key (`$11`): the event and its
@@ -205,7 +246,7 @@ impl NewEvent<'_> {
 }
 
 /// What ingest answers: the same for the original request and its repeats.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct EventReceipt {
     pub id: EventId,
     pub event_type: String,
@@ -213,6 +254,9 @@ pub struct EventReceipt {
     pub ordering_key: Option<String>,
     pub received_at: DateTime<Utc>,
     pub deliveries: i64,
+    /// The event's outbox row when it was written claimed by this process's
+    /// publisher: handed to it when dropped ([`handoff`](crate::handoff)).
+    pub handed: Option<HandedRow>,
 }
 
 #[derive(Debug)]
@@ -253,8 +297,14 @@ impl PreparedEvent {
         }
     }
 
-    /// The receipt of this event, written now with `deliveries` deliveries.
-    pub(crate) fn receipt(&self, received_at: DateTime<Utc>, deliveries: i64) -> EventReceipt {
+    /// The receipt of this event, written now with `deliveries` deliveries
+    /// (and its outbox row claimed for this process's publisher, if it was).
+    pub(crate) fn receipt(
+        &self,
+        received_at: DateTime<Utc>,
+        deliveries: i64,
+        handed: Option<HandedRow>,
+    ) -> EventReceipt {
         EventReceipt {
             id: self.id,
             event_type: self.event_type.clone(),
@@ -262,7 +312,32 @@ impl PreparedEvent {
             ordering_key: self.ordering_key.clone(),
             received_at,
             deliveries,
+            handed,
         }
+    }
+
+    /// The outbox row an ingest statement wrote for this event claimed by
+    /// `claimer`'s publisher, from the statement's result (`outbox_id`, and
+    /// the deliveries as `delivery_ids` / `endpoint_ids` in id order): what
+    /// the publisher needs to publish it without claiming it. None when
+    /// nothing was claimed (no claimer, or no delivery, so no row).
+    pub(crate) fn handed_row(&self, claimer: Option<&Handoff>, row: &Row) -> Option<HandedRow> {
+        let claimer = claimer?;
+        let id: i64 = row.get::<_, Option<i64>>("outbox_id")?;
+        let deliveries: Vec<Uuid> = row.get::<_, Option<Vec<Uuid>>>("delivery_ids").unwrap_or_default();
+        let endpoints: Vec<Uuid> = row.get::<_, Option<Vec<Uuid>>>("endpoint_ids").unwrap_or_default();
+        let pending = deliveries
+            .into_iter()
+            .zip(endpoints)
+            .map(|(delivery, endpoint)| DeliveryTask {
+                tenant_id: self.tenant,
+                delivery_id: DeliveryId::from_uuid(delivery),
+                event_id: self.id,
+                endpoint_id: EndpointId::from_uuid(endpoint),
+            })
+            .collect();
+        let envelope = EventDeliveries { tenant_id: self.tenant, event_id: self.id }.envelope();
+        Some(claimer.row(OutboxMessage { id, envelope, pending }))
     }
 }
 
@@ -273,7 +348,7 @@ pub async fn insert_event_with_deliveries(
     tenant: TenantId,
     event: &NewEvent<'_>,
 ) -> Result<IngestOutcome, DbError> {
-    insert_prepared(client, &PreparedEvent::new(tenant, event), EndpointKind::Webhook).await
+    insert_prepared(client, &PreparedEvent::new(tenant, event), EndpointKind::Webhook, None).await
 }
 
 /// The same statement for an operational event (see
@@ -284,15 +359,18 @@ pub(crate) async fn insert_operational_event(
     tenant: TenantId,
     event: &NewEvent<'_>,
 ) -> Result<IngestOutcome, DbError> {
-    insert_prepared(client, &PreparedEvent::new(tenant, event), EndpointKind::Operational).await
+    insert_prepared(client, &PreparedEvent::new(tenant, event), EndpointKind::Operational, None).await
 }
 
 /// Writes one prepared event with [`INGEST`] (or [`INGEST_ORDERED`] when it
-/// has an ordering key), fanning out to endpoints of `kind`.
+/// has an ordering key), fanning out to endpoints of `kind`. With a
+/// `handoff` that takes rows now, an unordered event's outbox row is written
+/// claimed by that publisher and comes back in the receipt (`handed`).
 pub async fn insert_prepared(
     client: &impl GenericClient,
     event: &PreparedEvent,
     kind: EndpointKind,
+    handoff: Option<&Handoff>,
 ) -> Result<IngestOutcome, DbError> {
     let key = event.idempotency_key.as_deref();
     let (id, tenant) = (event.id.as_uuid(), event.tenant.as_uuid());
@@ -310,15 +388,24 @@ pub async fn insert_prepared(
         &window,
         &kind,
     ];
+    // Ordered events keep their rows pending: only a lane's head has one.
+    let claim = handoff.filter(|_| event.ordering_key.is_none()).and_then(|handoff| Some((handoff, handoff.claim()?)));
+    let (owner, ttl_ms) = claim.map_or((None, 0), |(_, claim)| (Some(claim.owner), claim.ttl_ms));
     let statement = match &event.ordering_key {
         Some(ordering_key) => {
             params.push(ordering_key);
             INGEST_ORDERED
         }
-        None => INGEST,
+        None => {
+            params.extend([&owner as &(dyn ToSql + Sync), &ttl_ms]);
+            INGEST
+        }
     };
     match sql::query_opt(client, statement, &params).await? {
-        Some(row) => Ok(IngestOutcome::Created(event.receipt(row.get("received_at"), row.get("deliveries")))),
+        Some(row) => {
+            let handed = event.handed_row(claim.map(|(handoff, _)| handoff), &row);
+            Ok(IngestOutcome::Created(event.receipt(row.get("received_at"), row.get("deliveries"), handed)))
+        }
         None => find_duplicate(client, event.tenant, key.unwrap_or_default(), &event.request_hash).await,
     }
 }
@@ -344,6 +431,7 @@ pub(crate) async fn find_duplicate(
         ordering_key: row.get("ordering_key"),
         received_at: row.get("received_at"),
         deliveries: row.get("deliveries"),
+        handed: None,
     }))
 }
 

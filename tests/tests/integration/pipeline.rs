@@ -160,7 +160,7 @@ async fn ingest_reads_only_the_subscriptions_that_match_however_many_endpoints_t
     let (event_type, payload) = (EventType::parse("a.b").unwrap(), EventPayload::parse(json!({})).unwrap());
     let event = NewEvent { event_type: &event_type, payload: &payload, idempotency_key: None, ordering_key: None };
     let outcome =
-        insert_prepared(&tx, &PreparedEvent::new(env.tenant_id, &event), EndpointKind::Webhook).await.unwrap();
+        insert_prepared(&tx, &PreparedEvent::new(env.tenant_id, &event), EndpointKind::Webhook, None).await.unwrap();
     assert!(matches!(&outcome, IngestOutcome::Created(receipt) if receipt.deliveries == 1), "{outcome:?}");
     let after = tx.query_one(rows_read, &[]).await.unwrap();
     tx.rollback().await.unwrap();

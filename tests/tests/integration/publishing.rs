@@ -1,4 +1,5 @@
-//! The publisher's housekeeping: woken by commits from other processes,
+//! The publisher's housekeeping: rows handed over by ingest in its own
+//! process published without a claim, woken by commits from other processes,
 //! keeping the outbox small, a recovery pass beside publishing (never in a
 //! wake-up's way), a drain that ends with its last non-empty claim, and the
 //! one-round-trip lease writes its claims use; a commit that comes mid-drain
@@ -23,6 +24,61 @@ async fn env_with_a_listening_publisher() -> (TestEnv, RoleProcess) {
     )
     .await;
     (env, publisher)
+}
+
+/// Ingest hands each event's outbox row to the publisher of its own process
+/// (`relayops_shared::handoff`, as in `relayops all`): the row is written
+/// already claimed by that publisher and published as it is, so between its
+/// insert and its delete nothing updates it — no claim statement, no reclaim
+/// of a hand-off that never arrived (the claim would expire in 2 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_hands_its_events_rows_to_its_own_publisher_which_publishes_them_without_a_claim() {
+    let env = TestEnv::start().await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let client = env.pool.get().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE relayops.outbox_inserts (status text, claimed_by text, ttl_left interval);
+             CREATE TABLE relayops.outbox_updates (status text);",
+        )
+        .await
+        .unwrap();
+    env.create_trigger(
+        "note_outbox_inserts",
+        "AFTER INSERT ON relayops.outbox_messages",
+        "INSERT INTO relayops.outbox_inserts VALUES (NEW.status, NEW.claimed_by, NEW.claim_expires_at - now());
+         RETURN NEW;",
+    )
+    .await;
+    env.create_trigger(
+        "note_outbox_updates",
+        "AFTER UPDATE ON relayops.outbox_messages",
+        "INSERT INTO relayops.outbox_updates VALUES (NEW.status); RETURN NEW;",
+    )
+    .await;
+    let events = 5;
+    for n in 0..events {
+        let event = env.post_event("a.b", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned();
+        env.wait_for_deliveries(&event, |all| all.len() == 2 && all.iter().all(|d| d["status"] == "delivered")).await;
+    }
+    env.wait_for_outbox_drained().await;
+    assert_eq!(env.simulator.received().len(), 2 * events as usize, "every delivery sent once");
+    let inserted = client
+        .query(
+            "SELECT status, claimed_by, coalesce(ttl_left > interval '1 second', false) FROM relayops.outbox_inserts",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(inserted.len(), events as usize, "one row per event");
+    for row in &inserted {
+        let (status, owner, lasting): (String, Option<String>, bool) = (row.get(0), row.get(1), row.get(2));
+        assert_eq!(status, "claimed", "written claimed");
+        assert!(owner.is_some_and(|owner| owner.starts_with("publisher-")), "by the publisher");
+        assert!(lasting, "for the publisher's claim length (2 s here)");
+    }
+    assert_eq!(env.count("outbox_updates").await, 0, "no claim, release or reclaim touched the rows");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
