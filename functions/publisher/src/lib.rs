@@ -5,7 +5,9 @@
 //! batch sent before any confirm is awaited — and deletes a row only after
 //! the confirms of all its messages. Rows
 //! the broker refused are released for another try; rows of a publisher that
-//! died are reclaimed when their claim expires.
+//! died are reclaimed when their claim expires. The long-lived loop also
+//! publishes the rows ingest in its own process wrote claimed by it and
+//! handed over (`relayops_shared::handoff`), with no claim of its own.
 //!
 //! Invariant: the publisher knows nothing of HTTP, endpoints or tenants'
 //! payloads; it moves opaque envelopes from Postgres to RabbitMQ.
@@ -216,8 +218,9 @@ impl Publisher {
     }
 
     /// Publishes `messages` (rows this publisher holds claimed, with their
-    /// pending deliveries) on the session in `guard`, and settles them; returns what it did and whether rows were left over
-    /// (past the batch's message limit: released for the next batch).
+    /// pending deliveries) on the session in `guard`, and settles them;
+    /// returns what it did and whether rows were left over (past the batch's
+    /// message limit: released for the next batch).
     async fn publish_claimed(
         &self,
         client: &mut relayops_shared::db::Object,
