@@ -12,7 +12,9 @@
 //! once its claim expires (`RELAYOPS_PUBLISHER_CLAIM_TTL_MS`), then published
 //! by whichever claims it. Ingest claims nothing while the publisher cannot
 //! publish (its broker session is down) or its hand-off is full: rows are
-//! then written `pending`, for any publisher, as before.
+//! then written `pending`, for any publisher, as before; rows handed over
+//! before the publisher noticed the broker was gone are released by it at
+//! once (made pending) rather than left to their claims' expiry.
 use std::sync::Arc;
 use std::time::Duration;
 

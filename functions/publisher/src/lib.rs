@@ -145,6 +145,11 @@ impl Publisher {
         handoff
     }
 
+    /// The name its claims carry (`claimed_by`).
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
     /// Whether the publisher reaches the broker now (it tries again, with
     /// backoff, whenever its session broke).
     pub fn broker_connected(&self) -> tokio::sync::watch::Receiver<bool> {
@@ -428,10 +433,34 @@ impl Publisher {
                     figures::tick_failed();
                     let pause = Duration::from_millis(200 * 2u64.pow(failures.min(5)));
                     tracing::warn!(error = %error_chain(&error), pause_ms = pause.as_millis() as u64, "publisher tick failed");
+                    self.give_back_handed(&mut handed).await;
                     tokio::time::sleep(pause).await;
                     Next::Drain
                 }
             };
+        }
+    }
+
+    /// After a failed tick: rows handed over meanwhile (ingest wrote them
+    /// claimed by this publisher before it knew the broker was gone) are made
+    /// pending again at once, for whichever publisher gets there first,
+    /// instead of waiting for their claims to expire. Best effort: rows it
+    /// cannot release (the database is away too) wait for the expiry.
+    async fn give_back_handed(&self, handed: &mut Option<mpsc::Receiver<OutboxMessage>>) {
+        let Some(receiver) = handed.as_mut() else { return };
+        let mut ids = Vec::new();
+        while let Ok(message) = receiver.try_recv() {
+            ids.push(message.id);
+        }
+        if ids.is_empty() {
+            return;
+        }
+        let released = match self.pool.get().await {
+            Ok(client) => outbox::release(&client, &self.owner, &ids, "publisher could not publish").await,
+            Err(error) => Err(DbError::from(error)),
+        };
+        if let Err(error) = released {
+            tracing::warn!(rows = ids.len(), error = %error_chain(&error), "handed rows left to their claims' expiry");
         }
     }
 

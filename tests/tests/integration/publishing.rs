@@ -4,11 +4,15 @@
 //! wake-up's way), a drain that ends with its last non-empty claim, and the
 //! one-round-trip lease writes its claims use; a commit that comes mid-drain
 //! still wakes it.
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use relayops_publisher::Publisher;
+use relayops_shared::config::{BrokerConfig, PublisherConfig};
 use relayops_shared::repo::outbox;
 use relayops_tests::{RoleProcess, TestConfig, TestEnv};
 use serde_json::json;
+use tokio::sync::Notify;
 
 /// A test environment without its own publisher, one endpoint subscribed to
 /// everything, and a publisher in a process of its own whose idle interval is
@@ -79,6 +83,39 @@ async fn the_api_hands_its_events_rows_to_its_own_publisher_which_publishes_them
         assert!(lasting, "for the publisher's claim length (2 s here)");
     }
     assert_eq!(env.count("outbox_updates").await, 0, "no claim, release or reclaim touched the rows");
+}
+
+/// Rows ingest handed over just as the broker went away (the publisher had
+/// not noticed yet, so ingest still wrote them claimed by it) cannot go out
+/// until it returns: the publisher gives them back to the outbox at once —
+/// pending, for whichever publisher reaches the broker first — rather than
+/// leaving them claimed until their claims expire (10 minutes here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_handed_to_a_publisher_that_cannot_reach_the_broker_go_back_to_the_outbox_at_once() {
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, run_worker: false, ..Default::default() }).await;
+    // Nothing listens on port 1: every attempt to open a session is refused.
+    let broker = BrokerConfig { url: "amqp://guest:guest@127.0.0.1:1/%2f".into(), ..env.broker.clone() };
+    let config = PublisherConfig { claim_ttl: Duration::from_secs(600), ..env.config.publisher.clone() };
+    let publisher = Arc::new(Publisher::new(env.pool.clone(), broker, config));
+    let handoff = publisher.handoff();
+    let client = env.pool.get().await.unwrap();
+    let id: i64 = client
+        .query_one(
+            "INSERT INTO relayops.outbox_messages (tenant_id, envelope, status, claimed_by, claim_expires_at)
+             VALUES ($1, '{}', 'claimed', $2, now() + interval '10 minutes') RETURNING id",
+            &[&env.tenant_id.as_uuid(), &publisher.owner()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let running = tokio::spawn(Arc::clone(&publisher).run(Arc::new(Notify::new())));
+    drop(handoff.row(outbox::OutboxMessage { id, envelope: json!({}), pending: Vec::new() }));
+    env.wait_for_sql(
+        "the handed row is pending again",
+        "SELECT status = 'pending' AND claimed_by IS NULL AND last_error IS NOT NULL FROM relayops.outbox_messages",
+    )
+    .await;
+    running.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
