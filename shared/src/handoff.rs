@@ -41,11 +41,28 @@ struct Inner {
 }
 
 /// The claim ingest writes an event's outbox row with: the publisher's
-/// owner name and how long the claim lasts.
-#[derive(Clone, Copy, Debug)]
+/// owner name and how long the claim lasts, and the hand-off the row then
+/// goes to ([`ClaimFor::row`]).
+#[derive(Clone, Copy)]
 pub struct ClaimFor<'a> {
     pub owner: &'a str,
     pub ttl_ms: i64,
+    handoff: &'a Handoff,
+}
+
+impl ClaimFor<'_> {
+    /// A row written with this claim, to hand over.
+    pub fn row(&self, message: OutboxMessage) -> HandedRow {
+        HandedRow { message: Some(message), handoff: self.handoff.clone() }
+    }
+}
+
+/// The claim `handoff` gives now, if any, and the two statement parameters
+/// it comes to: the owner (NULL: the row is written `pending`) and the
+/// claim's length in ms.
+pub fn claim_for(handoff: Option<&Handoff>) -> (Option<ClaimFor<'_>>, Option<&str>, i64) {
+    let claim = handoff.and_then(Handoff::claim);
+    (claim, claim.map(|claim| claim.owner), claim.map_or(0, |claim| claim.ttl_ms))
 }
 
 impl Handoff {
@@ -67,10 +84,11 @@ impl Handoff {
     pub fn claim(&self) -> Option<ClaimFor<'_>> {
         let inner = &self.inner;
         let open = *inner.publishing.borrow() && inner.sender.capacity() > 0;
-        open.then(|| ClaimFor { owner: &inner.owner, ttl_ms: inner.claim_ttl.as_millis() as i64 })
+        open.then(|| ClaimFor { owner: &inner.owner, ttl_ms: inner.claim_ttl.as_millis() as i64, handoff: self })
     }
 
-    /// A row written with [`claim`](Self::claim), to hand over.
+    /// A row this publisher holds claimed, to hand over (a claim's rows go
+    /// through [`ClaimFor::row`]).
     pub fn row(&self, message: OutboxMessage) -> HandedRow {
         HandedRow { message: Some(message), handoff: self.clone() }
     }

@@ -56,6 +56,23 @@ impl TestEnv {
         self.plant_trigger(name, when, "STATEMENT", body).await;
     }
 
+    /// Notes every outbox claim a publisher makes (a row in
+    /// `relayops.claims_seen` per claim statement, whether or not it found
+    /// rows: the claim is an UPDATE, and statement triggers fire on none).
+    pub async fn note_outbox_claims(&self) {
+        let client = self.pool.get().await.expect("connection");
+        client.batch_execute("CREATE TABLE relayops.claims_seen (at timestamptz)").await.expect("table created");
+        self.create_statement_trigger(
+            "note_claims",
+            "AFTER UPDATE ON relayops.outbox_messages",
+            "IF current_query() LIKE '%publish_attempts = o.publish_attempts + 1%' THEN
+                 INSERT INTO relayops.claims_seen VALUES (now());
+             END IF;
+             RETURN NULL;",
+        )
+        .await;
+    }
+
     async fn plant_trigger(&self, name: &str, when: &str, level: &str, body: &str) {
         let client = self.pool.get().await.expect("connection");
         let sql = format!(

@@ -199,8 +199,8 @@ impl Publisher {
         let mut client = self.pool.get().await.map_err(DbError::from)?;
         let mut guard = self.session.lock().await;
         if let Err(error) = self.open_session(&mut guard).await {
-            let ids: Vec<i64> = messages.iter().map(|message| message.id).collect();
-            outbox::release(&client, &self.owner, &ids, "broker unavailable").await?;
+            drop(client);
+            self.give_back(messages.iter().map(|message| message.id).collect()).await;
             return Err(error);
         }
         self.publish_claimed(&mut client, guard, &messages, started).await
@@ -452,6 +452,12 @@ impl Publisher {
         while let Ok(message) = receiver.try_recv() {
             ids.push(message.id);
         }
+        self.give_back(ids).await;
+    }
+
+    /// Makes handed rows this publisher cannot publish now pending again (see
+    /// [`give_back_handed`](Self::give_back_handed)); best effort.
+    async fn give_back(&self, ids: Vec<i64>) {
         if ids.is_empty() {
             return;
         }

@@ -17,17 +17,18 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
-use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 use serde_json::Value;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use crate::db::{DbError, Pool};
 use crate::domain::EndpointKind;
-use crate::handoff::{HandedRow, Handoff};
+use crate::handoff::{claim_for, ClaimFor, Handoff};
 use crate::repo::events::{
-    find_duplicate, insert_prepared, outbox_claim_columns, subscribed_endpoints, IngestOutcome, PreparedEvent,
+    find_duplicate, handed_deliveries, insert_prepared, outbox_claim_columns, subscribed_endpoints, IngestOutcome,
+    PreparedEvent,
 };
 use crate::repo::retention::IDEMPOTENCY_WINDOW;
 use crate::repo::{sql, GenericClient};
@@ -89,8 +90,9 @@ const INGEST_MANY: &str = concat!(
      SELECT e.id, e.received_at, coalesce(fanned.deliveries, 0) AS deliveries, fanned.delivery_ids,
             fanned.endpoint_ids, o.id AS outbox_id
      FROM new_event e
-     LEFT JOIN (SELECT event_id, count(*) AS deliveries, array_agg(id ORDER BY id) AS delivery_ids,
-                       array_agg(endpoint_id ORDER BY id) AS endpoint_ids
+     LEFT JOIN (SELECT event_id, count(*) AS deliveries, ",
+    handed_deliveries!("$10"),
+    "
                 FROM new_deliveries GROUP BY event_id) fanned
             ON fanned.event_id = e.id
      LEFT JOIN new_outbox o ON o.event_id = e.id"
@@ -215,15 +217,16 @@ async fn write_with(
     let later: Vec<usize> = ordered.into_iter().chain(repeats).collect();
     let mut outcomes: Vec<Option<IngestResult>> = (0..events.len()).map(|_| None).collect();
     let firsts: Vec<&PreparedEvent> = first.iter().map(|&index| &events[index]).collect();
-    let written = if firsts.is_empty() { Ok(Vec::new()) } else { insert_many(client, &firsts, handoff).await };
+    let written = if firsts.is_empty() { Ok((Vec::new(), None)) } else { insert_many(client, &firsts, handoff).await };
     match written {
-        Ok(written) => {
-            let mut written: HashMap<Uuid, Written> = written.into_iter().map(|row| (row.id, row)).collect();
+        Ok((rows, claim)) => {
+            let written: HashMap<Uuid, &Row> = rows.iter().map(|row| (row.get("id"), row)).collect();
             let mut held = Vec::new();
             for (&index, event) in first.iter().zip(&firsts) {
-                match written.remove(&event.id.as_uuid()) {
+                match written.get(&event.id.as_uuid()) {
                     Some(row) => {
-                        let receipt = event.receipt(row.received_at, row.deliveries, row.handed);
+                        let handed = event.handed_row(claim, row);
+                        let receipt = event.receipt(row.get("received_at"), row.get("deliveries"), handed);
                         outcomes[index] = Some(Ok(IngestOutcome::Created(receipt)))
                     }
                     None => held.push(index),
@@ -265,22 +268,15 @@ fn is_for_everyone(error: &DbError) -> bool {
     error.is_unavailable() || matches!(error, DbError::NoPartition(_))
 }
 
-/// An event [`INGEST_MANY`] wrote.
-struct Written {
-    id: Uuid,
-    received_at: DateTime<Utc>,
-    deliveries: i64,
-    handed: Option<HandedRow>,
-}
-
-/// Runs [`INGEST_MANY`]: each event written (those whose key was held by
-/// another event are absent), its outbox row claimed by `handoff`'s
-/// publisher while it takes rows.
-async fn insert_many(
+/// Runs [`INGEST_MANY`]: a row per event written (those whose key was held
+/// by another event are absent: `id`, `received_at`, `deliveries`, and what
+/// [`PreparedEvent::handed_row`] reads), and the claim their outbox rows were
+/// written with (by `handoff`'s publisher while it takes rows).
+async fn insert_many<'h>(
     client: &impl GenericClient,
     events: &[&PreparedEvent],
-    handoff: Option<&Handoff>,
-) -> Result<Vec<Written>, DbError> {
+    handoff: Option<&'h Handoff>,
+) -> Result<(Vec<Row>, Option<ClaimFor<'h>>), DbError> {
     let ids: Vec<Uuid> = events.iter().map(|event| event.id.as_uuid()).collect();
     let tenants: Vec<Uuid> = events.iter().map(|event| event.tenant.as_uuid()).collect();
     let types: Vec<&str> = events.iter().map(|event| event.event_type.as_str()).collect();
@@ -290,21 +286,12 @@ async fn insert_many(
     let tenant_texts: Vec<String> = events.iter().map(|event| event.tenant.to_string()).collect();
     let id_texts: Vec<String> = events.iter().map(|event| event.id.to_string()).collect();
     let window = IDEMPOTENCY_WINDOW.as_secs() as i64;
-    let claim = handoff.and_then(|handoff| Some((handoff, handoff.claim()?)));
-    let (owner, ttl_ms) = claim.map_or((None, 0), |(_, claim)| (Some(claim.owner), claim.ttl_ms));
+    let (claim, owner, ttl_ms) = claim_for(handoff);
     let rows = sql::query(
         client,
         INGEST_MANY,
         &[&ids, &tenants, &types, &payloads, &keys, &hashes, &tenant_texts, &id_texts, &window, &owner, &ttl_ms],
     )
     .await?;
-    let by_id: HashMap<Uuid, &PreparedEvent> = events.iter().map(|event| (event.id.as_uuid(), *event)).collect();
-    Ok(rows
-        .iter()
-        .map(|row| {
-            let id: Uuid = row.get("id");
-            let handed = by_id.get(&id).and_then(|event| event.handed_row(claim.map(|(handoff, _)| handoff), row));
-            Written { id, received_at: row.get("received_at"), deliveries: row.get("deliveries"), handed }
-        })
-        .collect())
+    Ok((rows, claim))
 }

@@ -11,7 +11,7 @@ use tokio_postgres::Row;
 use crate::broker::{DeliveryTask, EventDeliveries};
 use crate::db::DbError;
 use crate::domain::{EndpointKind, EventPayload, EventType, IdempotencyKey, OrderingKey};
-use crate::handoff::{HandedRow, Handoff};
+use crate::handoff::{claim_for, ClaimFor, HandedRow, Handoff};
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox::OutboxMessage;
 use crate::repo::retention::IDEMPOTENCY_WINDOW;
@@ -89,6 +89,22 @@ macro_rules! outbox_claim_columns {
 }
 pub(crate) use outbox_claim_columns;
 
+/// The deliveries of `new_deliveries` (ids and endpoints, in id order) as
+/// two arrays, for the publisher that gets the event's row handed over —
+/// only when `$owner` names it (no work, and NULL, otherwise).
+macro_rules! handed_deliveries {
+    ($owner:literal) => {
+        concat!(
+            "array_agg(id ORDER BY id) FILTER (WHERE ",
+            $owner,
+            "::text IS NOT NULL) AS delivery_ids, array_agg(endpoint_id ORDER BY id) FILTER (WHERE ",
+            $owner,
+            "::text IS NOT NULL) AS endpoint_ids"
+        )
+    };
+}
+pub(crate) use handed_deliveries;
+
 /// One `delivery.v1` outbox row per delivery `d` of `new_deliveries` (ordered
 /// events: only a lane's head gets a message).
 macro_rules! outbox_rows {
@@ -156,9 +172,9 @@ const INGEST: &str = concat!(
      SELECT received_at, fanned.deliveries, fanned.delivery_ids, fanned.endpoint_ids,
             (SELECT id FROM new_outbox) AS outbox_id
      FROM new_event,
-          (SELECT count(*) AS deliveries, array_agg(id ORDER BY id) AS delivery_ids,
-                  array_agg(endpoint_id ORDER BY id) AS endpoint_ids
-           FROM new_deliveries) fanned"
+          (SELECT count(*) AS deliveries, ",
+    handed_deliveries!("$11"),
+    " FROM new_deliveries) fanned"
 );
 
 /// [`INGEST`] for an event with an ordering key (`$11`): the event and its
@@ -316,13 +332,13 @@ impl PreparedEvent {
         }
     }
 
-    /// The outbox row an ingest statement wrote for this event claimed by
-    /// `claimer`'s publisher, from the statement's result (`outbox_id`, and
-    /// the deliveries as `delivery_ids` / `endpoint_ids` in id order): what
-    /// the publisher needs to publish it without claiming it. None when
-    /// nothing was claimed (no claimer, or no delivery, so no row).
-    pub(crate) fn handed_row(&self, claimer: Option<&Handoff>, row: &Row) -> Option<HandedRow> {
-        let claimer = claimer?;
+    /// The outbox row an ingest statement wrote for this event with `claim`,
+    /// from the statement's result (`outbox_id`, and the deliveries as
+    /// `delivery_ids` / `endpoint_ids` in id order): what the publisher needs
+    /// to publish it without claiming it. None when nothing was claimed (no
+    /// claim, or no delivery, so no row).
+    pub(crate) fn handed_row(&self, claim: Option<ClaimFor<'_>>, row: &Row) -> Option<HandedRow> {
+        let claim = claim?;
         let id: i64 = row.get::<_, Option<i64>>("outbox_id")?;
         let deliveries: Vec<Uuid> = row.get::<_, Option<Vec<Uuid>>>("delivery_ids").unwrap_or_default();
         let endpoints: Vec<Uuid> = row.get::<_, Option<Vec<Uuid>>>("endpoint_ids").unwrap_or_default();
@@ -337,7 +353,7 @@ impl PreparedEvent {
             })
             .collect();
         let envelope = EventDeliveries { tenant_id: self.tenant, event_id: self.id }.envelope();
-        Some(claimer.row(OutboxMessage { id, envelope, pending }))
+        Some(claim.row(OutboxMessage { id, envelope, pending }))
     }
 }
 
@@ -389,8 +405,7 @@ pub async fn insert_prepared(
         &kind,
     ];
     // Ordered events keep their rows pending: only a lane's head has one.
-    let claim = handoff.filter(|_| event.ordering_key.is_none()).and_then(|handoff| Some((handoff, handoff.claim()?)));
-    let (owner, ttl_ms) = claim.map_or((None, 0), |(_, claim)| (Some(claim.owner), claim.ttl_ms));
+    let (claim, owner, ttl_ms) = claim_for(handoff.filter(|_| event.ordering_key.is_none()));
     let statement = match &event.ordering_key {
         Some(ordering_key) => {
             params.push(ordering_key);
@@ -403,7 +418,7 @@ pub async fn insert_prepared(
     };
     match sql::query_opt(client, statement, &params).await? {
         Some(row) => {
-            let handed = event.handed_row(claim.map(|(handoff, _)| handoff), &row);
+            let handed = event.handed_row(claim, &row);
             Ok(IngestOutcome::Created(event.receipt(row.get("received_at"), row.get("deliveries"), handed)))
         }
         None => find_duplicate(client, event.tenant, key.unwrap_or_default(), &event.request_hash).await,

@@ -201,17 +201,7 @@ async fn an_api_killed_between_its_commit_and_its_own_publish_leaves_the_event_t
     relayops_tests::wait_until_ready(&env.http, &replica).await;
     // Its publisher opens its broker session before its first claim (an
     // UPDATE that finds nothing); from then on ingest writes rows claimed by it.
-    let client = env.pool.get().await.unwrap();
-    client.batch_execute("CREATE TABLE relayops.claims_seen (at timestamptz)").await.unwrap();
-    env.create_statement_trigger(
-        "note_claims",
-        "AFTER UPDATE ON relayops.outbox_messages",
-        "IF current_query() LIKE '%publish_attempts = o.publish_attempts + 1%' THEN
-             INSERT INTO relayops.claims_seen VALUES (now());
-         END IF;
-         RETURN NULL;",
-    )
-    .await;
+    env.note_outbox_claims().await;
     env.wait_for_sql("the api's publisher reached the broker", "SELECT count(*) > 0 FROM relayops.claims_seen").await;
 
     // The api stores the event and dies before answering, waking anyone or
@@ -229,6 +219,7 @@ async fn an_api_killed_between_its_commit_and_its_own_publish_leaves_the_event_t
     assert!(!status.success(), "it crashed: {status:?}");
     assert_eq!(env.count("events").await, 1, "the event was committed");
     assert_eq!(env.count("outbox_messages").await, 1, "and its message waits in the outbox");
+    let client = env.pool.get().await.unwrap();
     let status: String = client.query_one("SELECT status FROM relayops.outbox_messages", &[]).await.unwrap().get(0);
     assert_eq!(status, "claimed", "claimed by the api's own publisher, which died with it");
 

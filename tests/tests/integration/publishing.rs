@@ -137,17 +137,7 @@ async fn a_publisher_in_another_process_wakes_on_commit_not_on_its_idle_timer() 
 async fn a_lone_event_costs_the_publisher_one_claim_not_two() {
     // Every claim below follows a commit.
     let (env, _publisher) = env_with_a_listening_publisher().await;
-    let client = env.pool.get().await.unwrap();
-    client.batch_execute("CREATE TABLE relayops.claims_seen (at timestamptz)").await.unwrap();
-    env.create_statement_trigger(
-        "count_claims",
-        "AFTER UPDATE ON relayops.outbox_messages",
-        "IF current_query() LIKE '%publish_attempts = o.publish_attempts + 1%' THEN
-             INSERT INTO relayops.claims_seen VALUES (now());
-         END IF;
-         RETURN NULL;",
-    )
-    .await;
+    env.note_outbox_claims().await;
     let events = 5;
     for n in 0..events {
         let event = env.post_event("a.b", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned();
