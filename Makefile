@@ -5,7 +5,7 @@ export RELAYOPS_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/%2f
 export RELAYOPS_REDIS_URL ?= redis://127.0.0.1:6379
 export RELAYOPS_LOG ?= warn
 
-.PHONY: demo test services lint run bench bench-backlog bench-smoke clean-test-databases
+.PHONY: demo test services lint run bench bench-backlog bench-queueing bench-smoke clean-test-databases
 .PHONY: aws-lint lambda-smoke watch lambda-build sam-build
 
 ## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
@@ -53,6 +53,16 @@ bench-backlog: services
 	cargo build --release -q -p relayops -p relayops-bench
 	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios backlog --backlog-events $${BACKLOG:-100000} \
+	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+
+## The API-only scenario: `relayops api` (no worker) + the bench, which queues
+## events to 1, 10 and 100 subscribers and, after each, starts a worker to drain
+## them. The ready queue may hold every queued delivery (no backpressure).
+bench-queueing: services
+	cargo build --release -q -p relayops -p relayops-bench
+	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_MAX_READY_DEPTH=1000000 \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios queueing \
 	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
 
 ## Generated requests against the running API (OpenAPI-driven): no 5xx allowed.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A small run of relayops-bench against a fresh `relayops all` (debug build), to
 # prove the load generator and every scenario work; then the backlog scenario
-# against `relayops api` (no worker: the bench starts one). Not a timed assertion.
+# and the queueing scenario against `relayops api` (no worker: the bench starts
+# one). Not a timed assertion.
 set -euo pipefail
 target="${CARGO_TARGET_DIR:-target}/debug"
 export RELAYOPS_API_LISTEN=127.0.0.1:18080 RELAYOPS_SIMULATOR_LISTEN=127.0.0.1:18090 RELAYOPS_LOG=warn
@@ -38,16 +39,19 @@ kill $pid; wait $pid 2>/dev/null || true
 
 "$target/relayops" api > /tmp/relayops-bench-smoke-api.log 2>&1 &
 pid=$!
-"$target/relayops-bench" --api http://127.0.0.1:18080 --scenarios backlog --backlog-events 500 \
-  --backlog-prefetch 100 --relayops-bin "$target/relayops" --json > "$out.backlog"
+"$target/relayops-bench" --api http://127.0.0.1:18080 --scenarios backlog,queueing --backlog-events 500 \
+  --backlog-prefetch 100 --queueing-subscribers 1,10 --queueing-events 100 \
+  --relayops-bin "$target/relayops" --json > "$out.backlog"
 
 complete=$(cat "$out" "$out.backlog" | grep -c '"complete": true' || true)
-for scenario in delivery delivery_batched fanout_1 fanout_10 fanout_1_batched fanout_10_batched paced_50 paced_100 slow_endpoint backlog console; do
+for scenario in delivery delivery_batched fanout_1 fanout_10 fanout_1_batched fanout_10_batched paced_50 paced_100 slow_endpoint backlog queueing_1 queueing_10 console; do
   grep -q "\"$scenario\"" "$out" "$out.backlog" || { echo "bench smoke: no $scenario figures" >&2; exit 1; }
 done
+drained=$(grep -c '"drained_complete": true' "$out.backlog" || true)
+[ "$drained" -eq 2 ] || { echo "bench smoke: only $drained queueing runs drained" >&2; cat "$out.backlog" >&2; exit 1; }
 # A cost (CPU s per 1,000) beside each throughput figure: ingest, batch, six
-# delivery scenarios, paced, backlog.
+# delivery scenarios, paced, backlog, and queueing and drain for each count.
 costs=$(cat "$out" "$out.backlog" | grep -c '"server_cpu_secs_per_1000"' || true)
-[ "$costs" -ge 10 ] || { echo "bench smoke: only $costs scenarios with a cost" >&2; exit 1; }
+[ "$costs" -ge 14 ] || { echo "bench smoke: only $costs scenarios with a cost" >&2; exit 1; }
 [ "$complete" -ge 6 ] || { echo "bench smoke: only $complete scenarios completed" >&2; cat "$out" "$out.backlog" >&2; exit 1; }
 echo "bench smoke: ok ($complete delivery scenarios complete)"

@@ -6,7 +6,6 @@
 //! The target must run WITHOUT a worker (`relayops api`, which includes the
 //! publisher); the bench starts `<relayops-bin> worker` with the environment it
 //! was given.
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,18 +50,11 @@ impl BacklogRun<'_> {
         target.receiver.reset();
         eprintln!("[backlog] queueing {} events with no worker running", self.events);
         let (queued, _) = target.ingest_batches("bench.backlog", self.events, 500, 4).await;
-        self.wait_for_published_outbox().await?;
+        crate::worker_process::wait_for_published_outbox(self.pool, self.timeout).await?;
 
         eprintln!("[backlog] starting a worker (prefetch {})", self.worker_prefetch);
         let meter = Meter::start();
-        let mut worker = tokio::process::Command::new(self.relayops_bin)
-            .arg("worker")
-            .env("RELAYOPS_WORKER_CONCURRENCY", self.worker_prefetch.to_string())
-            .env("RELAYOPS_OUTBOUND_ALLOW_CIDRS", "127.0.0.1/32")
-            .env("RELAYOPS_LOG", std::env::var("RELAYOPS_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
+        let mut worker = crate::worker_process::spawn_worker(self.relayops_bin, self.worker_prefetch)?;
         let pid = worker.id().unwrap_or_default();
         let started = Instant::now();
         let stop_probe = Arc::new(AtomicBool::new(false));
@@ -114,20 +106,5 @@ impl BacklogRun<'_> {
             ingest_during_drain: percentiles(probe_latencies),
             cost,
         })
-    }
-
-    /// The measured drain is the worker's: wait until the publisher has moved
-    /// the backlog from the outbox to the broker.
-    async fn wait_for_published_outbox(&self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + self.timeout;
-        loop {
-            let client = self.pool.get().await?;
-            let row = client.query_one("SELECT count(*) FROM relayops.outbox_messages", &[]).await?;
-            if row.get::<_, i64>(0) == 0 {
-                return Ok(());
-            }
-            anyhow::ensure!(Instant::now() < deadline, "the outbox did not drain to the broker in time");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 }

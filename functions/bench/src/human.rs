@@ -72,6 +72,21 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
         );
         println!("           {}", describe(&b["cost"]));
     }
+    for (_, q) in report.iter().filter(|(key, _)| key.starts_with("queueing_")) {
+        println!(
+            "queueing   {} subscribers, API only: {} events answered/s, {} events/s ({} deliveries/s) on the broker   ingest p50 {} ms p99 {} ms   retried {}",
+            q["subscribers"], f(&q["ingest"]["events_per_sec"]), f(&q["queued_events_per_sec"]),
+            f(&q["queued_deliveries_per_sec"]), f(&q["ingest"]["latency"]["p50_ms"]),
+            f(&q["ingest"]["latency"]["p99_ms"]), q["ingest"]["retried_by_status"]
+        );
+        println!("           {}", describe(&q["queueing_cost"]));
+        println!(
+            "           then a worker alone drained them at {} deliveries/s{}",
+            f(&q["drained_deliveries_per_sec"]),
+            if q["drained_complete"] == true { "" } else { " INCOMPLETE" }
+        );
+        println!("           {}", describe(&q["drain_cost"]));
+    }
     if let Some(c) = report.get("console") {
         println!("console    {} deliveries; {} requests per page:", c["deliveries"], c["rounds"]);
         if let Some(pages) = c["pages"].as_object() {

@@ -14,9 +14,11 @@ mod memory;
 mod paced;
 mod proc_cpu;
 mod protocol;
+mod queueing;
 mod receiver;
 mod scenarios;
 mod stats;
+mod worker_process;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -49,10 +51,11 @@ struct Args {
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
     /// delivery-batched, fanout, fanout-batched, ordered, paced, slow, backlog,
-    /// console. `fanout` and `fanout-batched` run once per `--fanout-endpoints`
-    /// count, `ordered` once per `--ordered-keys` count.
-    /// `backlog` needs `--relayops-bin` and a target running without a worker
-    /// (`relayops api`).
+    /// queueing, console. `fanout` and `fanout-batched` run once per
+    /// `--fanout-endpoints` count, `ordered` once per `--ordered-keys` count,
+    /// `queueing` once per `--queueing-subscribers` count.
+    /// `backlog` and `queueing` need `--relayops-bin` and a target running
+    /// without a worker (`relayops api`).
     #[arg(long, default_value = "ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow")]
     scenarios: String,
     /// Endpoints the fan-out scenarios subscribe, comma-separated: one run of
@@ -79,10 +82,22 @@ struct Args {
     /// Events queued before the `backlog` scenario starts its worker.
     #[arg(long, default_value_t = 100_000)]
     backlog_events: usize,
-    /// Prefetch (messages in flight) of the worker the `backlog` scenario starts.
+    /// Prefetch (messages in flight) of the worker the `backlog` and `queueing` scenarios start.
     #[arg(long, default_value_t = 1000)]
     backlog_prefetch: u32,
-    /// The `relayops` binary the `backlog` scenario runs `worker` from.
+    /// Subscribers of each `queueing` run (API only, then a worker's drain),
+    /// comma-separated: one run per count.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    queueing_subscribers: Vec<usize>,
+    /// Events each `queueing` run posts (fewer where they would exceed
+    /// `--queueing-max-deliveries`).
+    #[arg(long, default_value_t = 3000)]
+    queueing_events: usize,
+    /// Deliveries a `queueing` run queues at most (events × subscribers): the
+    /// target's `RELAYOPS_MAX_READY_DEPTH` must be above it.
+    #[arg(long, default_value_t = 100_000)]
+    queueing_max_deliveries: usize,
+    /// The `relayops` binary the `backlog` and `queueing` scenarios run `worker` from.
     #[arg(long)]
     relayops_bin: Option<String>,
     /// Deliveries the `console` scenario's tenant gets before its pages are timed.
@@ -195,6 +210,25 @@ async fn main() -> anyhow::Result<()> {
             timeout: Duration::from_secs(600),
         };
         report.insert("backlog".into(), serde_json::to_value(run.run().await?)?);
+    }
+    if scenarios.contains(&"queueing") {
+        let Some(relayops_bin) = args.relayops_bin.as_deref() else {
+            anyhow::bail!("the queueing scenario needs --relayops-bin (and a target without a worker)");
+        };
+        anyhow::ensure!(args.queueing_subscribers.iter().all(|n| *n > 0), "--queueing-subscribers: at least 1");
+        let run = queueing::QueueingRun {
+            target: &target,
+            pool: &pool,
+            relayops_bin,
+            concurrency: args.concurrency,
+            worker_prefetch: args.backlog_prefetch,
+            timeout: Duration::from_secs(600),
+        };
+        for subscribers in &args.queueing_subscribers {
+            let events = args.queueing_events.min(args.queueing_max_deliveries / subscribers).max(1);
+            let figures = run.run(*subscribers, events).await?;
+            report.insert(format!("queueing_{subscribers}"), serde_json::to_value(figures)?);
+        }
     }
     if scenarios.contains(&"console") {
         let run = console::ConsoleRun {

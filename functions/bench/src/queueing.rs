@@ -1,0 +1,100 @@
+//! The API-only scenario, once per subscriber count (`--queueing-subscribers`,
+//! 1, 10 and 100 unless told): events posted one per request to an event type
+//! with that many endpoints, while no worker runs, timed until the API has
+//! answered them all and until the publisher has put every delivery on the
+//! broker (the queueing rate an outside comparison measured against Svix);
+//! then a worker the bench starts itself drains them (worker-only fan-out).
+//! Each phase has its cost: CPU seconds per 1,000 events queued, per 1,000
+//! deliveries drained.
+//!
+//! The target must run WITHOUT a worker (`relayops api`, which includes the
+//! publisher), with `RELAYOPS_MAX_READY_DEPTH` above the largest count's
+//! deliveries (otherwise ingest refuses with 503 once the ready queue fills:
+//! the refusals are retried and reported, and the figure is the backpressure's).
+use std::time::{Duration, Instant};
+
+use relayops_shared::db::Pool;
+use serde::Serialize;
+
+use crate::cost::{Cost, Meter};
+use crate::scenarios::{IngestFigures, Target};
+use crate::worker_process::{spawn_worker, wait_for_published_outbox};
+
+#[derive(Debug, Serialize)]
+pub struct QueueingFigures {
+    pub subscribers: usize,
+    /// Posted one per request by `concurrency` clients.
+    pub ingest: IngestFigures,
+    /// Accepted events per second until the outbox was empty (every delivery
+    /// a message on the broker).
+    pub queued_events_per_sec: f64,
+    pub queued_deliveries_per_sec: f64,
+    /// From the first post until the outbox was empty, per 1,000 events.
+    pub queueing_cost: Option<Cost>,
+    /// The worker's drain of what was queued.
+    pub drained_deliveries_per_sec: f64,
+    pub drained_complete: bool,
+    /// From the worker's start until every delivery was recorded, per 1,000 deliveries.
+    pub drain_cost: Option<Cost>,
+}
+
+pub struct QueueingRun<'a> {
+    pub target: &'a Target,
+    pub pool: &'a Pool,
+    pub relayops_bin: &'a str,
+    pub concurrency: usize,
+    pub worker_prefetch: u32,
+    pub timeout: Duration,
+}
+
+impl QueueingRun<'_> {
+    /// Queues `events` events to `subscribers` endpoints, then drains them.
+    pub async fn run(&self, subscribers: usize, events: usize) -> anyhow::Result<QueueingFigures> {
+        let target = self.target;
+        let event_type = format!("bench.queueing-{subscribers}");
+        target.endpoints(&event_type, subscribers).await?;
+        target.receiver.reset();
+        let label = format!("queueing {subscribers}");
+
+        let meter = Meter::start();
+        let started = Instant::now();
+        let (ingest, _) = target.ingest(&event_type, events, self.concurrency, &label, None).await;
+        wait_for_published_outbox(self.pool, self.timeout).await?;
+        let queued_secs = started.elapsed().as_secs_f64().max(0.001);
+        let queueing_cost = meter.finish("events", ingest.accepted);
+        let expected = ingest.accepted * subscribers;
+
+        eprintln!("[{label}] {expected} deliveries queued; starting a worker (prefetch {})", self.worker_prefetch);
+        let meter = Meter::start();
+        let mut worker = spawn_worker(self.relayops_bin, self.worker_prefetch)?;
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let mut last_progress = Instant::now();
+        while target.receiver.delivered() < expected && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if last_progress.elapsed() >= Duration::from_secs(1) {
+                eprintln!("[{label}] drained {}/{expected}", target.receiver.delivered());
+                last_progress = Instant::now();
+            }
+        }
+        let delivered = target.receiver.delivered();
+        let drain_secs = {
+            let arrivals = target.receiver.arrivals.lock().map_err(|_| anyhow::anyhow!("receiver lock"))?;
+            let last = arrivals.by_delivery.values().map(|(_, at, _)| *at).max().unwrap_or(started);
+            (last - started).as_secs_f64().max(0.001)
+        };
+        target.await_recorded().await?;
+        let drain_cost = meter.finish("deliveries", delivered);
+        let _ = worker.kill().await;
+        Ok(QueueingFigures {
+            subscribers,
+            queued_events_per_sec: ingest.accepted as f64 / queued_secs,
+            queued_deliveries_per_sec: expected as f64 / queued_secs,
+            ingest,
+            queueing_cost,
+            drained_deliveries_per_sec: delivered as f64 / drain_secs,
+            drained_complete: delivered >= expected,
+            drain_cost,
+        })
+    }
+}
