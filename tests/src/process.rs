@@ -1,6 +1,6 @@
-//! Real `relayops` processes for tests where a crash is the point: started with
-//! the test's database and namespace, killed with SIGKILL, and killed on drop so
-//! none outlives its test.
+//! Real `relayops` processes for tests where a crash (or a stop) is the point:
+//! started with the test's database and namespace, killed with SIGKILL (or told
+//! to stop with SIGTERM), and killed on drop so none outlives its test.
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -17,6 +17,13 @@ impl RoleProcess {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// SIGTERM, as a container runtime sends before it kills; does not wait.
+    pub fn terminate(&self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.as_ref().is_ok_and(|status| status.success()), "kill -TERM {pid}: {sent:?}");
     }
 
     /// Waits (without blocking the runtime) until the process exits by itself.

@@ -26,10 +26,10 @@ use relayops_shared::handoff::Handoff;
 use relayops_shared::history;
 use relayops_shared::repo::outbox::OutboxMessage;
 use relayops_shared::repo::{outbox, outbox_fanout, recovery};
-use relayops_shared::task::AbortOnDrop;
+use relayops_shared::task::{stop_requested, AbortOnDrop};
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
-use tokio::sync::{mpsc, Mutex, MutexGuard, Notify};
+use tokio::sync::{mpsc, watch, Mutex, MutexGuard, Notify};
 
 pub use session::PublishError;
 use session::Session;
@@ -94,7 +94,14 @@ enum Next {
     Drain,
     /// Publish rows ingest wrote claimed by this publisher and handed over.
     Publish(Vec<OutboxMessage>),
+    /// The process is stopping: publish what ingest still hands over, then return.
+    Stop,
 }
+
+/// Test hook (`RELAYOPS_FAILPOINTS`): the long-lived loop leaves the rows
+/// ingest hands over in the hand-off until the process stops, so a test can
+/// stop a process with rows in it.
+const HOLD_HANDED: &str = "publisher.hold_handed";
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -401,6 +408,16 @@ impl Publisher {
     /// (ended with the loop), so a wake-up never waits for them. Errors are
     /// logged and retried with a growing pause (200 ms doubling to 6.4 s).
     pub async fn run(self: Arc<Self>, wakeup: Arc<Notify>) {
+        self.run_until(wakeup, relayops_shared::task::never_stopping()).await;
+    }
+
+    /// [`run`](Self::run) until `stopping` turns true (the process is
+    /// stopping: Ctrl-C or SIGTERM). Then it leaves the outbox to the next
+    /// publisher, publishes the rows ingest still hands over until ingest's
+    /// end of the hand-off is gone (the api has answered its last request),
+    /// and returns. Without that, those rows were left claimed by a process
+    /// that no longer exists until their claims expired (30 s by default).
+    pub async fn run_until(self: Arc<Self>, wakeup: Arc<Notify>, mut stopping: watch::Receiver<bool>) {
         self.housekeeping_in_own_tasks.store(true, Ordering::Relaxed);
         let _history = AbortOnDrop(tokio::spawn(Arc::clone(&self).maintain_history_forever()));
         let _recovery = AbortOnDrop(tokio::spawn(Arc::clone(&self).recover_forever(Arc::clone(&wakeup))));
@@ -411,6 +428,7 @@ impl Publisher {
             let tick = match next {
                 Next::Drain => self.drain_until(None, DrainStop::WhenShort).await.map(|report| (report, false)),
                 Next::Publish(messages) => self.publish_handed(messages).await,
+                Next::Stop => return self.finish_handed(handed).await,
             };
             let tick = match tick {
                 Ok(done) => self.connect().await.map(|()| done),
@@ -425,7 +443,7 @@ impl Publisher {
                     if left_over {
                         Next::Drain
                     } else {
-                        self.next_work(&wakeup, &mut handed).await
+                        self.next_work(&wakeup, &mut handed, &mut stopping).await
                     }
                 }
                 Err(error) => {
@@ -434,8 +452,10 @@ impl Publisher {
                     let pause = Duration::from_millis(200 * 2u64.pow(failures.min(5)));
                     tracing::warn!(error = %error_chain(&error), pause_ms = pause.as_millis() as u64, "publisher tick failed");
                     self.give_back_handed(&mut handed).await;
-                    tokio::time::sleep(pause).await;
-                    Next::Drain
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => Next::Drain,
+                        _ = stop_requested(&mut stopping) => Next::Stop,
+                    }
                 }
             };
         }
@@ -470,21 +490,55 @@ impl Publisher {
         }
     }
 
+    /// After the stop: publishes what ingest hands over until its end of the
+    /// hand-off is gone — every request the api took has been answered, each
+    /// handing its row over as it goes — then returns. A batch that cannot be
+    /// published is given back (pending) for the next publisher. The process
+    /// waits only so long for this (`roles::STOP_GRACE`); rows still here then
+    /// wait for their claims to expire, as after a crash.
+    async fn finish_handed(&self, handed: Option<mpsc::Receiver<OutboxMessage>>) {
+        let Some(mut receiver) = handed else { return };
+        let limit = self.config.batch_size.max(1) as usize;
+        loop {
+            let mut rows = Vec::new();
+            if receiver.recv_many(&mut rows, limit).await == 0 {
+                return;
+            }
+            let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+            match self.publish_handed(rows).await {
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(error = %error_chain(&error), "publishing handed rows while stopping failed");
+                    self.give_back(ids).await;
+                }
+            }
+        }
+    }
+
     /// Waits for work: rows handed over (a batch of what has come), a
     /// wake-up, or the idle interval. When both kinds wait, either may go
     /// first (`select!` picks at random), so neither starves the other.
-    async fn next_work(&self, wakeup: &Notify, handed: &mut Option<mpsc::Receiver<OutboxMessage>>) -> Next {
+    async fn next_work(
+        &self,
+        wakeup: &Notify,
+        handed: &mut Option<mpsc::Receiver<OutboxMessage>>,
+        stopping: &mut watch::Receiver<bool>,
+    ) -> Next {
         let idle = tokio::time::sleep(self.config.idle_interval);
-        let Some(receiver) = handed.as_mut() else {
+        let stop = stop_requested(stopping);
+        let receiver = handed.as_mut().filter(|_| !relayops_shared::failpoint::is_armed(HOLD_HANDED));
+        let Some(receiver) = receiver else {
             tokio::select! {
                 _ = wakeup.notified() => {}
                 _ = idle => {}
+                _ = stop => return Next::Stop,
             }
             return Next::Drain;
         };
         let mut rows = Vec::new();
         let limit = self.config.batch_size.max(1) as usize;
         tokio::select! {
+            _ = stop => Next::Stop,
             received = receiver.recv_many(&mut rows, limit) => {
                 if received == 0 {
                     // Ingest's end is gone: only wake-ups from now on.

@@ -5,5 +5,6 @@ pub mod openapi;
 pub mod ops;
 pub mod roles;
 pub mod settings;
+pub mod stopping;
 
 pub use roles::{api_router, migrate, run, Roles};

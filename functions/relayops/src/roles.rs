@@ -1,4 +1,4 @@
-//! Starting the long-lived roles in one process and stopping them on Ctrl-C.
+//! Starting the long-lived roles in one process (stopping them: `stopping`).
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -17,10 +17,11 @@ use relayops_worker::gate::Gate;
 use relayops_worker::Worker;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
 
 use crate::ops::{self, OpsProbe};
 use crate::settings::{PipelineSettings, Settings};
+pub use crate::stopping::wait;
+use crate::stopping::Running;
 
 pub struct Roles {
     /// All HTTP functions on one port; always runs a publisher loop with them.
@@ -93,18 +94,18 @@ async fn ready(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
     (status, Json(body))
 }
 
-/// Runs the roles until Ctrl-C (or until one of them fails).
+/// Runs the roles until Ctrl-C or SIGTERM (or until one of them fails).
 pub async fn run(roles: Roles) -> anyhow::Result<()> {
-    let tasks = start(roles).await?;
-    wait(tasks).await
+    let running = start(roles).await?;
+    wait(running).await
 }
 
 /// Starts the roles on background tasks, once every setting they read has
 /// been read and checked ([`Settings`]).
-pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> {
+pub async fn start(roles: Roles) -> anyhow::Result<Running> {
     let settings = Settings::from_env(&roles)?;
     observe::install_prometheus();
-    let mut tasks = JoinSet::new();
+    let mut tasks = Running::default();
     let mut probe = OpsProbe::default();
     let listen = settings.listen;
 
@@ -151,8 +152,9 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
                 probe.publisher_connected = Some(publisher.broker_connected());
             }
             let notify = Arc::clone(&wakeup);
-            tasks.spawn(async move {
-                publisher.run(notify).await;
+            // On stop it publishes what ingest still hands it, then returns.
+            tasks.spawn_finishing(|stopping| async move {
+                publisher.run_until(notify, stopping).await;
                 Ok(())
             });
         }
@@ -185,7 +187,12 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             // The peer address is the client (login throttling), unless a
             // trusted proxy forwards for it.
             let app = api_router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-            tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
+            // On stop: no new connection, the requests under way answered;
+            // then the router (and ingest's end of the hand-off) is dropped.
+            tasks.spawn_finishing(|mut stopping| async move {
+                let stopped = async move { relayops_shared::task::stop_requested(&mut stopping).await };
+                axum::serve(listener, app).with_graceful_shutdown(stopped).await.map_err(anyhow::Error::from)
+            });
         }
         if let (Some(worker_config), Some(flow)) = (worker, &flow) {
             let config = WorkerConfig { outbound_allow: outbound_allow.clone(), ..worker_config };
@@ -194,8 +201,9 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
             probe.flow = gate.flow().cloned();
             let worker = Worker::new(pool.clone(), broker.clone(), config, gate)?;
             probe.worker_consuming = Some(worker.consuming());
-            tasks.spawn(async move {
-                worker.run().await;
+            // On stop it takes no new message and finishes those under way.
+            tasks.spawn_finishing(|stopping| async move {
+                worker.run_until(stopping).await;
                 Ok(())
             });
         }
@@ -214,7 +222,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<JoinSet<anyhow::Result<()>>> 
 }
 
 fn spawn_alerter(
-    tasks: &mut JoinSet<anyhow::Result<()>>,
+    tasks: &mut Running,
     broker: BrokerConfig,
     config: AlertConfig,
 ) -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
@@ -235,26 +243,12 @@ pub async fn run_alerter() -> anyhow::Result<()> {
     let broker = BrokerConfig::from_env()?;
     let ops_config = OpsConfig::from_env()?;
     observe::install_prometheus();
-    let mut tasks = JoinSet::new();
+    let mut tasks = Running::default();
     let probe = OpsProbe { alerter_consuming: Some(spawn_alerter(&mut tasks, broker, config)?), ..Default::default() };
     if let Some(address) = ops_config.worker_health_listen {
         tasks.spawn(ops::serve(address, probe).await?);
     }
     wait(tasks).await
-}
-
-/// Waits for Ctrl-C, then stops the roles.
-pub async fn wait(mut tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> {
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("shutting down"),
-        Some(ended) = tasks.join_next() => {
-            // A role never ends on its own; if one does, stop the process.
-            ended??;
-            anyhow::bail!("a role stopped unexpectedly");
-        }
-    }
-    tasks.shutdown().await;
-    Ok(())
 }
 
 /// What `relayops all` opens for its simulator: exactly its address and port

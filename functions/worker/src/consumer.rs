@@ -8,13 +8,17 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{Connection, Consumer};
 use relayops_shared::broker::{self, BrokerError, Topology, SETUP_TIMEOUT};
 use relayops_shared::config::{BrokerConfig, WorkerConfig};
 use relayops_shared::db::Pool;
+use relayops_shared::task::{never_stopping, stop_requested};
 use relayops_shared::telemetry::error_chain;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::delay::{DelayPublisher, THROTTLES_HEADER};
@@ -50,10 +54,20 @@ impl Worker {
 
     /// Consumes until the process ends, reconnecting as needed.
     pub async fn run(&self) {
-        broker::consume_forever("worker", &self.consuming, || self.consume()).await
+        self.run_until(never_stopping()).await
     }
 
-    async fn consume(&self) -> Result<(), BrokerError> {
+    /// [`run`](Self::run) until `stopping` turns true (the process is
+    /// stopping): then it takes no new message, lets the deliveries under way
+    /// finish — request answered, attempt recorded, message acknowledged —
+    /// and returns. Without that, they were left leased by a process that is
+    /// gone, to be sent again after their leases expired.
+    pub async fn run_until(&self, stopping: watch::Receiver<bool>) {
+        let consume = || self.consume(stopping.clone());
+        broker::consume_until("worker", &self.consuming, stopping.clone(), consume).await
+    }
+
+    async fn consume(&self, mut stopping: watch::Receiver<bool>) -> Result<(), BrokerError> {
         // Every setup step waits for a broker reply; a reply that never comes
         // (an overloaded broker, a lost frame) must become a reconnect, not a
         // worker that silently never consumes.
@@ -77,6 +91,18 @@ impl Worker {
                     in_flight.spawn(async move { settle(&processor, &delays, &channel, delivery).await });
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                _ = stop_requested(&mut stopping) => {
+                    // The broker sends this consumer nothing more; what it sent
+                    // that no task took yet goes back to the queue when the
+                    // connection closes with the process.
+                    let tag = consumer.tag();
+                    if let Err(error) = channel.basic_cancel(tag.as_str(), BasicCancelOptions::default()).await {
+                        tracing::warn!(error = %error, "cancelling the consumer while stopping failed");
+                    }
+                    tracing::info!(in_flight = in_flight.len(), "worker stopping: finishing the deliveries under way");
+                    while in_flight.join_next().await.is_some() {}
+                    break Ok(());
+                }
             }
         };
         // The connection is gone, but requests already sent must still be

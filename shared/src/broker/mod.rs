@@ -94,8 +94,23 @@ pub async fn open_channel(connection: &Connection) -> Result<Channel, BrokerErro
 /// until its stream ends or fails; `consuming` is false between attempts (for
 /// readiness); each failure in a row doubles the pause before reconnecting
 /// (250 ms up to 8 s), a stream that ended cleanly starts over at once.
-pub async fn consume_forever<F, Fut>(role: &str, consuming: &tokio::sync::watch::Sender<bool>, mut consume: F)
+pub async fn consume_forever<F, Fut>(role: &str, consuming: &tokio::sync::watch::Sender<bool>, consume: F)
 where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), BrokerError>>,
+{
+    consume_until(role, consuming, crate::task::never_stopping(), consume).await
+}
+
+/// [`consume_forever`] until `stopping` turns true: `consume` is expected to
+/// see it too and return once it has wound down; then this returns instead
+/// of reconnecting.
+pub async fn consume_until<F, Fut>(
+    role: &str,
+    consuming: &tokio::sync::watch::Sender<bool>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    mut consume: F,
+) where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), BrokerError>>,
 {
@@ -103,6 +118,9 @@ where
     loop {
         let result = consume().await;
         consuming.send_replace(false);
+        if *stopping.borrow() {
+            return;
+        }
         match result {
             Ok(()) => {
                 failures = 0;
@@ -113,7 +131,11 @@ where
                 tracing::warn!(role, error = %crate::telemetry::error_chain(&error), "broker connection failed; reconnecting");
             }
         }
-        tokio::time::sleep(std::time::Duration::from_millis(250 * 2u64.pow(failures.min(5)))).await;
+        let pause = std::time::Duration::from_millis(250 * 2u64.pow(failures.min(5)));
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = crate::task::stop_requested(&mut stopping) => return,
+        }
     }
 }
 

@@ -38,5 +38,6 @@ mod retries;
 mod sam_local;
 mod sqs_wakeup;
 mod ssrf;
+mod stopping;
 mod stranding;
 mod upgrade;

@@ -1,0 +1,89 @@
+//! Stopping a process (SIGTERM, what `docker stop` and ECS send; Ctrl-C
+//! alike): what it has under way is finished before it exits — the api's
+//! answered requests' events published, the worker's deliveries sent and
+//! recorded — instead of left to claim and lease expiries, as a crash leaves
+//! them.
+use relayops_tests::{TestConfig, TestEnv, WAIT};
+use serde_json::json;
+
+/// Stopping an api (SIGTERM, what a container runtime sends before it kills;
+/// Ctrl-C alike) publishes the rows its requests handed to its own publisher
+/// before the process exits, instead of leaving them claimed by a process
+/// that is gone until their claims expire (10 minutes here). A test hook
+/// makes the publisher hold handed rows, so three are in the hand-off at the
+/// stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_told_to_stop_publishes_the_rows_its_requests_handed_over_before_it_exits() {
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let address = relayops_tests::free_loopback_address();
+    let mut api = env.spawn_role(
+        "api",
+        &[
+            ("RELAYOPS_API_LISTEN", address.as_str()),
+            ("RELAYOPS_FAILPOINTS", "publisher.hold_handed"),
+            ("RELAYOPS_PUBLISHER_CLAIM_TTL_MS", "600000"),
+        ],
+    );
+    let replica = format!("http://{address}");
+    relayops_tests::wait_until_ready(&env.http, &replica).await;
+    // From its first claim on, the publisher reaches the broker and ingest
+    // writes rows claimed by it.
+    env.note_outbox_claims().await;
+    env.wait_for_sql("the api's publisher reached the broker", "SELECT count(*) > 0 FROM relayops.claims_seen").await;
+    let mut events = Vec::new();
+    for n in 0..3 {
+        let response = env
+            .http
+            .post(format!("{replica}/v1/events"))
+            .bearer_auth(&env.api_key)
+            .json(&json!({ "event_type": "a.b", "payload": { "n": n } }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 201);
+        let body: serde_json::Value = response.json().await.unwrap();
+        events.push(body["id"].as_str().unwrap().to_owned());
+    }
+    let client = env.pool.get().await.unwrap();
+    let outbox = client
+        .query_one("SELECT count(*) FILTER (WHERE status = 'claimed'), count(*) FROM relayops.outbox_messages", &[])
+        .await
+        .unwrap();
+    let (held, rows): (i64, i64) = (outbox.get(0), outbox.get(1));
+    assert_eq!((held, rows), (3, 3), "each event's row claimed by the api's publisher and held in its hand-off");
+
+    api.terminate();
+    let status = api.exited(WAIT).await.expect("the api exits once told to stop");
+    assert!(status.success(), "cleanly: {status:?}");
+    assert_eq!(env.count("outbox_messages").await, 0, "every handed row published before the exit");
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    assert_eq!(env.simulator.received().len(), 3, "each event delivered once");
+}
+
+/// Stopping a worker lets the delivery it has under way finish: the
+/// receiver's slow answer comes, the attempt is recorded, and the process
+/// exits cleanly with the delivery `delivered` — not `in_progress`, leased by
+/// a process that is gone, to be sent again once the lease expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_told_to_stop_finishes_the_delivery_under_way_before_it_exits() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/slow/1000", &["*"], json!({})).await;
+    let mut worker = env.spawn_role("worker", &[]);
+    env.post_event("a.b", json!({ "n": 1 })).await;
+    env.simulator.wait_until(WAIT, |_| env.simulator.max_in_flight("/sim/slow/1000") >= 1).await;
+
+    worker.terminate();
+    let status = worker.exited(WAIT).await.expect("the worker exits once told to stop");
+    assert!(status.success(), "cleanly: {status:?}");
+    let client = env.pool.get().await.unwrap();
+    let row = client
+        .query_one("SELECT status, attempt_count, lease_owner IS NULL FROM relayops.deliveries", &[])
+        .await
+        .unwrap();
+    let (state, attempts, unleased): (String, i32, bool) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((state.as_str(), attempts, unleased), ("delivered", 1, true), "recorded before the exit");
+    assert_eq!(env.simulator.received().len(), 1, "sent once");
+}
