@@ -494,7 +494,7 @@ impl Publisher {
     /// hand-off is gone — every request the api took has been answered, each
     /// handing its row over as it goes — then returns. A batch that cannot be
     /// published is given back (pending) for the next publisher. The process
-    /// waits only so long for this (`roles::STOP_GRACE`); rows still here then
+    /// waits only so long for this (`task::STOP_GRACE`); rows still here then
     /// wait for their claims to expire, as after a crash.
     async fn finish_handed(&self, handed: Option<mpsc::Receiver<OutboxMessage>>) {
         let Some(mut receiver) = handed else { return };
