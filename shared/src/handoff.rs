@@ -80,7 +80,7 @@ impl Handoff {
 
     /// The claim to write rows with now, or none while the publisher cannot
     /// take them: its broker session is down (rows claimed then would wait
-    /// for their claim to expire), its hand-off is full, or it has stopped.
+    /// for their claim to expire) or its hand-off is full.
     pub fn claim(&self) -> Option<ClaimFor<'_>> {
         let inner = &self.inner;
         let open = *inner.publishing.borrow() && inner.sender.capacity() > 0;

@@ -69,6 +69,26 @@ impl TestEnv {
         self.spawn_role_logging(role, extra, None)
     }
 
+    /// Starts `relayops api` on a free loopback port (`extra` as for
+    /// [`spawn_role`](Self::spawn_role)) and waits until it is ready and its
+    /// publisher has reached the broker: it opens its session before its
+    /// first claim (an UPDATE that finds nothing, seen through
+    /// [`note_outbox_claims`](Self::note_outbox_claims)), so from then on its
+    /// ingest writes rows claimed by that publisher. Returns the process and
+    /// its base URL.
+    pub async fn spawn_publishing_api(&self, extra: &[(&str, &str)]) -> (RoleProcess, String) {
+        let address = crate::free_loopback_address();
+        let mut env: Vec<(&str, &str)> = vec![("RELAYOPS_API_LISTEN", address.as_str())];
+        env.extend_from_slice(extra);
+        let api = self.spawn_role("api", &env);
+        let replica = format!("http://{address}");
+        crate::wait_until_ready(&self.http, &replica).await;
+        self.note_outbox_claims().await;
+        self.wait_for_sql("the api's publisher reached the broker", "SELECT count(*) > 0 FROM relayops.claims_seen")
+            .await;
+        (api, replica)
+    }
+
     /// As [`spawn_role`](Self::spawn_role), with the process' logs appended to a file.
     pub fn spawn_role_logging(&self, role: &str, extra: &[(&str, &str)], log: Option<&std::path::Path>) -> RoleProcess {
         let mut command = Command::new(binary());

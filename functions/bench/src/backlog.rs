@@ -10,12 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use relayops_shared::db::Pool;
 use serde::Serialize;
 
 use crate::cost::{Cost, Meter};
-use crate::scenarios::Target;
 use crate::stats::{percentiles, Percentiles};
+use crate::worker_process::ApiOnly;
 
 #[derive(Debug, Serialize)]
 pub struct BacklogFigures {
@@ -34,27 +33,24 @@ pub struct BacklogFigures {
 }
 
 pub struct BacklogRun<'a> {
-    pub target: &'a Target,
-    pub pool: &'a Pool,
-    pub relayops_bin: &'a str,
+    pub api_only: ApiOnly<'a>,
     pub events: usize,
-    pub worker_prefetch: u32,
-    pub timeout: Duration,
 }
 
 impl BacklogRun<'_> {
     pub async fn run(&self) -> anyhow::Result<BacklogFigures> {
-        let target = self.target;
+        let (api_only, target) = (&self.api_only, self.api_only.target);
+        let prefetch = api_only.worker_prefetch;
         // The endpoint may have as many requests open as the worker prefetches.
-        target.endpoint("hook/backlog-0", "bench.backlog", self.worker_prefetch.min(1000)).await?;
+        target.endpoint("hook/backlog-0", "bench.backlog", prefetch.min(1000)).await?;
         target.receiver.reset();
         eprintln!("[backlog] queueing {} events with no worker running", self.events);
         let (queued, _) = target.ingest_batches("bench.backlog", self.events, 500, 4).await;
-        crate::worker_process::wait_for_published_outbox(self.pool, self.timeout).await?;
+        api_only.wait_for_published_outbox().await?;
 
-        eprintln!("[backlog] starting a worker (prefetch {})", self.worker_prefetch);
+        eprintln!("[backlog] starting a worker (prefetch {prefetch})");
         let meter = Meter::start();
-        let mut worker = crate::worker_process::spawn_worker(self.relayops_bin, self.worker_prefetch)?;
+        let mut worker = api_only.spawn_worker()?;
         let pid = worker.id().unwrap_or_default();
         let started = Instant::now();
         let stop_probe = Arc::new(AtomicBool::new(false));
@@ -74,34 +70,20 @@ impl BacklogRun<'_> {
                 latencies
             }
         });
-        let deadline = started + self.timeout;
-        let mut last_progress = Instant::now();
-        while target.receiver.delivered_to("backlog") < queued.accepted && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if last_progress.elapsed() >= Duration::from_secs(1) {
-                eprintln!("[backlog] delivered {}/{}", target.receiver.delivered_to("backlog"), queued.accepted);
-                last_progress = Instant::now();
-            }
-        }
-        let delivered = target.receiver.delivered_to("backlog");
-        let drain = {
-            let arrivals = target.receiver.arrivals.lock().map_err(|_| anyhow::anyhow!("receiver lock"))?;
-            let last = arrivals.by_delivery.values().map(|(_, at, _)| *at).max().unwrap_or(started);
-            (last - started).as_secs_f64().max(0.001)
-        };
+        let drained = api_only.await_drain("backlog", queued.accepted, started, "backlog").await;
         let peak_rss = crate::memory::peak_rss_mib(pid);
         target.await_recorded().await?;
-        let cost = meter.finish("deliveries", delivered);
+        let cost = meter.finish("deliveries", drained.delivered);
         let _ = worker.kill().await;
         stop_probe.store(true, Ordering::Relaxed);
         let probe_latencies = probe.await.unwrap_or_default();
         Ok(BacklogFigures {
             events: self.events,
             accepted: queued.accepted,
-            worker_prefetch: self.worker_prefetch,
-            drain_secs: drain,
-            deliveries_per_sec: delivered as f64 / drain,
-            complete: delivered >= queued.accepted,
+            worker_prefetch: prefetch,
+            drain_secs: drained.secs,
+            deliveries_per_sec: drained.delivered as f64 / drained.secs,
+            complete: drained.delivered >= queued.accepted,
             worker_peak_rss_mib: peak_rss,
             ingest_during_drain: percentiles(probe_latencies),
             cost,

@@ -198,31 +198,15 @@ async fn main() -> anyhow::Result<()> {
         report.insert("slow_endpoint".into(), serde_json::to_value(figures)?);
     }
     if scenarios.contains(&"backlog") {
-        let Some(relayops_bin) = args.relayops_bin.as_deref() else {
-            anyhow::bail!("the backlog scenario needs --relayops-bin (and a target without a worker)");
-        };
-        let run = backlog::BacklogRun {
-            target: &target,
-            pool: &pool,
-            relayops_bin,
-            events: args.backlog_events,
-            worker_prefetch: args.backlog_prefetch,
-            timeout: Duration::from_secs(600),
-        };
+        let run =
+            backlog::BacklogRun { api_only: api_only(&args, &target, &pool, "backlog")?, events: args.backlog_events };
         report.insert("backlog".into(), serde_json::to_value(run.run().await?)?);
     }
     if scenarios.contains(&"queueing") {
-        let Some(relayops_bin) = args.relayops_bin.as_deref() else {
-            anyhow::bail!("the queueing scenario needs --relayops-bin (and a target without a worker)");
-        };
         anyhow::ensure!(args.queueing_subscribers.iter().all(|n| *n > 0), "--queueing-subscribers: at least 1");
         let run = queueing::QueueingRun {
-            target: &target,
-            pool: &pool,
-            relayops_bin,
+            api_only: api_only(&args, &target, &pool, "queueing")?,
             concurrency: args.concurrency,
-            worker_prefetch: args.backlog_prefetch,
-            timeout: Duration::from_secs(600),
         };
         for subscribers in &args.queueing_subscribers {
             let events = args.queueing_events.min(args.queueing_max_deliveries / subscribers).max(1);
@@ -252,6 +236,26 @@ async fn main() -> anyhow::Result<()> {
         human::print_human(&report, &rows);
     }
     Ok(())
+}
+
+/// What `scenario` (`backlog`, `queueing`: a target without a worker, and a
+/// worker the bench starts) needs; it needs `--relayops-bin`.
+fn api_only<'a>(
+    args: &'a Args,
+    target: &'a scenarios::Target,
+    pool: &'a relayops_shared::db::Pool,
+    scenario: &str,
+) -> anyhow::Result<worker_process::ApiOnly<'a>> {
+    let Some(relayops_bin) = args.relayops_bin.as_deref() else {
+        anyhow::bail!("the {scenario} scenario needs --relayops-bin (and a target without a worker)");
+    };
+    Ok(worker_process::ApiOnly {
+        target,
+        pool,
+        relayops_bin,
+        worker_prefetch: args.backlog_prefetch,
+        timeout: Duration::from_secs(600),
+    })
 }
 
 /// A delivery scenario to run: its key in the report, its label in the human

@@ -11,14 +11,13 @@
 //! publisher), with `RELAYOPS_MAX_READY_DEPTH` above the largest count's
 //! deliveries (otherwise ingest refuses with 503 once the ready queue fills:
 //! the refusals are retried and reported, and the figure is the backpressure's).
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use relayops_shared::db::Pool;
 use serde::Serialize;
 
 use crate::cost::{Cost, Meter};
-use crate::scenarios::{IngestFigures, Target};
-use crate::worker_process::{spawn_worker, wait_for_published_outbox};
+use crate::scenarios::IngestFigures;
+use crate::worker_process::ApiOnly;
 
 #[derive(Debug, Serialize)]
 pub struct QueueingFigures {
@@ -39,18 +38,15 @@ pub struct QueueingFigures {
 }
 
 pub struct QueueingRun<'a> {
-    pub target: &'a Target,
-    pub pool: &'a Pool,
-    pub relayops_bin: &'a str,
+    pub api_only: ApiOnly<'a>,
+    /// Clients posting at once.
     pub concurrency: usize,
-    pub worker_prefetch: u32,
-    pub timeout: Duration,
 }
 
 impl QueueingRun<'_> {
     /// Queues `events` events to `subscribers` endpoints, then drains them.
     pub async fn run(&self, subscribers: usize, events: usize) -> anyhow::Result<QueueingFigures> {
-        let target = self.target;
+        let (api_only, target) = (&self.api_only, self.api_only.target);
         let event_type = format!("bench.queueing-{subscribers}");
         target.endpoints(&event_type, subscribers).await?;
         target.receiver.reset();
@@ -59,32 +55,20 @@ impl QueueingRun<'_> {
         let meter = Meter::start();
         let started = Instant::now();
         let (ingest, _) = target.ingest(&event_type, events, self.concurrency, &label, None).await;
-        wait_for_published_outbox(self.pool, self.timeout).await?;
+        api_only.wait_for_published_outbox().await?;
         let queued_secs = started.elapsed().as_secs_f64().max(0.001);
         let queueing_cost = meter.finish("events", ingest.accepted);
         let expected = ingest.accepted * subscribers;
 
-        eprintln!("[{label}] {expected} deliveries queued; starting a worker (prefetch {})", self.worker_prefetch);
+        let prefetch = api_only.worker_prefetch;
+        eprintln!("[{label}] {expected} deliveries queued; starting a worker (prefetch {prefetch})");
         let meter = Meter::start();
-        let mut worker = spawn_worker(self.relayops_bin, self.worker_prefetch)?;
+        let mut worker = api_only.spawn_worker()?;
         let started = Instant::now();
-        let deadline = started + self.timeout;
-        let mut last_progress = Instant::now();
-        while target.receiver.delivered() < expected && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if last_progress.elapsed() >= Duration::from_secs(1) {
-                eprintln!("[{label}] drained {}/{expected}", target.receiver.delivered());
-                last_progress = Instant::now();
-            }
-        }
-        let delivered = target.receiver.delivered();
-        let drain_secs = {
-            let arrivals = target.receiver.arrivals.lock().map_err(|_| anyhow::anyhow!("receiver lock"))?;
-            let last = arrivals.by_delivery.values().map(|(_, at, _)| *at).max().unwrap_or(started);
-            (last - started).as_secs_f64().max(0.001)
-        };
+        let hooks = format!("{event_type}-");
+        let drained = api_only.await_drain(&hooks, expected, started, &label).await;
         target.await_recorded().await?;
-        let drain_cost = meter.finish("deliveries", delivered);
+        let drain_cost = meter.finish("deliveries", drained.delivered);
         let _ = worker.kill().await;
         Ok(QueueingFigures {
             subscribers,
@@ -92,8 +76,8 @@ impl QueueingRun<'_> {
             queued_deliveries_per_sec: expected as f64 / queued_secs,
             ingest,
             queueing_cost,
-            drained_deliveries_per_sec: delivered as f64 / drain_secs,
-            drained_complete: delivered >= expected,
+            drained_deliveries_per_sec: drained.delivered as f64 / drained.secs,
+            drained_complete: drained.delivered >= expected,
             drain_cost,
         })
     }

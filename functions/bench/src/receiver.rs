@@ -36,6 +36,11 @@ impl Receiver {
             .unwrap_or(0)
     }
 
+    /// When the last delivery so far first arrived.
+    pub fn last_arrival(&self) -> Option<Instant> {
+        self.arrivals.lock().ok()?.by_delivery.values().map(|(_, at, _)| *at).max()
+    }
+
     pub fn reset(&self) {
         if let Ok(mut arrivals) = self.arrivals.lock() {
             *arrivals = Arrivals::default();

@@ -493,24 +493,18 @@ impl Publisher {
     /// After the stop: publishes what ingest hands over until its end of the
     /// hand-off is gone — every request the api took has been answered, each
     /// handing its row over as it goes — then returns. A batch that cannot be
-    /// published is given back (pending) for the next publisher. The process
-    /// waits only so long for this (`task::STOP_GRACE`); rows still here then
-    /// wait for their claims to expire, as after a crash.
+    /// published goes as in the loop: given back (pending) when the broker
+    /// cannot be reached ([`publish_handed`](Self::publish_handed)), otherwise
+    /// left to its claims. The process waits only so long for this
+    /// (`task::STOP_GRACE`); rows still here then wait for their claims to
+    /// expire, as after a crash.
     async fn finish_handed(&self, handed: Option<mpsc::Receiver<OutboxMessage>>) {
         let Some(mut receiver) = handed else { return };
         let limit = self.config.batch_size.max(1) as usize;
-        loop {
-            let mut rows = Vec::new();
-            if receiver.recv_many(&mut rows, limit).await == 0 {
-                return;
-            }
-            let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
-            match self.publish_handed(rows).await {
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(error = %error_chain(&error), "publishing handed rows while stopping failed");
-                    self.give_back(ids).await;
-                }
+        let mut rows = Vec::new();
+        while receiver.recv_many(&mut rows, limit).await > 0 {
+            if let Err(error) = self.publish_handed(std::mem::take(&mut rows)).await {
+                tracing::warn!(error = %error_chain(&error), "publishing handed rows while stopping failed");
             }
         }
     }

@@ -77,6 +77,9 @@ impl Worker {
         tracing::info!(queue = %topology.ready_queue, prefetch = self.config.concurrency, "worker consuming");
         self.consuming.send_replace(true);
         let mut in_flight = JoinSet::new();
+        // One wait for the stop for the whole loop, not one per message.
+        let stop = stop_requested(&mut stopping);
+        tokio::pin!(stop);
         let ended = loop {
             tokio::select! {
                 next = consumer.next() => {
@@ -91,7 +94,7 @@ impl Worker {
                     in_flight.spawn(async move { settle(&processor, &delays, &channel, delivery).await });
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
-                _ = stop_requested(&mut stopping) => {
+                _ = &mut stop => {
                     // The broker sends this consumer nothing more; what it sent
                     // that no task took yet goes back to the queue when the
                     // connection closes with the process.

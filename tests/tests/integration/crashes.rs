@@ -192,17 +192,8 @@ async fn killing_the_publisher_half_way_through_an_events_messages_sends_only_th
 async fn an_api_killed_between_its_commit_and_its_own_publish_leaves_the_event_to_another_publisher() {
     let mut env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    let address = relayops_tests::free_loopback_address();
-    let mut api = env.spawn_role(
-        "api",
-        &[("RELAYOPS_API_LISTEN", address.as_str()), ("RELAYOPS_FAILPOINTS", "ingest.after_commit")],
-    );
-    let replica = format!("http://{address}");
-    relayops_tests::wait_until_ready(&env.http, &replica).await;
-    // Its publisher opens its broker session before its first claim (an
-    // UPDATE that finds nothing); from then on ingest writes rows claimed by it.
-    env.note_outbox_claims().await;
-    env.wait_for_sql("the api's publisher reached the broker", "SELECT count(*) > 0 FROM relayops.claims_seen").await;
+    // From its publisher's first claim on, ingest writes rows claimed by it.
+    let (mut api, replica) = env.spawn_publishing_api(&[("RELAYOPS_FAILPOINTS", "ingest.after_commit")]).await;
 
     // The api stores the event and dies before answering, waking anyone or
     // publishing it (its own publisher dies with it).

@@ -16,21 +16,13 @@ use serde_json::json;
 async fn an_api_told_to_stop_publishes_the_rows_its_requests_handed_over_before_it_exits() {
     let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    let address = relayops_tests::free_loopback_address();
-    let mut api = env.spawn_role(
-        "api",
-        &[
-            ("RELAYOPS_API_LISTEN", address.as_str()),
+    // From its publisher's first claim on, ingest writes rows claimed by it.
+    let (mut api, replica) = env
+        .spawn_publishing_api(&[
             ("RELAYOPS_FAILPOINTS", "publisher.hold_handed"),
             ("RELAYOPS_PUBLISHER_CLAIM_TTL_MS", "600000"),
-        ],
-    );
-    let replica = format!("http://{address}");
-    relayops_tests::wait_until_ready(&env.http, &replica).await;
-    // From its first claim on, the publisher reaches the broker and ingest
-    // writes rows claimed by it.
-    env.note_outbox_claims().await;
-    env.wait_for_sql("the api's publisher reached the broker", "SELECT count(*) > 0 FROM relayops.claims_seen").await;
+        ])
+        .await;
     let mut events = Vec::new();
     for n in 0..3 {
         let response = env
@@ -63,6 +55,42 @@ async fn an_api_told_to_stop_publishes_the_rows_its_requests_handed_over_before_
     assert_eq!(env.simulator.received().len(), 3, "each event delivered once");
 }
 
+/// A delivery as it stood when a worker exited.
+struct Left {
+    status: String,
+    attempts: i32,
+    /// Still under a live lease (in progress for a process that is gone).
+    leased: bool,
+}
+
+/// Creates an endpoint at `simulator_path` (`endpoint` as for
+/// `create_endpoint`), starts a worker (`extra` as for `spawn_role`), posts
+/// one event, tells the worker to stop while the receiver holds the request,
+/// and waits for it to exit cleanly; returns what it left of the delivery.
+async fn stop_a_worker_mid_request(
+    env: &TestEnv,
+    simulator_path: &str,
+    endpoint: serde_json::Value,
+    extra: &[(&str, &str)],
+) -> Left {
+    env.create_endpoint(simulator_path, &["*"], endpoint).await;
+    let mut worker = env.spawn_role("worker", extra);
+    env.post_event("a.b", json!({ "n": 1 })).await;
+    env.simulator.wait_until(WAIT, |_| env.simulator.max_in_flight(simulator_path) >= 1).await;
+    worker.terminate();
+    let status = worker.exited(WAIT).await.expect("the worker exits once told to stop, within the grace");
+    assert!(status.success(), "cleanly: {status:?}");
+    let client = env.pool.get().await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT status, attempt_count, coalesce(lease_expires_at > now(), false) FROM relayops.deliveries",
+            &[],
+        )
+        .await
+        .unwrap();
+    Left { status: row.get(0), attempts: row.get(1), leased: row.get(2) }
+}
+
 /// Stopping a worker lets the delivery it has under way finish: the
 /// receiver's slow answer comes, the attempt is recorded, and the process
 /// exits cleanly with the delivery `delivered` — not `in_progress`, leased by
@@ -70,20 +98,25 @@ async fn an_api_told_to_stop_publishes_the_rows_its_requests_handed_over_before_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_told_to_stop_finishes_the_delivery_under_way_before_it_exits() {
     let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
-    env.create_endpoint("/sim/slow/1000", &["*"], json!({})).await;
-    let mut worker = env.spawn_role("worker", &[]);
-    env.post_event("a.b", json!({ "n": 1 })).await;
-    env.simulator.wait_until(WAIT, |_| env.simulator.max_in_flight("/sim/slow/1000") >= 1).await;
-
-    worker.terminate();
-    let status = worker.exited(WAIT).await.expect("the worker exits once told to stop");
-    assert!(status.success(), "cleanly: {status:?}");
-    let client = env.pool.get().await.unwrap();
-    let row = client
-        .query_one("SELECT status, attempt_count, lease_owner IS NULL FROM relayops.deliveries", &[])
-        .await
-        .unwrap();
-    let (state, attempts, unleased): (String, i32, bool) = (row.get(0), row.get(1), row.get(2));
-    assert_eq!((state.as_str(), attempts, unleased), ("delivered", 1, true), "recorded before the exit");
+    let left = stop_a_worker_mid_request(&env, "/sim/slow/1000", json!({}), &[]).await;
+    assert_eq!((left.status.as_str(), left.attempts, left.leased), ("delivered", 1, false), "recorded before the exit");
     assert_eq!(env.simulator.received().len(), 1, "sent once");
+}
+
+/// A stop waits no longer than its grace (`STOP_GRACE`, 8 s): a delivery
+/// whose receiver holds the request past it is cut short, as a crash would
+/// cut it — left in progress under its lease, to be sent again once the lease
+/// expires — and the process still exits cleanly, before the runtime's kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_waits_no_longer_than_its_grace_for_a_delivery_that_outlasts_it() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    // The request outlasts the grace (25 s), not its own timeout or lease.
+    let endpoint = json!({ "timeout_ms": 30_000 });
+    let worker = [("RELAYOPS_HTTP_TIMEOUT_MS", "40000"), ("RELAYOPS_LEASE_MS", "60000")];
+    let left = stop_a_worker_mid_request(&env, "/sim/slow/25000", endpoint, &worker).await;
+    assert_eq!(
+        (left.status.as_str(), left.attempts, left.leased),
+        ("in_progress", 0, true),
+        "cut short, under its lease"
+    );
 }
