@@ -544,6 +544,34 @@ impl FlowConfig {
     }
 }
 
+/// How ingest writes an unordered event's deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestConfig {
+    /// `RELAYOPS_DELIVERIES_AT_INGEST_MAX` (default 16): an unordered event
+    /// that matches up to this many endpoints gets its deliveries written by
+    /// ingest, in the statement that stores it; one that matches more gets
+    /// one outbox row naming them, and a publisher writes its deliveries
+    /// moments later, in bulk (`repo::deferred_deliveries`), so
+    /// ingest's cost does not grow with the subscribers. `0`: always later.
+    pub deliveries_at_ingest_max: i64,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self { deliveries_at_ingest_max: 16 }
+    }
+}
+
+impl IngestConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let max: i64 = parsed("DELIVERIES_AT_INGEST_MAX", Self::default().deliveries_at_ingest_max)?;
+        if max < 0 {
+            return Err(ConfigError { key: key("DELIVERIES_AT_INGEST_MAX"), message: "must not be negative".into() });
+        }
+        Ok(Self { deliveries_at_ingest_max: max })
+    }
+}
+
 /// Ingest backpressure (see `backpressure`).
 #[derive(Debug, Clone)]
 pub struct BackpressureConfig {

@@ -32,8 +32,8 @@ use relayops_shared::api::{ApiState, IngestLimiter, LoginThrottle, Wakeups};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_shared::config::{
-    AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, LoginThrottleConfig, PublisherConfig,
-    WorkerConfig,
+    AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, IngestConfig, LoginThrottleConfig,
+    PublisherConfig, WorkerConfig,
 };
 use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
@@ -81,6 +81,8 @@ pub struct TestConfig {
     pub services: Services,
     /// The platform admin token (random per test; `auth` holds its hash).
     pub admin_token: String,
+    /// How ingest writes deliveries (the production default unless a test changes it).
+    pub ingest: IngestConfig,
 }
 
 /// Which servers a test uses.
@@ -158,6 +160,7 @@ impl Default for TestConfig {
             login: LoginThrottleConfig::default(),
             services: Services::default(),
             admin_token,
+            ingest: IngestConfig::default(),
         }
     }
 }
@@ -295,6 +298,7 @@ pub(crate) fn api_state(pool: &Pool, config: &TestConfig) -> ApiState {
         .with_outbound_allow(config.worker.outbound_allow.clone())
         .with_login_throttle(throttle)
         .with_platform_retention(config.publisher.history.retention)
+        .with_ingest_config(&config.ingest)
 }
 
 async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {

@@ -131,7 +131,7 @@ pub async fn post_batch(
     let mut written = if valid.is_empty() {
         Vec::new().into_iter()
     } else {
-        event_batches::write_together(&tx, &valid).await?.into_iter()
+        event_batches::write_together(&tx, &valid, state.ingest_writes.options()).await?.into_iter()
     };
     let outcomes: Vec<Result<Written, DbError>> = parsed
         .into_iter()

@@ -25,7 +25,7 @@ use relayops_shared::db::Pool;
 use relayops_shared::handoff::Handoff;
 use relayops_shared::history;
 use relayops_shared::repo::outbox::OutboxMessage;
-use relayops_shared::repo::{outbox, outbox_fanout, recovery};
+use relayops_shared::repo::{deferred_deliveries, outbox, outbox_fanout, recovery};
 use relayops_shared::task::{stop_requested, AbortOnDrop};
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
@@ -49,6 +49,9 @@ pub struct PublishReport {
     /// Stranded deliveries (expired worker lease, overdue retry, pending
     /// whose message was lost) re-enqueued.
     pub requeued: u64,
+    /// Deliveries written for events whose ingest left them to a publisher
+    /// (`repo::deferred_deliveries`).
+    pub deliveries_written: u64,
 }
 
 impl PublishReport {
@@ -59,6 +62,7 @@ impl PublishReport {
         self.released += other.released;
         self.reclaimed += other.reclaimed;
         self.requeued += other.requeued;
+        self.deliveries_written += other.deliveries_written;
     }
 }
 
@@ -104,6 +108,9 @@ enum Next {
 const HOLD_HANDED: &str = "publisher.hold_handed";
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a drain writes deferred deliveries before its first batch.
+const DEFERRED_FIRST: Duration = Duration::from_millis(250);
 
 /// When a drain stops (besides a deadline, a refused message, or a claim that
 /// came back empty).
@@ -293,6 +300,11 @@ impl Publisher {
         } else {
             PublishReport::default()
         };
+        // Deliveries first, broker or not: while RabbitMQ is away they still
+        // appear (the batches below then fail, and the loop tries again).
+        let (written, more_deferred) = self.write_deferred_deliveries(deadline, DEFERRED_FIRST).await?;
+        report.add(written);
+        let mut more_deferred = more_deferred;
         let mut slowest_batch = Duration::ZERO;
         loop {
             if let Some(deadline) = deadline {
@@ -306,7 +318,18 @@ impl Publisher {
             let (batch, more_may_wait) = self.publish_one_batch().await?;
             slowest_batch = slowest_batch.max(started.elapsed());
             report.add(batch);
-            if batch.deleted + batch.released == 0 || batch.released > 0 {
+            if batch.released > 0 {
+                break;
+            }
+            if more_deferred {
+                // A statement's worth between batches, so publishing never
+                // waits for every deferred event to be written first.
+                let (written, more) = self.write_deferred_deliveries(deadline, Duration::ZERO).await?;
+                report.add(written);
+                more_deferred = more;
+                continue;
+            }
+            if batch.deleted == 0 {
                 break;
             }
             if !more_may_wait && matches!(stop, DrainStop::WhenShort) {
@@ -314,6 +337,32 @@ impl Publisher {
             }
         }
         Ok(report)
+    }
+
+    /// Writes the deliveries of events whose ingest left them to a publisher
+    /// (`repo::deferred_deliveries`): one statement, then more while each
+    /// took all it could and `budget` (or the deadline) allows. Returns what
+    /// it wrote and whether more may wait.
+    async fn write_deferred_deliveries(
+        &self,
+        deadline: Option<Instant>,
+        budget: Duration,
+    ) -> Result<(PublishReport, bool), PublishError> {
+        let client = self.pool.get().await.map_err(DbError::from)?;
+        let started = Instant::now();
+        let mut report = PublishReport::default();
+        loop {
+            let written = deferred_deliveries::write(&client).await?;
+            report.deliveries_written += written.deliveries;
+            if written.events > 0 {
+                // Dying here leaves the deliveries written and their rows pending, for any publisher.
+                relayops_shared::failpoint::crash_if_armed("publisher.after_deferred_write");
+            }
+            let out_of_time = started.elapsed() >= budget || deadline.is_some_and(|at| Instant::now() >= at);
+            if !written.took_all_it_could() || out_of_time {
+                return Ok((report, written.took_all_it_could()));
+            }
+        }
     }
 
     /// History maintenance (`relayops_shared::history`): partitions created

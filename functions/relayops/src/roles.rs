@@ -178,7 +178,8 @@ pub async fn start(roles: Roles) -> anyhow::Result<Running> {
                 .with_ingest_limiter(limiter)
                 .with_outbound_allow(outbound_allow.clone())
                 .with_login_throttle(throttle)
-                .with_platform_retention(history.retention);
+                .with_platform_retention(history.retention)
+                .with_ingest_config(&api.ingest);
             if let Some(handoff) = handoff.take() {
                 state = state.with_handoff(handoff);
             }

@@ -4,7 +4,7 @@
 //! without the noise of half-started roles shutting down).
 use relayops_shared::config::{
     self, AlertConfig, AuthConfig, BackpressureConfig, BrokerConfig, ConfigError, DatabaseConfig, FlowConfig,
-    HistoryConfig, ListenConfig, LoginThrottleConfig, OpsConfig, PublisherConfig, WorkerConfig,
+    HistoryConfig, IngestConfig, ListenConfig, LoginThrottleConfig, OpsConfig, PublisherConfig, WorkerConfig,
 };
 use relayops_shared::net_policy::AllowList;
 
@@ -38,6 +38,7 @@ pub struct ApiSettings {
     pub auth: AuthConfig,
     pub backpressure: BackpressureConfig,
     pub login_throttle: LoginThrottleConfig,
+    pub ingest: IngestConfig,
 }
 
 impl Settings {
@@ -74,6 +75,7 @@ impl ApiSettings {
             auth: AuthConfig::from_env()?,
             backpressure: BackpressureConfig::from_env()?,
             login_throttle: LoginThrottleConfig::from_env()?,
+            ingest: IngestConfig::from_env()?,
         })
     }
 }

@@ -188,6 +188,12 @@ impl ApiState {
         }
     }
 
+    /// How ingest writes deliveries (`RELAYOPS_DELIVERIES_AT_INGEST_MAX`).
+    pub fn with_ingest_config(mut self, config: &crate::config::IngestConfig) -> Self {
+        self.ingest_writes = self.ingest_writes.with_config(config);
+        self
+    }
+
     /// Ingest hands the outbox rows it writes to this process's publisher
     /// (`relayops all`, `relayops api`: see [`handoff`](crate::handoff)).
     pub fn with_handoff(mut self, handoff: crate::handoff::Handoff) -> Self {
@@ -243,5 +249,6 @@ pub fn state_from_env() -> Result<ApiState, Box<dyn std::error::Error + Send + S
         .with_wakeup(notifier)
         .with_outbound_allow(crate::config::outbound_allow_from_env()?)
         .with_login_throttle(throttle)
-        .with_platform_retention(crate::config::HistoryConfig::from_env()?.retention))
+        .with_platform_retention(crate::config::HistoryConfig::from_env()?.retention)
+        .with_ingest_config(&crate::config::IngestConfig::from_env()?))
 }

@@ -47,6 +47,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0016_outbox_event_rows", include_str!("../../../migrations/0016_outbox_event_rows.sql")),
     ("0017_subscriptions_by_pattern", include_str!("../../../migrations/0017_subscriptions_by_pattern.sql")),
     ("0018_patterns_matching_in_plpgsql", include_str!("../../../migrations/0018_patterns_matching_in_plpgsql.sql")),
+    (
+        "0019_deliveries_written_after_ingest",
+        include_str!("../../../migrations/0019_deliveries_written_after_ingest.sql"),
+    ),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -22,13 +22,14 @@ use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::config::IngestConfig;
 use crate::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use crate::db::{DbError, Pool};
 use crate::domain::EndpointKind;
 use crate::handoff::{claim_for, ClaimFor, Handoff};
 use crate::repo::events::{
-    find_duplicate, handed_deliveries, insert_prepared, outbox_claim_columns, subscribed_endpoints, IngestOutcome,
-    PreparedEvent,
+    find_duplicate, handed_deliveries, insert_prepared, outbox_row_columns, subscribed_endpoints, IngestOutcome,
+    PreparedEvent, WriteOptions,
 };
 use crate::repo::retention::IDEMPOTENCY_WINDOW;
 use crate::repo::{sql, GenericClient};
@@ -45,9 +46,11 @@ pub const MAX_BATCH: usize = 64;
 /// [`INGEST`](super::events) for many events of the tenants' `webhook`
 /// endpoints: the same CTEs over `unnest` of the events' columns (one
 /// `event_deliveries.v1` outbox row per event with a delivery, claimed by this
-/// process's publisher when `$10` names it, for `$11` ms). The key CTE
-/// returns the event id each key now names (the new event's, when the key was
-/// free or taken over), and only those events are written.
+/// process's publisher when `$10` names it, for `$11` ms; an event matching
+/// more than `$12` endpoints gets a `fanout` row naming them instead of its
+/// deliveries). The key CTE returns the event id each key now names (the new
+/// event's, when the key was free or taken over), and only those events are
+/// written.
 const INGEST_MANY: &str = concat!(
     "WITH input AS (
          SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::text[], $6::bytea[],
@@ -68,34 +71,44 @@ const INGEST_MANY: &str = concat!(
          SELECT id, tenant_id, event_type, payload, idempotency_key, request_hash FROM input
          WHERE idempotency_key IS NULL OR id IN (SELECT event_id FROM key)
          RETURNING id, tenant_id, event_type, received_at),
-     new_deliveries AS (
-         INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
-         SELECT relayops.delivery_id_for(e.id), ep.tenant_id, e.id, ep.id
+     targets AS MATERIALIZED (
+         SELECT e.id AS event_id, ep.id AS endpoint_id, ep.tenant_id
          FROM new_event e
          ",
     subscribed_endpoints!("e.tenant_id", "e.event_type", "'webhook'"),
-    "
+    "),
+     plan AS (
+         SELECT event_id, count(*) AS matched, count(*) > $12 AS later,
+                array_agg(endpoint_id ORDER BY endpoint_id) AS endpoints
+         FROM targets GROUP BY event_id),
+     new_deliveries AS (
+         INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
+         SELECT relayops.delivery_id_for(t.event_id), t.tenant_id, t.event_id, t.endpoint_id
+         FROM targets t JOIN plan p ON p.event_id = t.event_id
+         WHERE NOT p.later
          RETURNING id, tenant_id, event_id, endpoint_id),
      new_outbox AS (
          INSERT INTO relayops.outbox_messages
-             (tenant_id, event_id, envelope, status, claimed_by, claim_expires_at, publish_attempts)
+             (tenant_id, event_id, envelope, status, claimed_by, claim_expires_at, publish_attempts, fanout_endpoints)
          SELECT i.tenant_id, i.id, jsonb_build_object(
              'type', 'event_deliveries.v1', 'tenant_id', i.tenant_text, 'event_id', i.id_text),
              ",
-    outbox_claim_columns!("$10", "$11"),
-    "
-         FROM input i WHERE i.id IN (SELECT event_id FROM new_deliveries)
+    outbox_row_columns!("p.later", "$10", "$11"),
+    ",
+             CASE WHEN p.later THEN p.endpoints END
+         FROM input i JOIN plan p ON p.event_id = i.id
          ORDER BY i.id
-         RETURNING id, event_id)
-     SELECT e.id, e.received_at, coalesce(fanned.deliveries, 0) AS deliveries, fanned.delivery_ids,
+         RETURNING id, event_id, status)
+     SELECT e.id, e.received_at, coalesce(p.matched, 0) AS deliveries, fanned.delivery_ids,
             fanned.endpoint_ids, o.id AS outbox_id
      FROM new_event e
-     LEFT JOIN (SELECT event_id, count(*) AS deliveries, ",
+     LEFT JOIN plan p ON p.event_id = e.id
+     LEFT JOIN (SELECT event_id, ",
     handed_deliveries!("$10"),
     "
                 FROM new_deliveries GROUP BY event_id) fanned
             ON fanned.event_id = e.id
-     LEFT JOIN new_outbox o ON o.event_id = e.id"
+     LEFT JOIN new_outbox o ON o.event_id = e.id AND o.status = 'claimed'"
 );
 
 /// Ingest's writes through one batcher per process, started on first use
@@ -108,11 +121,27 @@ pub struct IngestWrites {
     /// This process's publisher, when it has one: events' outbox rows are
     /// written claimed by it and handed over ([`handoff`](crate::handoff)).
     handoff: Option<Handoff>,
+    /// `IngestConfig::deliveries_at_ingest_max`.
+    deliveries_at_ingest_max: i64,
 }
 
 impl IngestWrites {
     pub fn new(pool: Pool) -> Self {
-        Self { pool, batcher: Arc::new(OnceLock::new()), handoff: None }
+        let deliveries_at_ingest_max = WriteOptions::default().deliveries_at_ingest_max;
+        Self { pool, batcher: Arc::new(OnceLock::new()), handoff: None, deliveries_at_ingest_max }
+    }
+
+    /// Up to how many matched endpoints ingest writes an event's deliveries
+    /// itself (before the first write, like [`with_handoff`](Self::with_handoff)).
+    pub fn with_config(mut self, config: &IngestConfig) -> Self {
+        self.deliveries_at_ingest_max = config.deliveries_at_ingest_max;
+        self
+    }
+
+    /// How events written outside the batcher (the batch route) are written:
+    /// the same rule, no hand-off.
+    pub fn options(&self) -> WriteOptions<'static> {
+        WriteOptions { handoff: None, deliveries_at_ingest_max: self.deliveries_at_ingest_max }
     }
 
     /// Hands the outbox rows written from now on to this process's
@@ -126,19 +155,23 @@ impl IngestWrites {
     /// once the statement that carried it committed.
     pub async fn write(&self, event: PreparedEvent) -> Result<IngestResult, BatchError> {
         let lanes = (self.pool.status().max_size / 2).max(1);
-        self.batcher.get_or_init(|| spawn(self.pool.clone(), lanes, self.handoff.clone())).call(event).await
+        let max = self.deliveries_at_ingest_max;
+        let batcher = self.batcher.get_or_init(|| spawn(self.pool.clone(), lanes, self.handoff.clone(), max));
+        batcher.call(event).await
     }
 }
 
 /// Starts the ingest batcher on the current runtime: `lanes` statements at
 /// most at once, each on a connection of `pool`, rows handed to `handoff`'s
-/// publisher when there is one.
-pub fn spawn(pool: Pool, lanes: usize, handoff: Option<Handoff>) -> IngestBatcher {
+/// publisher when there is one, deliveries written for events matching up
+/// to `deliveries_at_ingest_max` endpoints.
+pub fn spawn(pool: Pool, lanes: usize, handoff: Option<Handoff>, deliveries_at_ingest_max: i64) -> IngestBatcher {
     let run: BatchFn<PreparedEvent, IngestResult> = Arc::new(move |events| {
         let (pool, handoff) = (pool.clone(), handoff.clone());
         Box::pin(async move {
             let client = pool.get().await?;
-            write_handing_to(&client, events, handoff.as_ref()).await
+            let options = WriteOptions { handoff: handoff.as_ref(), deliveries_at_ingest_max };
+            write_with_options(&client, events, options).await
         })
     });
     Batcher::spawn(BatchLimits { max_items: MAX_BATCH, lanes }, run)
@@ -148,17 +181,19 @@ pub fn spawn(pool: Pool, lanes: usize, handoff: Option<Handoff>) -> IngestBatche
 /// order. `Err` only when the database is unreachable or history partitions
 /// are missing: every request in the batch gets that answer.
 pub async fn write(client: &impl GenericClient, events: Vec<PreparedEvent>) -> Result<Vec<IngestResult>, DbError> {
-    write_with(client, &events, OnRefusal::OneByOne, None).await
+    write_with(client, &events, OnRefusal::OneByOne, WriteOptions::default()).await
 }
 
-/// [`write`], the unordered events' outbox rows written claimed by
-/// `handoff`'s publisher while it takes them (each receipt's `handed`).
-pub async fn write_handing_to(
+/// [`write`] as `options` say: the unordered events' outbox rows written
+/// claimed by its `handoff`'s publisher while it takes them (each receipt's
+/// `handed`), deliveries written by a publisher for events matching more
+/// endpoints than its `deliveries_at_ingest_max`.
+pub async fn write_with_options(
     client: &impl GenericClient,
     events: Vec<PreparedEvent>,
-    handoff: Option<&Handoff>,
+    options: WriteOptions<'_>,
 ) -> Result<Vec<IngestResult>, DbError> {
-    write_with(client, &events, OnRefusal::OneByOne, handoff).await
+    write_with(client, &events, OnRefusal::OneByOne, options).await
 }
 
 /// Writes `events` inside the caller's transaction, all or nothing (the
@@ -167,8 +202,9 @@ pub async fn write_handing_to(
 pub async fn write_together(
     client: &impl GenericClient,
     events: &[PreparedEvent],
+    options: WriteOptions<'_>,
 ) -> Result<Vec<IngestOutcome>, DbError> {
-    write_with(client, events, OnRefusal::FailAll, None).await?.into_iter().collect()
+    write_with(client, events, OnRefusal::FailAll, options).await?.into_iter().collect()
 }
 
 /// What to do when the database refuses a set statement.
@@ -184,10 +220,10 @@ async fn write_with(
     client: &impl GenericClient,
     events: &[PreparedEvent],
     on_refusal: OnRefusal,
-    handoff: Option<&Handoff>,
+    options: WriteOptions<'_>,
 ) -> Result<Vec<IngestResult>, DbError> {
     if let [event] = events {
-        return match insert_prepared(client, event, EndpointKind::Webhook, handoff).await {
+        return match insert_prepared(client, event, EndpointKind::Webhook, options).await {
             Err(error) if on_refusal == OnRefusal::FailAll || is_for_everyone(&error) => Err(error),
             outcome => Ok(vec![outcome]),
         };
@@ -217,7 +253,7 @@ async fn write_with(
     let later: Vec<usize> = ordered.into_iter().chain(repeats).collect();
     let mut outcomes: Vec<Option<IngestResult>> = (0..events.len()).map(|_| None).collect();
     let firsts: Vec<&PreparedEvent> = first.iter().map(|&index| &events[index]).collect();
-    let written = if firsts.is_empty() { Ok((Vec::new(), None)) } else { insert_many(client, &firsts, handoff).await };
+    let written = if firsts.is_empty() { Ok((Vec::new(), None)) } else { insert_many(client, &firsts, options).await };
     match written {
         Ok((rows, claim)) => {
             let written: HashMap<Uuid, &Row> = rows.iter().map(|row| (row.get("id"), row)).collect();
@@ -247,12 +283,12 @@ async fn write_with(
         Err(error) => {
             tracing::warn!(events = firsts.len(), error = %crate::telemetry::error_chain(&error), "ingest batch refused; writing its events one at a time");
             for &index in &first {
-                outcomes[index] = Some(insert_prepared(client, &events[index], EndpointKind::Webhook, handoff).await);
+                outcomes[index] = Some(insert_prepared(client, &events[index], EndpointKind::Webhook, options).await);
             }
         }
     }
     for index in later {
-        let outcome = insert_prepared(client, &events[index], EndpointKind::Webhook, handoff).await;
+        let outcome = insert_prepared(client, &events[index], EndpointKind::Webhook, options).await;
         // Inside a transaction a refusal aborted everything written so far.
         let outcome = if on_refusal == OnRefusal::FailAll { Ok(outcome?) } else { outcome };
         outcomes[index] = Some(outcome);
@@ -271,11 +307,11 @@ fn is_for_everyone(error: &DbError) -> bool {
 /// Runs [`INGEST_MANY`]: a row per event written (those whose key was held
 /// by another event are absent: `id`, `received_at`, `deliveries`, and what
 /// [`PreparedEvent::handed_row`] reads), and the claim their outbox rows were
-/// written with (by `handoff`'s publisher while it takes rows).
+/// written with (by the hand-off's publisher while it takes rows).
 async fn insert_many<'h>(
     client: &impl GenericClient,
     events: &[&PreparedEvent],
-    handoff: Option<&'h Handoff>,
+    options: WriteOptions<'h>,
 ) -> Result<(Vec<Row>, Option<ClaimFor<'h>>), DbError> {
     let ids: Vec<Uuid> = events.iter().map(|event| event.id.as_uuid()).collect();
     let tenants: Vec<Uuid> = events.iter().map(|event| event.tenant.as_uuid()).collect();
@@ -286,11 +322,12 @@ async fn insert_many<'h>(
     let tenant_texts: Vec<String> = events.iter().map(|event| event.tenant.to_string()).collect();
     let id_texts: Vec<String> = events.iter().map(|event| event.id.to_string()).collect();
     let window = IDEMPOTENCY_WINDOW.as_secs() as i64;
-    let (claim, owner, ttl_ms) = claim_for(handoff);
+    let (claim, owner, ttl_ms) = claim_for(options.handoff);
+    let max = options.deliveries_at_ingest_max;
     let rows = sql::query(
         client,
         INGEST_MANY,
-        &[&ids, &tenants, &types, &payloads, &keys, &hashes, &tenant_texts, &id_texts, &window, &owner, &ttl_ms],
+        &[&ids, &tenants, &types, &payloads, &keys, &hashes, &tenant_texts, &id_texts, &window, &owner, &ttl_ms, &max],
     )
     .await?;
     Ok((rows, claim))

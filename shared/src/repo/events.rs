@@ -67,27 +67,37 @@ macro_rules! subscribed_endpoints {
 pub(crate) use subscribed_endpoints;
 
 /// The columns an event's outbox row is written with after its `tenant_id`,
-/// `event_id` and `envelope`: `pending`, or already claimed by the publisher
-/// of the process that writes it (`$owner` not null: `handoff`, the row is
-/// handed to it once the statement commits) for `$ttl_ms`.
-macro_rules! outbox_claim_columns {
-    ($owner:literal, $ttl_ms:literal) => {
+/// `event_id` and `envelope`: `fanout` when `$later` (its deliveries are
+/// written later, by a publisher: see [`INGEST`]), else `pending`, or
+/// already claimed by the publisher of the process that writes it (`$owner`
+/// not null: `handoff`, the row is handed to it once the statement commits)
+/// for `$ttl_ms`.
+macro_rules! outbox_row_columns {
+    ($later:literal, $owner:literal, $ttl_ms:literal) => {
         concat!(
             "CASE WHEN ",
+            $later,
+            " THEN 'fanout' WHEN ",
             $owner,
-            "::text IS NULL THEN 'pending' ELSE 'claimed' END, ",
+            "::text IS NULL THEN 'pending' ELSE 'claimed' END, CASE WHEN ",
+            $later,
+            " THEN NULL ELSE ",
             $owner,
-            "::text, CASE WHEN ",
+            "::text END, CASE WHEN ",
+            $later,
+            " OR ",
             $owner,
             "::text IS NULL THEN NULL ELSE now() + ",
             $ttl_ms,
             "::bigint * interval '1 millisecond' END, CASE WHEN ",
+            $later,
+            " OR ",
             $owner,
             "::text IS NULL THEN 0 ELSE 1 END"
         )
     };
 }
-pub(crate) use outbox_claim_columns;
+pub(crate) use outbox_row_columns;
 
 /// The deliveries of `new_deliveries` (ids and endpoints, in id order) as
 /// two arrays, for the publisher that gets the event's row handed over —
@@ -132,7 +142,14 @@ macro_rules! outbox_rows {
 /// any delivery, ONE outbox row for the event (`event_deliveries.v1`, naming
 /// the event in `event_id`), which the publisher expands into a `delivery.v1`
 /// message per pending delivery (`repo::outbox_fanout`), so the writes per
-/// subscriber are the delivery row alone. The row is written already claimed
+/// subscriber are the delivery row alone. An event that matches more than
+/// `$13` endpoints (`IngestConfig::deliveries_at_ingest_max`) gets no
+/// delivery here: its row is written in status `fanout` with the endpoints it
+/// matched (`fanout_endpoints`, in id order), and a publisher writes the
+/// deliveries and makes the row `pending` in one statement
+/// (`deferred_deliveries`), so ingest's cost stays that of one
+/// event whatever the subscribers; the answer counts them all the same
+/// (`deliveries`: the endpoints matched). The row is written already claimed
 /// when `$11` names this process's publisher (`handoff`; `$12` the claim's
 /// length in ms), and the statement returns what the publisher needs to
 /// publish it without a claim: the row's id and the deliveries (ids and
@@ -152,27 +169,31 @@ const INGEST: &str = concat!(
          SELECT $1, $2, $3, $4, $5, $6
          WHERE $5::text IS NULL OR EXISTS (SELECT 1 FROM key)
          RETURNING id, tenant_id, received_at),
-     new_deliveries AS (
-         INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
-         SELECT relayops.delivery_id_for(new_event.id), ep.tenant_id, new_event.id, ep.id
-         FROM new_event
+     targets AS MATERIALIZED (
+         SELECT ep.id, ep.tenant_id FROM new_event
          ",
     subscribed_endpoints!("new_event.tenant_id", "$3", "$10"),
-    "
+    "),
+     plan AS (SELECT count(*) AS matched, count(*) > $13 AS later FROM targets),
+     new_deliveries AS (
+         INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
+         SELECT relayops.delivery_id_for($1), t.tenant_id, $1, t.id
+         FROM targets t, plan WHERE NOT plan.later
          RETURNING id, endpoint_id),
      new_outbox AS (
          INSERT INTO relayops.outbox_messages
-             (tenant_id, event_id, envelope, status, claimed_by, claim_expires_at, publish_attempts)
+             (tenant_id, event_id, envelope, status, claimed_by, claim_expires_at, publish_attempts, fanout_endpoints)
          SELECT $2, $1, jsonb_build_object('type', 'event_deliveries.v1', 'tenant_id', $7::text, 'event_id', $8::text),
                 ",
-    outbox_claim_columns!("$11", "$12"),
-    "
-         WHERE EXISTS (SELECT 1 FROM new_deliveries)
-         RETURNING id)
-     SELECT received_at, fanned.deliveries, fanned.delivery_ids, fanned.endpoint_ids,
-            (SELECT id FROM new_outbox) AS outbox_id
-     FROM new_event,
-          (SELECT count(*) AS deliveries, ",
+    outbox_row_columns!("plan.later", "$11", "$12"),
+    ",
+                CASE WHEN plan.later THEN (SELECT array_agg(id ORDER BY id) FROM targets) END
+         FROM plan WHERE plan.matched > 0
+         RETURNING id, status)
+     SELECT received_at, plan.matched AS deliveries, fanned.delivery_ids, fanned.endpoint_ids,
+            (SELECT id FROM new_outbox WHERE status = 'claimed') AS outbox_id
+     FROM new_event, plan,
+          (SELECT ",
     handed_deliveries!("$11"),
     " FROM new_deliveries) fanned"
 );
@@ -226,8 +247,13 @@ const INGEST_ORDERED: &str = concat!(
 );
 
 /// The event a key names (found by id, so in its partition only).
-const FIND_BY_IDEMPOTENCY_KEY: &str = "SELECT e.id, e.event_type, e.idempotency_key, e.ordering_key, k.request_hash, e.received_at,
-            (SELECT count(*) FROM relayops.deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_id = e.id) AS deliveries
+/// Its deliveries are those written and, while a publisher has not written
+/// them yet, those its `fanout` outbox row names (one snapshot: either).
+const FIND_BY_IDEMPOTENCY_KEY: &str =
+    "SELECT e.id, e.event_type, e.idempotency_key, e.ordering_key, k.request_hash, e.received_at,
+            (SELECT count(*) FROM relayops.deliveries d WHERE d.tenant_id = e.tenant_id AND d.event_id = e.id)
+            + coalesce((SELECT sum(cardinality(o.fanout_endpoints)) FROM relayops.outbox_messages o
+                        WHERE o.event_id = e.id AND o.status = 'fanout'), 0)::bigint AS deliveries
      FROM relayops.idempotency_keys k
      JOIN relayops.events e ON e.id = k.event_id AND e.tenant_id = k.tenant_id
      WHERE k.tenant_id = $1 AND k.idempotency_key = $2";
@@ -357,6 +383,29 @@ impl PreparedEvent {
     }
 }
 
+/// How ingest writes an unordered event's deliveries and outbox row.
+#[derive(Clone, Copy)]
+pub struct WriteOptions<'h> {
+    /// This process's publisher, which takes the rows written claimed by it.
+    pub handoff: Option<&'h Handoff>,
+    /// Up to how many matched endpoints ingest writes the deliveries itself;
+    /// above, a publisher writes them ([`INGEST`]; `IngestConfig`).
+    pub deliveries_at_ingest_max: i64,
+}
+
+impl WriteOptions<'_> {
+    /// Deliveries always written by ingest, rows never handed over.
+    pub const AT_INGEST: WriteOptions<'static> = WriteOptions { handoff: None, deliveries_at_ingest_max: i64::MAX };
+}
+
+impl Default for WriteOptions<'_> {
+    /// No hand-off; deliveries as `IngestConfig::default` says.
+    fn default() -> Self {
+        let config = crate::config::IngestConfig::default();
+        WriteOptions { handoff: None, deliveries_at_ingest_max: config.deliveries_at_ingest_max }
+    }
+}
+
 /// One statement: atomic without a transaction; inside the caller's (a batch)
 /// it commits with the rest. Fans out to the tenant's `webhook` endpoints.
 pub async fn insert_event_with_deliveries(
@@ -364,7 +413,8 @@ pub async fn insert_event_with_deliveries(
     tenant: TenantId,
     event: &NewEvent<'_>,
 ) -> Result<IngestOutcome, DbError> {
-    insert_prepared(client, &PreparedEvent::new(tenant, event), EndpointKind::Webhook, None).await
+    let event = PreparedEvent::new(tenant, event);
+    insert_prepared(client, &event, EndpointKind::Webhook, WriteOptions::default()).await
 }
 
 /// The same statement for an operational event (see
@@ -375,18 +425,22 @@ pub(crate) async fn insert_operational_event(
     tenant: TenantId,
     event: &NewEvent<'_>,
 ) -> Result<IngestOutcome, DbError> {
-    insert_prepared(client, &PreparedEvent::new(tenant, event), EndpointKind::Operational, None).await
+    // Written in the transaction of the change it reports, deliveries and all.
+    let event = PreparedEvent::new(tenant, event);
+    insert_prepared(client, &event, EndpointKind::Operational, WriteOptions::AT_INGEST).await
 }
 
 /// Writes one prepared event with [`INGEST`] (or [`INGEST_ORDERED`] when it
-/// has an ordering key), fanning out to endpoints of `kind`. With a
-/// `handoff` that takes rows now, an unordered event's outbox row is written
-/// claimed by that publisher and comes back in the receipt (`handed`).
+/// has an ordering key), fanning out to endpoints of `kind`, as `options`
+/// say: with a `handoff` that takes rows now, an unordered event's outbox row
+/// is written claimed by that publisher and comes back in the receipt
+/// (`handed`) — unless the event matched more endpoints than
+/// `deliveries_at_ingest_max` (its row waits for a publisher to write them).
 pub async fn insert_prepared(
     client: &impl GenericClient,
     event: &PreparedEvent,
     kind: EndpointKind,
-    handoff: Option<&Handoff>,
+    options: WriteOptions<'_>,
 ) -> Result<IngestOutcome, DbError> {
     let key = event.idempotency_key.as_deref();
     let (id, tenant) = (event.id.as_uuid(), event.tenant.as_uuid());
@@ -405,14 +459,14 @@ pub async fn insert_prepared(
         &kind,
     ];
     // Ordered events keep their rows pending: only a lane's head has one.
-    let (claim, owner, ttl_ms) = claim_for(handoff.filter(|_| event.ordering_key.is_none()));
+    let (claim, owner, ttl_ms) = claim_for(options.handoff.filter(|_| event.ordering_key.is_none()));
     let statement = match &event.ordering_key {
         Some(ordering_key) => {
             params.push(ordering_key);
             INGEST_ORDERED
         }
         None => {
-            params.extend([&owner as &(dyn ToSql + Sync), &ttl_ms]);
+            params.extend([&owner as &(dyn ToSql + Sync), &ttl_ms, &options.deliveries_at_ingest_max]);
             INGEST
         }
     };

@@ -70,8 +70,10 @@ const FIND_LOST_PENDING: &str = "SELECT d.id, d.tenant_id, d.event_id, d.endpoin
      FOR UPDATE OF d SKIP LOCKED";
 
 /// This pass's watermark: the oldest outbox row still waiting — pending (the
-/// oldest id, through the pending index) or claimed (few: the batches in
-/// flight, through the claimed index) — or now when none is. A row marked
+/// oldest id, through the pending index), claimed (few: the batches in
+/// flight, through the claimed index) or waiting for its deliveries to be
+/// written (`fanout`: none of its deliveries exists yet, so counting it only
+/// holds the watermark back) — or now when none is. A row marked
 /// `published` by a publisher older than `0011` (a rolling upgrade) is
 /// ignored. Samples older than the newest one the next passes still need
 /// are deleted.
@@ -79,7 +81,8 @@ const SAMPLE_WATERMARK: &str = "WITH sampled AS (
          INSERT INTO relayops.outbox_watermarks (sampled_at, published_before)
          SELECT now(), least(now(),
              (SELECT created_at FROM relayops.outbox_messages WHERE status = 'pending' ORDER BY id LIMIT 1),
-             (SELECT min(created_at) FROM relayops.outbox_messages WHERE status = 'claimed'))
+             (SELECT min(created_at) FROM relayops.outbox_messages WHERE status = 'claimed'),
+             (SELECT created_at FROM relayops.outbox_messages WHERE status = 'fanout' ORDER BY id LIMIT 1))
          ON CONFLICT (sampled_at) DO NOTHING)
      DELETE FROM relayops.outbox_watermarks
      WHERE sampled_at < (SELECT max(sampled_at) FROM relayops.outbox_watermarks

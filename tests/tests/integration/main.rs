@@ -8,6 +8,7 @@ mod batching;
 mod console;
 mod console_browser;
 mod crashes;
+mod deferred;
 mod destinations;
 mod endpoint_health;
 mod endpoints;

@@ -132,7 +132,7 @@ async fn an_event_reaches_exactly_the_endpoints_whose_patterns_match_its_type() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_reads_only_the_subscriptions_that_match_however_many_endpoints_the_tenant_has() {
     use relayops_shared::domain::{EndpointKind, EventPayload, EventType};
-    use relayops_shared::repo::events::{insert_prepared, IngestOutcome, NewEvent, PreparedEvent};
+    use relayops_shared::repo::events::{insert_prepared, IngestOutcome, NewEvent, PreparedEvent, WriteOptions};
     let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["a.b"], json!({})).await;
     let mut client = env.pool.get().await.unwrap();
@@ -159,8 +159,8 @@ async fn ingest_reads_only_the_subscriptions_that_match_however_many_endpoints_t
     let before = tx.query_one(rows_read, &[]).await.unwrap();
     let (event_type, payload) = (EventType::parse("a.b").unwrap(), EventPayload::parse(json!({})).unwrap());
     let event = NewEvent { event_type: &event_type, payload: &payload, idempotency_key: None, ordering_key: None };
-    let outcome =
-        insert_prepared(&tx, &PreparedEvent::new(env.tenant_id, &event), EndpointKind::Webhook, None).await.unwrap();
+    let event = PreparedEvent::new(env.tenant_id, &event);
+    let outcome = insert_prepared(&tx, &event, EndpointKind::Webhook, WriteOptions::default()).await.unwrap();
     assert!(matches!(&outcome, IngestOutcome::Created(receipt) if receipt.deliveries == 1), "{outcome:?}");
     let after = tx.query_one(rows_read, &[]).await.unwrap();
     tx.rollback().await.unwrap();

@@ -1,0 +1,183 @@
+//! Deliveries written after ingest (issue 18): an unordered event that
+//! matches more endpoints than `RELAYOPS_DELIVERIES_AT_INGEST_MAX` is stored
+//! with ONE `fanout` outbox row naming them and no delivery; a publisher
+//! writes its deliveries (with the broker away too) and publishes them. The
+//! answer counts every delivery from the start, each is delivered once — also
+//! when the publisher dies right after writing them — and an endpoint
+//! disabled in between gets its delivery settled as `failed`, as one written
+//! at ingest would be.
+use std::collections::HashSet;
+
+use relayops_publisher::Publisher;
+use relayops_shared::config::{BrokerConfig, IngestConfig};
+use relayops_tests::{TestConfig, TestEnv, WAIT};
+use serde_json::{json, Value};
+
+/// Ingest writes the deliveries of events matching up to this many endpoints.
+const AT_INGEST_MAX: i64 = 2;
+/// Endpoints subscribed to `many.*`: more than ingest writes.
+const MANY: usize = 5;
+
+/// An env whose ingest leaves events with more than [`AT_INGEST_MAX`]
+/// subscribers to a publisher, with [`MANY`] endpoints on `many.*` and two on
+/// `few.*` (as many as ingest writes itself). Returns the `many.*` endpoints.
+async fn env_with_subscribers(run_publisher: bool) -> (TestEnv, Vec<Value>) {
+    let config = TestConfig {
+        run_publisher,
+        ingest: IngestConfig { deliveries_at_ingest_max: AT_INGEST_MAX },
+        ..Default::default()
+    };
+    let env = TestEnv::start_with(config).await;
+    let mut many = Vec::new();
+    for _ in 0..MANY {
+        many.push(env.create_endpoint("/sim/ok", &["many.*"], json!({})).await);
+    }
+    for _ in 0..AT_INGEST_MAX {
+        env.create_endpoint("/sim/ok", &["few.*"], json!({})).await;
+    }
+    (env, many)
+}
+
+async fn outbox_rows(env: &TestEnv) -> Vec<(String, Option<i32>)> {
+    let client = env.pool.get().await.unwrap();
+    let rows = client
+        .query("SELECT status, cardinality(fanout_endpoints) FROM relayops.outbox_messages ORDER BY id", &[])
+        .await
+        .unwrap();
+    rows.iter().map(|row| (row.get(0), row.get(1))).collect()
+}
+
+async fn wait_until_delivered(env: &TestEnv, event_id: &str, count: usize) -> Vec<Value> {
+    env.wait_for_deliveries(event_id, |all| all.len() == count && all.iter().all(|d| d["status"] == "delivered")).await
+}
+
+/// The requests the receiver saw: each delivery id once, every signature valid.
+fn assert_each_delivered_once(env: &TestEnv, expected: usize) {
+    let received = env.simulator.received();
+    let ids: HashSet<_> = received.iter().map(|r| r.delivery_id.clone()).collect();
+    assert_eq!((received.len(), ids.len()), (expected, expected), "one request per delivery");
+    assert!(received.iter().all(|r| r.signature_valid == Some(true)), "signed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_with_more_subscribers_than_ingest_writes_is_answered_with_all_of_them_and_each_is_delivered_once() {
+    let (env, _) = env_with_subscribers(true).await;
+    let client = env.pool.get().await.unwrap();
+    client.batch_execute("CREATE TABLE relayops.outbox_inserts (status text, endpoints int)").await.unwrap();
+    env.create_trigger(
+        "note_outbox_inserts",
+        "AFTER INSERT ON relayops.outbox_messages",
+        "INSERT INTO relayops.outbox_inserts VALUES (NEW.status, cardinality(NEW.fanout_endpoints)); RETURN NEW;",
+    )
+    .await;
+
+    let first = env.post_event_with_key("many.created", json!({ "n": 1 }), "many-1").await.answer;
+    assert_eq!((first.status, first.body["deliveries"].as_u64()), (201, Some(MANY as u64)), "{:?}", first.body);
+    let event_id = first.body["id"].as_str().unwrap().to_owned();
+    let deliveries = wait_until_delivered(&env, &event_id, MANY).await;
+    let endpoints: HashSet<_> = deliveries.iter().map(|d| d["endpoint_id"].clone()).collect();
+    assert_eq!(endpoints.len(), MANY, "one delivery per subscribed endpoint");
+
+    // As many as ingest writes itself: written with the event, as before.
+    let few = env.post_event("few.created", json!({ "n": 2 })).await;
+    assert_eq!(few.body["deliveries"], AT_INGEST_MAX);
+    wait_until_delivered(&env, few.body["id"].as_str().unwrap(), AT_INGEST_MAX as usize).await;
+    assert_each_delivered_once(&env, MANY + AT_INGEST_MAX as usize);
+
+    let repeat = env.post_event_with_key("many.created", json!({ "n": 1 }), "many-1").await.answer;
+    assert_eq!((repeat.status, &repeat.body["id"], &repeat.body["deliveries"]), (200, &first.body["id"], &json!(MANY)));
+    let inserts: Vec<(String, Option<i32>)> = client
+        .query("SELECT status, endpoints FROM relayops.outbox_inserts", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(inserts.len(), 2, "one row per event: {inserts:?}");
+    assert_eq!(inserts[0], ("fanout".to_owned(), Some(MANY as i32)), "the row names the endpoints matched");
+    assert!(
+        inserts[1].0 != "fanout" && inserts[1].1.is_none(),
+        "the small event's row is written to publish: {inserts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_are_written_while_the_broker_is_away_and_sent_once_it_is_back() {
+    let (mut env, many) = env_with_subscribers(false).await;
+    let first = env.post_event_with_key("many.created", json!({ "n": 1 }), "many-1").await.answer;
+    assert_eq!(first.body["deliveries"], MANY);
+    let event_id = first.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(env.count("deliveries").await, 0, "none written by ingest");
+    assert_eq!(outbox_rows(&env).await, [("fanout".to_owned(), Some(MANY as i32))]);
+    let repeat = env.post_event_with_key("many.created", json!({ "n": 1 }), "many-1").await.answer;
+    assert_eq!((repeat.status, &repeat.body["deliveries"]), (200, &json!(MANY)), "counted before they exist");
+
+    // An endpoint disabled in between: its delivery is written (the event
+    // was accepted for it) and settled as one written at ingest would be.
+    let disabled = many[0]["id"].as_str().unwrap();
+    let path = format!("/v1/endpoints/{disabled}");
+    let off = env.request(reqwest::Method::PATCH, &path, Some(&env.api_key), Some(json!({ "enabled": false }))).await;
+    assert_eq!(off.status, 200, "{:?}", off.body);
+
+    let unreachable = BrokerConfig { url: "amqp://guest:guest@127.0.0.1:1/%2f".into(), ..env.broker.clone() };
+    let publisher = Publisher::new(env.pool.clone(), unreachable, env.config.publisher.clone());
+    assert!(publisher.drain(None).await.is_err(), "the broker is away");
+    let listed = env.wait_for_deliveries(&event_id, |all| all.len() == MANY).await;
+    assert!(listed.iter().all(|d| d["status"] == "pending"), "written all the same: {listed:?}");
+    assert_eq!(outbox_rows(&env).await, [("pending".to_owned(), None)], "waiting for the broker");
+    let repeat = env.post_event_with_key("many.created", json!({ "n": 1 }), "many-1").await.answer;
+    assert_eq!(repeat.body["deliveries"], MANY);
+
+    env.start_publisher();
+    let settled = env
+        .wait_for_deliveries(&event_id, |all| {
+            all.iter().filter(|d| d["status"] == "delivered").count() == MANY - 1
+                && all.iter().any(|d| d["status"] == "failed")
+        })
+        .await;
+    let failed: Vec<_> = settled.iter().filter(|d| d["status"] == "failed").collect();
+    assert_eq!((failed.len(), &failed[0]["endpoint_id"]), (1, &many[0]["id"]), "the disabled endpoint's");
+    env.wait_for_outbox_drained().await;
+    assert_each_delivered_once(&env, MANY - 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_that_dies_right_after_writing_the_deliveries_leaves_them_to_the_next_one() {
+    let (mut env, _) = env_with_subscribers(false).await;
+    let event_id = env.post_event("many.created", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
+    let mut doomed = env.spawn_role("publisher", &[("RELAYOPS_FAILPOINTS", "publisher.after_deferred_write")]);
+    let status = doomed.exited(WAIT).await.expect("the publisher reached its crash point");
+    assert!(!status.success(), "it crashed: {status:?}");
+    assert_eq!(env.count("deliveries").await, MANY as i64, "its statement committed");
+    assert_eq!(outbox_rows(&env).await, [("pending".to_owned(), None)], "the row waits to be published");
+
+    env.start_publisher();
+    wait_until_delivered(&env, &event_id, MANY).await;
+    env.wait_for_outbox_drained().await;
+    assert_each_delivered_once(&env, MANY);
+}
+
+/// The batch route writes its events with one set-based statement: each
+/// event with more subscribers than ingest writes gets its `fanout` row there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_leaves_the_deliveries_of_its_widely_subscribed_events_to_a_publisher_too() {
+    let (env, _) = env_with_subscribers(true).await;
+    let batch = json!({ "events": [
+        { "event_type": "many.created", "payload": { "n": 1 } },
+        { "event_type": "few.created", "payload": { "n": 2 } },
+        { "event_type": "many.paid", "payload": { "n": 3 }, "idempotency_key": "k1" },
+        { "event_type": "many.paid", "payload": { "n": 3 }, "idempotency_key": "k1" },
+    ]});
+    let answer = env.post("/v1/events/batch", batch).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let results = answer.body["results"].as_array().unwrap();
+    let seen: Vec<(u64, u64)> = results
+        .iter()
+        .map(|r| (r["status"].as_u64().unwrap(), r["event"]["deliveries"].as_u64().unwrap_or_default()))
+        .collect();
+    assert_eq!(seen, [(201, MANY as u64), (201, AT_INGEST_MAX as u64), (201, MANY as u64), (200, MANY as u64)]);
+    for (result, count) in results[..3].iter().zip([MANY, AT_INGEST_MAX as usize, MANY]) {
+        wait_until_delivered(&env, result["event"]["id"].as_str().unwrap(), count).await;
+    }
+    assert_each_delivered_once(&env, 2 * MANY + AT_INGEST_MAX as usize);
+}
