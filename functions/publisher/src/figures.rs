@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use relayops_shared::observe::emf::{self, Unit};
 use relayops_shared::observe::names::{
-    OUTBOX_PUBLISHED, OUTBOX_PUBLISH_DURATION, OUTBOX_PUBLISH_FAILURES, RECOVERY_ACTIONS,
+    DEFERRED_DELIVERIES_WRITTEN, OUTBOX_PUBLISHED, OUTBOX_PUBLISH_DURATION, OUTBOX_PUBLISH_FAILURES, RECOVERY_ACTIONS,
 };
 
 use crate::PublishReport;
@@ -17,6 +17,11 @@ pub(crate) fn batch(report: &PublishReport, elapsed: Duration) {
         metrics::counter!(OUTBOX_PUBLISH_FAILURES, "kind" => "refused").increment(report.released);
     }
     metrics::histogram!(OUTBOX_PUBLISH_DURATION).record(elapsed.as_secs_f64());
+}
+
+/// After deliveries of events whose ingest left them to a publisher were written.
+pub(crate) fn deferred_written(deliveries: u64) {
+    metrics::counter!(DEFERRED_DELIVERIES_WRITTEN).increment(deliveries);
 }
 
 /// After a recovery pass.
@@ -44,6 +49,7 @@ pub fn emit_invocation(report: &PublishReport, elapsed: Duration, failed: bool) 
             ("OutboxPublishErrors", f64::from(u8::from(failed)), Unit::Count),
             ("RecoveryReclaimed", report.reclaimed as f64, Unit::Count),
             ("RecoveryRequeued", report.requeued as f64, Unit::Count),
+            ("DeferredDeliveriesWritten", report.deliveries_written as f64, Unit::Count),
             ("PublishLatency", elapsed.as_secs_f64() * 1000.0, Unit::Milliseconds),
         ],
     );

@@ -109,8 +109,9 @@ const HOLD_HANDED: &str = "publisher.hold_handed";
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How long a drain writes deferred deliveries before its first batch.
-const DEFERRED_FIRST: Duration = Duration::from_millis(250);
+/// How long a drain writes deferred deliveries before its first batch while
+/// the broker is away (otherwise one statement, then one beside each batch).
+const DEFERRED_WHILE_BROKER_AWAY: Duration = Duration::from_millis(500);
 
 /// When a drain stops (besides a deadline, a refused message, or a claim that
 /// came back empty).
@@ -300,11 +301,12 @@ impl Publisher {
         } else {
             PublishReport::default()
         };
-        // Deliveries first, broker or not: while RabbitMQ is away they still
-        // appear (the batches below then fail, and the loop tries again).
-        let (written, more_deferred) = self.write_deferred_deliveries(deadline, DEFERRED_FIRST).await?;
+        // While RabbitMQ is away, deliveries are still written (and appear in
+        // queries); the batches below then fail, and the loop tries again.
+        let broker_away = !*self.broker_connected.borrow();
+        let budget = if broker_away { DEFERRED_WHILE_BROKER_AWAY } else { Duration::ZERO };
+        let (written, mut more_deferred) = self.write_deferred_deliveries(deadline, budget).await?;
         report.add(written);
-        let mut more_deferred = more_deferred;
         let mut slowest_batch = Duration::ZERO;
         loop {
             if let Some(deadline) = deadline {
@@ -315,18 +317,28 @@ impl Publisher {
                 }
             }
             let started = Instant::now();
-            let (batch, more_may_wait) = self.publish_one_batch().await?;
+            // More deferred deliveries written while this batch is published
+            // (another connection): the next batch claims their rows.
+            let writing = async {
+                match more_deferred {
+                    true => self.write_deferred_deliveries(deadline, Duration::ZERO).await.map(Some),
+                    false => Ok(None),
+                }
+            };
+            let (written, published) = tokio::join!(writing, self.publish_one_batch());
+            let written = written?;
+            let (batch, more_may_wait) = published?;
             slowest_batch = slowest_batch.max(started.elapsed());
             report.add(batch);
+            let wrote_some = written.is_some_and(|(written, _)| written.deliveries_written > 0);
+            if let Some((written, more)) = written {
+                report.add(written);
+                more_deferred = more;
+            }
             if batch.released > 0 {
                 break;
             }
-            if more_deferred {
-                // A statement's worth between batches, so publishing never
-                // waits for every deferred event to be written first.
-                let (written, more) = self.write_deferred_deliveries(deadline, Duration::ZERO).await?;
-                report.add(written);
-                more_deferred = more;
+            if more_deferred || wrote_some {
                 continue;
             }
             if batch.deleted == 0 {
@@ -354,6 +366,7 @@ impl Publisher {
         loop {
             let written = deferred_deliveries::write(&client).await?;
             report.deliveries_written += written.deliveries;
+            figures::deferred_written(written.deliveries);
             if written.events > 0 {
                 // Dying here leaves the deliveries written and their rows pending, for any publisher.
                 relayops_shared::failpoint::crash_if_armed("publisher.after_deferred_write");

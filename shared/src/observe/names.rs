@@ -44,6 +44,9 @@ pub const FLOW_LOCAL_DECISIONS: &str = "relayops_flow_local_decisions_total";
 
 /// Outbox rows published (confirmed by the broker); no labels.
 pub const OUTBOX_PUBLISHED: &str = "relayops_outbox_published_total";
+/// Deliveries written by a publisher for events whose ingest left them to it
+/// (more subscribers than `RELAYOPS_DELIVERIES_AT_INGEST_MAX`); no labels.
+pub const DEFERRED_DELIVERIES_WRITTEN: &str = "relayops_deferred_deliveries_written_total";
 /// Publish failures; `kind`: `refused` (broker nack or unroutable, row
 /// released) or `error` (a failed publisher tick).
 pub const OUTBOX_PUBLISH_FAILURES: &str = "relayops_outbox_publish_failures_total";
@@ -99,6 +102,10 @@ pub fn describe_all() {
     describe_counter!(
         OUTBOX_PUBLISHED,
         "Messages published and confirmed by the broker (an event's outbox row sends one per pending delivery)."
+    );
+    describe_counter!(
+        DEFERRED_DELIVERIES_WRITTEN,
+        "Deliveries a publisher wrote for events with more subscribers than ingest writes itself."
     );
     describe_counter!(OUTBOX_PUBLISH_FAILURES, "Outbox publish failures: refused rows, failed ticks.");
     describe_histogram!(OUTBOX_PUBLISH_DURATION, Unit::Seconds, "Claim-to-settle time of one outbox batch.");

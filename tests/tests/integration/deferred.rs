@@ -77,6 +77,8 @@ async fn an_event_with_more_subscribers_than_ingest_writes_is_answered_with_all_
     let deliveries = wait_until_delivered(&env, &event_id, MANY).await;
     let endpoints: HashSet<_> = deliveries.iter().map(|d| d["endpoint_id"].clone()).collect();
     assert_eq!(endpoints.len(), MANY, "one delivery per subscribed endpoint");
+    let written = env.metric("relayops_deferred_deliveries_written_total", &[]).await;
+    assert_eq!(written, MANY as f64, "written by the publisher");
 
     // As many as ingest writes itself: written with the event, as before.
     let few = env.post_event("few.created", json!({ "n": 2 })).await;
