@@ -78,8 +78,7 @@ const INGEST_MANY: &str = concat!(
     subscribed_endpoints!("e.tenant_id", "e.event_type", "'webhook'"),
     "),
      plan AS (
-         SELECT event_id, count(*) AS matched, count(*) > $12 AS later,
-                array_agg(endpoint_id ORDER BY endpoint_id) AS endpoints
+         SELECT event_id, count(*) AS matched, count(*) > $12 AS later
          FROM targets GROUP BY event_id),
      new_deliveries AS (
          INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
@@ -95,7 +94,9 @@ const INGEST_MANY: &str = concat!(
              ",
     outbox_row_columns!("p.later", "$10", "$11"),
     ",
-             CASE WHEN p.later THEN p.endpoints END
+             CASE WHEN p.later
+                  THEN (SELECT array_agg(t.endpoint_id ORDER BY t.endpoint_id) FROM targets t WHERE t.event_id = i.id)
+             END
          FROM input i JOIN plan p ON p.event_id = i.id
          ORDER BY i.id
          RETURNING id, event_id, status)
