@@ -305,7 +305,7 @@ impl Publisher {
         // queries); the batches below then fail, and the loop tries again.
         let broker_away = !*self.broker_connected.borrow();
         let budget = if broker_away { DEFERRED_WHILE_BROKER_AWAY } else { Duration::ZERO };
-        let (written, mut more_deferred) = self.write_deferred_deliveries(deadline, budget).await?;
+        let (written, mut more_deferred) = self.write_deferred_deliveries(deadline, budget).await;
         report.add(written);
         let mut slowest_batch = Duration::ZERO;
         loop {
@@ -321,12 +321,11 @@ impl Publisher {
             // (another connection): the next batch claims their rows.
             let writing = async {
                 match more_deferred {
-                    true => self.write_deferred_deliveries(deadline, Duration::ZERO).await.map(Some),
-                    false => Ok(None),
+                    true => Some(self.write_deferred_deliveries(deadline, Duration::ZERO).await),
+                    false => None,
                 }
             };
             let (written, published) = tokio::join!(writing, self.publish_one_batch());
-            let written = written?;
             let (batch, more_may_wait) = published?;
             slowest_batch = slowest_batch.max(started.elapsed());
             report.add(batch);
@@ -354,17 +353,21 @@ impl Publisher {
     /// Writes the deliveries of events whose ingest left them to a publisher
     /// (`repo::deferred_deliveries`): one statement, then more while each
     /// took all it could and `budget` (or the deadline) allows. Returns what
-    /// it wrote and whether more may wait.
-    async fn write_deferred_deliveries(
-        &self,
-        deadline: Option<Instant>,
-        budget: Duration,
-    ) -> Result<(PublishReport, bool), PublishError> {
-        let client = self.pool.get().await.map_err(DbError::from)?;
-        let started = Instant::now();
+    /// it wrote and whether more may wait. A failure is logged and ends the
+    /// writing, never the drain: publishing goes on (an unreachable database
+    /// fails the batch anyway).
+    async fn write_deferred_deliveries(&self, deadline: Option<Instant>, budget: Duration) -> (PublishReport, bool) {
         let mut report = PublishReport::default();
+        let client = match self.pool.get().await {
+            Ok(client) => client,
+            Err(error) => return (report, deferred_write_failed(&DbError::from(error))),
+        };
+        let started = Instant::now();
         loop {
-            let written = deferred_deliveries::write(&client).await?;
+            let written = match deferred_deliveries::write(&client).await {
+                Ok(written) => written,
+                Err(error) => return (report, deferred_write_failed(&error)),
+            };
             report.deliveries_written += written.deliveries;
             figures::deferred_written(written.deliveries);
             if written.events > 0 {
@@ -373,7 +376,7 @@ impl Publisher {
             }
             let out_of_time = started.elapsed() >= budget || deadline.is_some_and(|at| Instant::now() >= at);
             if !written.took_all_it_could() || out_of_time {
-                return Ok((report, written.took_all_it_could()));
+                return (report, written.took_all_it_could());
             }
         }
     }
@@ -607,6 +610,14 @@ impl Publisher {
             _ = idle => Next::Drain,
         }
     }
+}
+
+/// Logs a failed write of deferred deliveries (counted as a failed tick);
+/// nothing more to write this time.
+fn deferred_write_failed(error: &DbError) -> bool {
+    figures::tick_failed();
+    tracing::warn!(error = %error_chain(error), "writing deferred deliveries failed");
+    false
 }
 
 /// The event a message is about, for the hop trace.

@@ -12,8 +12,10 @@
 //! ordinary outbox path takes over), needs no broker (deliveries appear
 //! while RabbitMQ is away), and writes each event's deliveries once (the row
 //! it turns is locked, `SKIP LOCKED` for other publishers, and leaves status
-//! `fanout` in the same statement). Ids come from the outbox, never from a
-//! client; each endpoint is matched on the row's tenant.
+//! `fanout` in the same statement). A row whose deliveries the database
+//! refuses is set aside for a minute with the reason (`last_error`), so it
+//! holds up neither the rows behind it nor publishing. Ids come from the
+//! outbox, never from a client; each endpoint is matched on the row's tenant.
 use crate::db::DbError;
 use crate::repo::{sql, GenericClient};
 
@@ -22,16 +24,19 @@ use crate::repo::{sql, GenericClient};
 /// for long.
 pub const EVENTS_PER_STATEMENT: i64 = 8;
 
-/// The oldest `$1` rows waiting for their deliveries (skipping rows another
-/// publisher is writing), their deliveries, and the rows made `pending`. An
-/// endpoint deleted since ingest gets no delivery (its deliveries would have
-/// gone with it); one disabled since gets one, which the worker settles as
-/// it does a delivery written at ingest ("endpoint disabled").
-const WRITE: &str = "WITH taken AS (
+/// The deliveries of the `taken` rows (`$taken`: a query of outbox rows in
+/// status `fanout`, locked), and those rows made `pending`. An endpoint
+/// deleted since ingest gets no delivery (its deliveries would have gone with
+/// it); one disabled since gets one, which the worker settles as it does a
+/// delivery written at ingest ("endpoint disabled").
+macro_rules! write_taken {
+    ($taken:literal) => {
+        concat!(
+            "WITH taken AS (
          SELECT id, tenant_id, event_id, fanout_endpoints FROM relayops.outbox_messages
-         WHERE status = 'fanout'
-         ORDER BY id
-         LIMIT $1
+         ",
+            $taken,
+            "
          FOR UPDATE SKIP LOCKED),
      written AS (
          INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
@@ -41,10 +46,32 @@ const WRITE: &str = "WITH taken AS (
          JOIN relayops.webhook_endpoints ep ON ep.tenant_id = t.tenant_id AND ep.id = f.endpoint_id
          RETURNING 1),
      turned AS (
-         UPDATE relayops.outbox_messages o SET status = 'pending', fanout_endpoints = NULL
+         UPDATE relayops.outbox_messages o SET status = 'pending', fanout_endpoints = NULL, last_error = NULL
          FROM taken t WHERE o.id = t.id
          RETURNING 1)
-     SELECT (SELECT count(*) FROM turned) AS events, (SELECT count(*) FROM written) AS deliveries";
+     SELECT (SELECT count(*) FROM turned) AS events, (SELECT count(*) FROM written) AS deliveries"
+        )
+    };
+}
+
+/// The oldest `$1` rows due (skipping rows another publisher is writing).
+const WRITE: &str = write_taken!("WHERE status = 'fanout' AND available_at <= now() ORDER BY id LIMIT $1");
+
+/// One row, by id (after [`WRITE`] failed: which row is it?).
+const WRITE_ONE: &str = write_taken!("WHERE id = $1 AND status = 'fanout'");
+
+const OLDEST_DUE: &str = "SELECT id FROM relayops.outbox_messages
+     WHERE status = 'fanout' AND available_at <= now() ORDER BY id LIMIT $1";
+
+/// A row whose deliveries the database refused is set aside for a while with
+/// the reason, so it does not hold up the rows behind it.
+const SET_ASIDE: &str = "UPDATE relayops.outbox_messages
+     SET available_at = now() + $2::bigint * interval '1 millisecond', last_error = $3,
+         publish_attempts = publish_attempts + 1
+     WHERE id = $1 AND status = 'fanout'";
+
+/// How long a row whose deliveries were refused waits before the next try.
+pub const SET_ASIDE_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What one [`write`] did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -52,19 +79,50 @@ pub struct Written {
     /// Events whose deliveries were written (their rows now `pending`).
     pub events: u64,
     pub deliveries: u64,
+    /// Events whose deliveries the database refused: set aside for
+    /// [`SET_ASIDE_FOR`], with the reason in the row's `last_error`.
+    pub set_aside: u64,
 }
 
 impl Written {
     /// Whether more events may be waiting (this statement took all it could).
     pub fn took_all_it_could(&self) -> bool {
-        self.events >= EVENTS_PER_STATEMENT as u64
+        self.events + self.set_aside >= EVENTS_PER_STATEMENT as u64
+    }
+
+    fn add(&mut self, row: &tokio_postgres::Row) {
+        self.events += row.get::<_, i64>("events") as u64;
+        self.deliveries += row.get::<_, i64>("deliveries") as u64;
     }
 }
 
 /// Writes the deliveries of up to [`EVENTS_PER_STATEMENT`] events that wait
-/// for them, oldest first, in one statement.
+/// for them, oldest first, in one statement. If the database refuses it
+/// (anything but being unreachable), the same rows are written one at a
+/// time, and each one refused is set aside (see [`SET_ASIDE_FOR`]): one bad
+/// event never stops the others.
 pub async fn write(client: &impl GenericClient) -> Result<Written, DbError> {
-    let row = sql::query_one(client, WRITE, &[&EVENTS_PER_STATEMENT]).await?;
-    let count = |column: &str| row.get::<_, i64>(column) as u64;
-    Ok(Written { events: count("events"), deliveries: count("deliveries") })
+    let mut written = Written::default();
+    match sql::query_one(client, WRITE, &[&EVENTS_PER_STATEMENT]).await {
+        Ok(row) => written.add(&row),
+        Err(error) if error.is_unavailable() => return Err(error),
+        Err(error) => {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "deferred deliveries refused; writing them one event at a time");
+            let due = sql::query(client, OLDEST_DUE, &[&EVENTS_PER_STATEMENT]).await?;
+            for id in due.iter().map(|row| row.get::<_, i64>("id")) {
+                match sql::query_one(client, WRITE_ONE, &[&id]).await {
+                    Ok(row) => written.add(&row),
+                    Err(error) if error.is_unavailable() => return Err(error),
+                    Err(error) => {
+                        let reason = crate::telemetry::error_chain(&error);
+                        tracing::warn!(outbox_id = id, error = %reason, "an event's deliveries refused; set aside");
+                        let wait_ms = SET_ASIDE_FOR.as_millis() as i64;
+                        sql::execute(client, SET_ASIDE, &[&id, &wait_ms, &reason]).await?;
+                        written.set_aside += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(written)
 }

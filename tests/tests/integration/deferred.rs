@@ -183,3 +183,52 @@ async fn a_batch_leaves_the_deliveries_of_its_widely_subscribed_events_to_a_publ
     }
     assert_each_delivered_once(&env, 2 * MANY + AT_INGEST_MAX as usize);
 }
+
+/// The database refuses one event's deliveries (a trigger stands in for any
+/// lasting refusal): that event is set aside with the reason, and neither the
+/// deferred event behind it nor publishing waits for it. Once the refusal is
+/// gone and the row is due again, it is delivered like the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_whose_deliveries_are_refused_is_set_aside_and_holds_up_nothing_else() {
+    let (mut env, _) = env_with_subscribers(false).await;
+    let refused =
+        env.post_event("many.created", json!({ "refuse": true })).await.body["id"].as_str().unwrap().to_owned();
+    env.create_trigger(
+        "refuse_one_events_deliveries",
+        "BEFORE INSERT ON relayops.deliveries",
+        "IF NEW.event_id IN (SELECT id FROM relayops.events WHERE payload ? 'refuse') THEN
+             RAISE EXCEPTION 'deliveries refused for the test';
+         END IF;
+         RETURN NEW;",
+    )
+    .await;
+    let behind = env.post_event("many.created", json!({ "n": 2 })).await.body["id"].as_str().unwrap().to_owned();
+    let few = env.post_event("few.created", json!({ "n": 3 })).await.body["id"].as_str().unwrap().to_owned();
+
+    env.start_publisher();
+    wait_until_delivered(&env, &behind, MANY).await;
+    wait_until_delivered(&env, &few, AT_INGEST_MAX as usize).await;
+    let client = env.pool.get().await.unwrap();
+    let aside = client
+        .query_one(
+            "SELECT status, last_error, available_at > now() + interval '30 seconds' FROM relayops.outbox_messages
+             WHERE fanout_endpoints IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(aside.get::<_, String>(0), "fanout", "still waiting for its deliveries");
+    assert!(aside.get::<_, String>(1).contains("deliveries refused for the test"), "the reason is kept");
+    assert!(aside.get::<_, bool>(2), "set aside for a while, not retried on every drain");
+    assert_eq!(env.wait_for_deliveries(&refused, |_| true).await.len(), 0);
+
+    // The refusal gone and the row due again (standing in for the minute's wait).
+    client.batch_execute("DROP TRIGGER refuse_one_events_deliveries ON relayops.deliveries").await.unwrap();
+    client
+        .execute("UPDATE relayops.outbox_messages SET available_at = now() WHERE status = 'fanout'", &[])
+        .await
+        .unwrap();
+    wait_until_delivered(&env, &refused, MANY).await;
+    env.wait_for_outbox_drained().await;
+    assert_each_delivered_once(&env, 2 * MANY + AT_INGEST_MAX as usize);
+}
