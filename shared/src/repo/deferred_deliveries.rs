@@ -25,7 +25,10 @@ use crate::repo::{sql, GenericClient};
 pub const EVENTS_PER_STATEMENT: i64 = 8;
 
 /// The deliveries of the `taken` rows (`$taken`: a query of outbox rows in
-/// status `fanout`, locked), and those rows made `pending`. An endpoint
+/// status `fanout`, locked), and those rows made `pending`; a row whose event
+/// no longer exists (its history removed by retention while no publisher
+/// ran; `relayops.event_exists`, as ingest's key takeover asks it) is
+/// deleted instead — nothing is left to deliver. An endpoint
 /// deleted since ingest gets no delivery (its deliveries would have gone with
 /// it); one disabled since gets one, which the worker settles as it does a
 /// delivery written at ingest ("endpoint disabled").
@@ -38,18 +41,24 @@ macro_rules! write_taken {
             $taken,
             "
          FOR UPDATE SKIP LOCKED),
+     live AS (SELECT * FROM taken WHERE relayops.event_exists(event_id)),
      written AS (
          INSERT INTO relayops.deliveries (id, tenant_id, event_id, endpoint_id)
          SELECT relayops.delivery_id_for(t.event_id), t.tenant_id, t.event_id, ep.id
-         FROM taken t
+         FROM live t
          CROSS JOIN LATERAL unnest(t.fanout_endpoints) AS f(endpoint_id)
          JOIN relayops.webhook_endpoints ep ON ep.tenant_id = t.tenant_id AND ep.id = f.endpoint_id
          RETURNING 1),
      turned AS (
          UPDATE relayops.outbox_messages o SET status = 'pending', fanout_endpoints = NULL, last_error = NULL
-         FROM taken t WHERE o.id = t.id
+         FROM live t WHERE o.id = t.id
+         RETURNING 1),
+     gone AS (
+         DELETE FROM relayops.outbox_messages o USING taken t
+         WHERE o.id = t.id AND t.id NOT IN (SELECT id FROM live)
          RETURNING 1)
-     SELECT (SELECT count(*) FROM turned) AS events, (SELECT count(*) FROM written) AS deliveries"
+     SELECT (SELECT count(*) FROM turned) AS events, (SELECT count(*) FROM written) AS deliveries,
+            (SELECT count(*) FROM gone) AS gone"
         )
     };
 }
@@ -82,17 +91,24 @@ pub struct Written {
     /// Events whose deliveries the database refused: set aside for
     /// [`SET_ASIDE_FOR`], with the reason in the row's `last_error`.
     pub set_aside: u64,
+    /// Rows deleted because their event no longer exists.
+    pub gone: u64,
 }
 
 impl Written {
     /// Whether more events may be waiting (this statement took all it could).
     pub fn took_all_it_could(&self) -> bool {
-        self.events + self.set_aside >= EVENTS_PER_STATEMENT as u64
+        self.events + self.set_aside + self.gone >= EVENTS_PER_STATEMENT as u64
     }
 
     fn add(&mut self, row: &tokio_postgres::Row) {
         self.events += row.get::<_, i64>("events") as u64;
         self.deliveries += row.get::<_, i64>("deliveries") as u64;
+        let gone = row.get::<_, i64>("gone") as u64;
+        if gone > 0 {
+            tracing::warn!(rows = gone, "deferred deliveries of events that no longer exist dropped");
+        }
+        self.gone += gone;
     }
 }
 

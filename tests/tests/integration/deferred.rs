@@ -232,3 +232,31 @@ async fn an_event_whose_deliveries_are_refused_is_set_aside_and_holds_up_nothing
     env.wait_for_outbox_drained().await;
     assert_each_delivered_once(&env, 2 * MANY + AT_INGEST_MAX as usize);
 }
+
+/// An event removed while its deliveries waited for a publisher (retention
+/// ran while no publisher did; deleted by hand here) gets none: its row is
+/// dropped, the event behind it is delivered, and no delivery points at an
+/// event that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_removed_before_its_deliveries_were_written_gets_none_and_holds_up_nothing() {
+    let (mut env, _) = env_with_subscribers(false).await;
+    env.post_event("many.created", json!({ "removed": true })).await;
+    let client = env.pool.get().await.unwrap();
+    let removed = client.execute("DELETE FROM relayops.events WHERE payload ? 'removed'", &[]).await.unwrap();
+    assert_eq!(removed, 1);
+    let kept = env.post_event("many.created", json!({ "n": 2 })).await.body["id"].as_str().unwrap().to_owned();
+
+    env.start_publisher();
+    wait_until_delivered(&env, &kept, MANY).await;
+    env.wait_for_outbox_drained().await;
+    let orphans: i64 = client
+        .query_one(
+            "SELECT count(*) FROM relayops.deliveries d WHERE NOT EXISTS (SELECT 1 FROM relayops.events e WHERE e.id = d.event_id)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!((orphans, env.count("deliveries").await), (0, MANY as i64), "only the kept event's");
+    assert_each_delivered_once(&env, MANY);
+}
