@@ -110,7 +110,7 @@ const HOLD_HANDED: &str = "publisher.hold_handed";
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a drain writes deferred deliveries before its first batch while
-/// the broker is away (otherwise one statement, then one beside each batch).
+/// the broker is away (otherwise one statement beside each batch).
 const DEFERRED_WHILE_BROKER_AWAY: Duration = Duration::from_millis(500);
 
 /// When a drain stops (besides a deadline, a refused message, or a claim that
@@ -301,12 +301,16 @@ impl Publisher {
         } else {
             PublishReport::default()
         };
-        // While RabbitMQ is away, deliveries are still written (and appear in
-        // queries); the batches below then fail, and the loop tries again.
-        let broker_away = !*self.broker_connected.borrow();
-        let budget = if broker_away { DEFERRED_WHILE_BROKER_AWAY } else { Duration::ZERO };
-        let (written, mut more_deferred) = self.write_deferred_deliveries(deadline, budget).await;
-        report.add(written);
+        // Deferred deliveries are written beside each batch (below), so a
+        // drain's first batch never waits for them. While RabbitMQ is away
+        // they are written first, for a while (and appear in queries); the
+        // batches then fail, and the loop tries again.
+        let mut more_deferred = true;
+        if !*self.broker_connected.borrow() {
+            let (written, more) = self.write_deferred_deliveries(deadline, DEFERRED_WHILE_BROKER_AWAY).await;
+            report.add(written);
+            more_deferred = more;
+        }
         let mut slowest_batch = Duration::ZERO;
         loop {
             if let Some(deadline) = deadline {
@@ -329,8 +333,9 @@ impl Publisher {
             let (batch, more_may_wait) = published?;
             slowest_batch = slowest_batch.max(started.elapsed());
             report.add(batch);
-            let wrote_some = written.is_some_and(|(written, _)| written.deliveries_written > 0);
+            let mut wrote_some = false;
             if let Some((written, more)) = written {
+                wrote_some = written.deliveries_written > 0;
                 report.add(written);
                 more_deferred = more;
             }

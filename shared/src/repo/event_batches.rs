@@ -122,27 +122,26 @@ pub struct IngestWrites {
     /// This process's publisher, when it has one: events' outbox rows are
     /// written claimed by it and handed over ([`handoff`](crate::handoff)).
     handoff: Option<Handoff>,
-    /// `IngestConfig::deliveries_at_ingest_max`.
-    deliveries_at_ingest_max: i64,
+    /// Up to how many matched endpoints ingest writes an event's deliveries.
+    config: IngestConfig,
 }
 
 impl IngestWrites {
     pub fn new(pool: Pool) -> Self {
-        let deliveries_at_ingest_max = WriteOptions::default().deliveries_at_ingest_max;
-        Self { pool, batcher: Arc::new(OnceLock::new()), handoff: None, deliveries_at_ingest_max }
+        Self { pool, batcher: Arc::new(OnceLock::new()), handoff: None, config: IngestConfig::default() }
     }
 
     /// Up to how many matched endpoints ingest writes an event's deliveries
     /// itself (before the first write, like [`with_handoff`](Self::with_handoff)).
     pub fn with_config(mut self, config: &IngestConfig) -> Self {
-        self.deliveries_at_ingest_max = config.deliveries_at_ingest_max;
+        self.config = *config;
         self
     }
 
     /// How events written outside the batcher (the batch route) are written:
     /// the same rule, no hand-off.
     pub fn options(&self) -> WriteOptions<'static> {
-        WriteOptions { handoff: None, deliveries_at_ingest_max: self.deliveries_at_ingest_max }
+        WriteOptions { handoff: None, deliveries_at_ingest_max: self.config.deliveries_at_ingest_max }
     }
 
     /// Hands the outbox rows written from now on to this process's
@@ -156,7 +155,7 @@ impl IngestWrites {
     /// once the statement that carried it committed.
     pub async fn write(&self, event: PreparedEvent) -> Result<IngestResult, BatchError> {
         let lanes = (self.pool.status().max_size / 2).max(1);
-        let max = self.deliveries_at_ingest_max;
+        let max = self.config.deliveries_at_ingest_max;
         let batcher = self.batcher.get_or_init(|| spawn(self.pool.clone(), lanes, self.handoff.clone(), max));
         batcher.call(event).await
     }

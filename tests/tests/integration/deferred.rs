@@ -38,13 +38,17 @@ async fn env_with_subscribers(run_publisher: bool) -> (TestEnv, Vec<Value>) {
     (env, many)
 }
 
-async fn outbox_rows(env: &TestEnv) -> Vec<(String, Option<i32>)> {
+/// Rows of `sql`'s two columns: an outbox status and a count of endpoints.
+async fn statuses_and_endpoints(env: &TestEnv, sql: &str) -> Vec<(String, Option<i32>)> {
     let client = env.pool.get().await.unwrap();
-    let rows = client
-        .query("SELECT status, cardinality(fanout_endpoints) FROM relayops.outbox_messages ORDER BY id", &[])
-        .await
-        .unwrap();
+    let rows = client.query(sql, &[]).await.unwrap();
     rows.iter().map(|row| (row.get(0), row.get(1))).collect()
+}
+
+/// The outbox now: each row's status and how many endpoints it names.
+async fn outbox_rows(env: &TestEnv) -> Vec<(String, Option<i32>)> {
+    let sql = "SELECT status, cardinality(fanout_endpoints) FROM relayops.outbox_messages ORDER BY id";
+    statuses_and_endpoints(env, sql).await
 }
 
 async fn wait_until_delivered(env: &TestEnv, event_id: &str, count: usize) -> Vec<Value> {
@@ -88,13 +92,7 @@ async fn an_event_with_more_subscribers_than_ingest_writes_is_answered_with_all_
 
     let repeat = env.post_event_with_key("many.created", json!({ "n": 1 }), "many-1").await.answer;
     assert_eq!((repeat.status, &repeat.body["id"], &repeat.body["deliveries"]), (200, &first.body["id"], &json!(MANY)));
-    let inserts: Vec<(String, Option<i32>)> = client
-        .query("SELECT status, endpoints FROM relayops.outbox_inserts", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+    let inserts = statuses_and_endpoints(&env, "SELECT status, endpoints FROM relayops.outbox_inserts").await;
     assert_eq!(inserts.len(), 2, "one row per event: {inserts:?}");
     assert_eq!(inserts[0], ("fanout".to_owned(), Some(MANY as i32)), "the row names the endpoints matched");
     assert!(
