@@ -3,7 +3,8 @@
 //! with ONE `fanout` outbox row naming them and no delivery; a publisher
 //! writes its deliveries (with the broker away too) and publishes them. The
 //! answer counts every delivery from the start, each is delivered once — also
-//! when the publisher dies right after writing them — and an endpoint
+//! when the publisher dies right after writing them, or Postgres goes away
+//! while it writes them — and an endpoint
 //! disabled in between gets its delivery settled as `failed`, as one written
 //! at ingest would be.
 use std::collections::HashSet;
@@ -257,4 +258,50 @@ async fn an_event_removed_before_its_deliveries_were_written_gets_none_and_holds
         .get(0);
     assert_eq!((orphans, env.count("deliveries").await), (0, MANY as i64), "only the kept event's");
     assert_each_delivered_once(&env, MANY);
+}
+
+/// Postgres goes away while a publisher is writing deferred deliveries (the
+/// statement is in flight: a trigger holds it on its first row) and stays
+/// away a while: the write is undone with its transaction, nothing is set
+/// aside as if the database had refused it, and once Postgres is back every
+/// event's deliveries are written and each is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_outage_while_deliveries_are_written_loses_and_delays_nothing() {
+    const EVENTS: usize = 6;
+    let (mut env, _) = env_with_subscribers(false).await;
+    let mut events = Vec::new();
+    for n in 0..EVENTS {
+        events.push(env.post_event("many.created", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned());
+    }
+    let client = env.pool.get().await.unwrap();
+    // A sequence is not rolled back: only the very first delivery row waits.
+    client.batch_execute("CREATE SEQUENCE relayops.deliveries_written").await.unwrap();
+    env.create_trigger(
+        "hold_the_first_delivery",
+        "BEFORE INSERT ON relayops.deliveries",
+        "IF nextval('relayops.deliveries_written') = 1 THEN PERFORM pg_sleep(60); END IF; RETURN NEW;",
+    )
+    .await;
+    drop(client);
+
+    env.start_publisher();
+    env.wait_for_sql(
+        "the publisher's write in flight",
+        "SELECT count(*) = 1 FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event = 'PgSleep' AND query LIKE '%fanout%'",
+    )
+    .await;
+    env.cut_database().await;
+    // The outage lasts a while: this sleep is the fault, not a wait for a condition.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    env.restore_database().await;
+
+    for event in &events {
+        wait_until_delivered(&env, event, MANY).await;
+    }
+    env.wait_for_outbox_drained().await;
+    assert_each_delivered_once(&env, EVENTS * MANY);
+    let client = env.pool.get().await.unwrap();
+    let written: i64 = client.query_one("SELECT count(*) FROM relayops.deliveries", &[]).await.unwrap().get(0);
+    assert_eq!(written, (EVENTS * MANY) as i64, "each delivery written once");
 }
