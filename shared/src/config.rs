@@ -270,7 +270,10 @@ pub struct WorkerConfig {
     /// `RELAYOPS_RESPONSE_BODY_LIMIT` (default 4096): bytes of a receiver's
     /// response kept (and read) at most.
     pub response_body_limit: usize,
-    /// `RELAYOPS_HTTP_POOL_PER_HOST` (default 32): idle connections kept per host.
+    /// `RELAYOPS_HTTP_POOL_PER_HOST` (default: the concurrency): idle
+    /// connections kept per receiver host. Fewer than the requests a worker
+    /// may have in flight to one host means a busy receiver gets a new
+    /// connection (and TLS handshake) for every request past that many.
     pub pool_per_host: usize,
     /// `RELAYOPS_LEASE_MS` (default: request timeout + 30 s): how long a claim on
     /// a delivery holds before recovery may take it over.
@@ -306,7 +309,7 @@ impl Default for WorkerConfig {
             request_timeout: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(5),
             response_body_limit: 4096,
-            pool_per_host: 32,
+            pool_per_host: 256,
             lease: Duration::from_secs(45),
             worker_id: default_worker_id(),
             outbound_allow: crate::net_policy::AllowList::default(),
@@ -337,12 +340,13 @@ impl WorkerConfig {
                 message: "must be longer than RELAYOPS_HTTP_TIMEOUT_MS".into(),
             });
         }
+        let concurrency: u16 = positive("WORKER_CONCURRENCY", 256)?;
         Ok(Self {
-            concurrency: positive("WORKER_CONCURRENCY", 256)?,
+            concurrency,
             request_timeout,
             connect_timeout: millis("HTTP_CONNECT_TIMEOUT_MS", 5_000)?,
             response_body_limit: positive("RESPONSE_BODY_LIMIT", 4096)?,
-            pool_per_host: positive("HTTP_POOL_PER_HOST", 32)?,
+            pool_per_host: positive("HTTP_POOL_PER_HOST", usize::from(concurrency))?,
             lease,
             worker_id: parsed("WORKER_ID", default_worker_id())?,
             outbound_allow: outbound_allow_from_env()?,

@@ -320,6 +320,35 @@ pub async fn start_receiver() -> (Simulator, String) {
     (simulator, url)
 }
 
+/// The client addresses (so the TCP connections) a receiver was sent over.
+#[derive(Clone, Default)]
+pub struct Connections(Arc<std::sync::Mutex<std::collections::HashSet<std::net::SocketAddr>>>);
+
+impl Connections {
+    /// How many distinct connections requests came over.
+    pub fn count(&self) -> usize {
+        self.0.lock().expect("connections lock").len()
+    }
+}
+
+/// As [`start_receiver`], also noting the connection each request came over
+/// (its client address: a port is not reused while the connection before it
+/// lingers in `TIME_WAIT`).
+pub async fn start_receiver_noting_connections() -> (Simulator, String, Connections) {
+    use axum::extract::{ConnectInfo, Request};
+    let simulator = Simulator::new();
+    let connections = Connections::default();
+    let noted = connections.clone();
+    let router = relayops_simulator::router(simulator.clone()).layer(axum::middleware::from_fn(
+        move |ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>, request: Request, next: axum::middleware::Next| {
+            noted.0.lock().expect("connections lock").insert(peer);
+            next.run(request)
+        },
+    ));
+    let (url, _task) = spawn_http(router).await;
+    (simulator, url, connections)
+}
+
 /// Another tenant ([`TestEnv::second_account`]) and its admin's login.
 pub struct SecondAccount {
     pub tenant_id: TenantId,

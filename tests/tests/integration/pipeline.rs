@@ -1,4 +1,6 @@
 //! The happy path, end to end.
+use std::time::Duration;
+
 use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
 
@@ -268,4 +270,42 @@ async fn events_with_a_large_fan_out_are_published_over_several_batches() {
     let batches = env.metric("relayops_outbox_publish_batch_duration_seconds_count", &[]).await;
     assert!(batches >= 2.0, "the two events went out in separate batches ({batches})");
     assert_eq!(env.simulator.received().len(), 30, "each delivery sent once");
+}
+
+/// A busy receiver is sent to over connections kept open between deliveries:
+/// never more connections than requests the worker may have in flight, not a
+/// new connection (a TCP handshake, and for HTTPS a TLS one, on both sides)
+/// for most deliveries once more than a few dozen are in flight at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_receiver_is_sent_to_over_connections_kept_open() {
+    const IN_FLIGHT: u16 = 64;
+    const ENDPOINTS: usize = 10;
+    const EVENTS: usize = 60;
+    let mut config = TestConfig::default();
+    config.worker.concurrency = IN_FLIGHT;
+    let env = TestEnv::start_with(config).await;
+    // Ten endpoints on one receiver (one host and port): the worker fills its
+    // concurrency with requests to it, each answered after 20 ms.
+    let (receiver, url, connections) = relayops_tests::start_receiver_noting_connections().await;
+    for _ in 0..ENDPOINTS {
+        env.create_endpoint_on(&receiver, &format!("{url}/sim/slow/20"), &["load.*"], json!({ "max_in_flight": 64 }))
+            .await;
+    }
+    let posts = (0..EVENTS).map(|n| env.post_event("load.tested", json!({ "n": n })));
+    for answer in futures_util::future::join_all(posts).await {
+        assert_eq!(answer.status, 201, "{:?}", answer.body);
+    }
+    let deliveries = ENDPOINTS * EVENTS;
+    receiver.wait_until(Duration::from_secs(60), |seen| seen.len() >= deliveries).await;
+    env.wait_for_sql(
+        "every delivery delivered",
+        &format!("SELECT count(*) FILTER (WHERE status = 'delivered') = {deliveries} FROM relayops.deliveries"),
+    )
+    .await;
+    let (opened, peak) = (connections.count(), receiver.max_in_flight("/sim/slow/20"));
+    assert!(
+        opened <= usize::from(IN_FLIGHT),
+        "{deliveries} deliveries, at most {peak} at once, came over {opened} connections \
+         (the worker may have {IN_FLIGHT} requests in flight)"
+    );
 }
