@@ -38,7 +38,8 @@ use session::Session;
 #[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
 pub struct PublishReport {
     pub batches: u64,
-    /// Broker messages confirmed (an event's outbox row is one per delivery).
+    /// Deliveries confirmed on the broker (an event's several travel in one
+    /// `deliveries.v1` message; a message of another kind counts one).
     pub published: u64,
     /// Outbox rows deleted after all their messages were confirmed.
     pub deleted: u64,
@@ -127,10 +128,10 @@ enum DrainStop {
     WhenShort,
 }
 
-/// A batch sends at most this many messages per row it may claim
+/// A batch sends at most this many deliveries per row it may claim
 /// (`RELAYOPS_PUBLISHER_BATCH_SIZE`): events with a large fan-out expand into
 /// many, and the batch must be confirmed within the confirm timeout.
-const MESSAGES_PER_ROW_CLAIMED: usize = 10;
+const DELIVERIES_PER_ROW_CLAIMED: usize = 10;
 
 impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
@@ -249,11 +250,11 @@ impl Publisher {
         started: Instant,
     ) -> Result<(PublishReport, bool), PublishError> {
         let session = self.open_session(&mut guard).await?;
-        // An event's row becomes a message per pending delivery of the event;
-        // rows past the batch's message limit go back unpublished.
+        // An event's row becomes the messages of its pending deliveries; rows
+        // past the batch's delivery limit go back unpublished.
         let outgoing = outbox_fanout::expand(messages);
         let claimed: Vec<i64> = messages.iter().map(|message| message.id).collect();
-        let limit = (self.config.batch_size as usize).saturating_mul(MESSAGES_PER_ROW_CLAIMED);
+        let limit = (self.config.batch_size as usize).saturating_mul(DELIVERIES_PER_ROW_CLAIMED);
         let (rows, outgoing, left_over) = outbox_fanout::fit(&claimed, outgoing, limit);
         outbox::release(&*client, &self.owner, &left_over, "left for the next batch").await?;
         // Dying here leaves the rows claimed, to be reclaimed and expanded again.
@@ -279,7 +280,7 @@ impl Publisher {
         let settled = outbox_fanout::settle(&rows, &outgoing, &results.confirmed, &results.refused);
         let deleted = outbox::delete_published(client, &self.owner, &settled.confirmed).await?;
         let released = outbox::release(&*client, &self.owner, &settled.refused, "refused by broker").await?;
-        let (published, deleted) = (settled.messages_of(&deleted), deleted.len() as u64);
+        let (published, deleted) = (settled.deliveries_of(&deleted), deleted.len() as u64);
         let report = PublishReport { batches: 1, published, deleted, released, ..Default::default() };
         figures::batch(&report, started.elapsed());
         Ok((report, !left_over.is_empty()))

@@ -1,36 +1,27 @@
 //! The AMQP side of the worker: connect, declare the topology, consume the
-//! ready queue with manual acks and a bounded prefetch, hand each message to
-//! the [`Processor`] on its own task, and ack/nack after it settles. A lost
-//! connection is re-established with a growing pause; unacked messages return
-//! to the queue by themselves.
+//! ready queue with manual acks and a bounded prefetch, and hand each message
+//! to a [`Settler`] on its own task (a bundle's deliveries each on a task of
+//! their own; at most the concurrency's deliveries under way), which acks,
+//! delays or requeues it once settled. A lost connection is re-established
+//! with a growing pause; unacked messages return to the queue by themselves.
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::StreamExt;
-use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
-};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, Consumer};
 use relayops_shared::broker::{self, BrokerError, Topology, SETUP_TIMEOUT};
 use relayops_shared::config::{BrokerConfig, WorkerConfig};
 use relayops_shared::db::Pool;
 use relayops_shared::task::{never_stopping, stop_requested};
-use relayops_shared::telemetry::error_chain;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::delay::{DelayPublisher, THROTTLES_HEADER};
+use crate::delay::DelayPublisher;
 use crate::gate::Gate;
-use crate::hold::{delivery_count, near_delivery_limit, Backoff};
-use crate::process::{Disposition, Processor};
-use crate::report;
+use crate::process::Processor;
 use crate::sender::{Sender, SenderError};
-
-/// Pause before requeueing after a failure on our side, so a database outage
-/// does not become a hot redelivery loop.
-const REQUEUE_PAUSE: Duration = Duration::from_millis(500);
+use crate::settle::Settler;
 
 pub struct Worker {
     broker: BrokerConfig,
@@ -77,6 +68,7 @@ impl Worker {
         tracing::info!(queue = %topology.ready_queue, prefetch = self.config.concurrency, "worker consuming");
         self.consuming.send_replace(true);
         let mut in_flight = JoinSet::new();
+        let settler = Settler::new(self.processor.clone(), delays, channel.clone(), self.config.concurrency);
         // One wait for the stop for the whole loop, not one per message.
         let stop = stop_requested(&mut stopping);
         tokio::pin!(stop);
@@ -88,10 +80,8 @@ impl Worker {
                         Some(Err(error)) => break Err(BrokerError::Channel(error)),
                         None => break Ok(()),
                     };
-                    let processor = self.processor.clone();
-                    let delays = Arc::clone(&delays);
-                    let channel = channel.clone();
-                    in_flight.spawn(async move { settle(&processor, &delays, &channel, delivery).await });
+                    let settler = settler.clone();
+                    in_flight.spawn(async move { settler.settle(delivery).await });
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
                 _ = &mut stop => {
@@ -149,97 +139,5 @@ impl Worker {
             .await
             .map_err(BrokerError::Channel)?;
         Ok(Subscription { _connection: connection, channel, delays, consumer, topology })
-    }
-}
-
-/// How many times in a row flow control deferred this message (a header the
-/// worker sets when it sends a message round).
-fn throttles(delivery: &Delivery) -> u32 {
-    let value = delivery
-        .properties
-        .headers()
-        .as_ref()
-        .and_then(|headers| headers.inner().get(THROTTLES_HEADER).and_then(|value| value.as_long_long_int()));
-    value.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32
-}
-
-/// Processes a message until it has a disposition other than [`Disposition::Hold`]:
-/// through a database outage the message is kept (see [`crate::hold`]) while
-/// its channel lives; a channel that closed has given it back already.
-async fn process_holding(
-    processor: &Processor,
-    channel: &lapin::Channel,
-    delivery: &Delivery,
-    throttles: u32,
-) -> Disposition {
-    let mut backoff = Backoff::default();
-    loop {
-        match processor.process(&delivery.data, throttles).await {
-            Disposition::Hold => match backoff.next_pause() {
-                Some(pause) if channel.status().connected() => {
-                    report::held();
-                    tokio::time::sleep(pause).await;
-                }
-                _ => return Disposition::Requeue,
-            },
-            other => return other,
-        }
-    }
-}
-
-async fn settle(processor: &Processor, delays: &DelayPublisher, channel: &lapin::Channel, delivery: Delivery) {
-    let throttles = throttles(&delivery);
-    let disposition = match process_holding(processor, channel, &delivery, throttles).await {
-        // Its row was not touched (it may be `pending`): ack only once the
-        // message is back in a queue, keep it otherwise.
-        Disposition::Postpone { wait } => match delays.publish(&delivery.data, wait, throttles.saturating_add(1)).await
-        {
-            Ok(()) => Disposition::Ack,
-            Err(error) => {
-                tracing::warn!(error = %error_chain(&error), "postponed message not published; requeued");
-                Disposition::Requeue
-            }
-        },
-        // One more requeue could reach the ready queue's delivery limit, where
-        // the broker drops the message: send a fresh copy round instead.
-        Disposition::Requeue if near_delivery_limit(delivery_count(&delivery)) => {
-            match delays.publish(&delivery.data, REQUEUE_PAUSE, throttles).await {
-                Ok(()) => {
-                    report::republished();
-                    tracing::warn!(
-                        redeliveries = delivery_count(&delivery),
-                        "message near the delivery limit re-published"
-                    );
-                    Disposition::Ack
-                }
-                Err(error) => {
-                    tracing::warn!(error = %error_chain(&error), "message near the delivery limit not re-published; requeued");
-                    Disposition::Requeue
-                }
-            }
-        }
-        other => other,
-    };
-    let result = match disposition {
-        Disposition::Ack => delivery.acker.ack(BasicAckOptions::default()).await,
-        Disposition::Delay { wait, throttled } => {
-            let throttles = if throttled { throttles.saturating_add(1) } else { 0 };
-            if let Err(error) = delays.publish(&delivery.data, wait, throttles).await {
-                // The row is scheduled in Postgres; recovery re-enqueues it when overdue.
-                tracing::warn!(error = %error_chain(&error), "retry message not published; left to recovery");
-            }
-            delivery.acker.ack(BasicAckOptions::default()).await
-        }
-        // (A postponement was resolved into `Ack` or `Requeue` above, a hold
-        // into another disposition or `Requeue`.)
-        Disposition::Requeue | Disposition::Postpone { .. } | Disposition::Hold => {
-            tokio::time::sleep(REQUEUE_PAUSE).await;
-            delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
-        }
-        Disposition::Reject => delivery.acker.reject(BasicRejectOptions { requeue: false }).await,
-    };
-    if let Err(error) = result {
-        // The channel is gone; the broker will redeliver the message.
-        tracing::warn!(error = %error, ?disposition, "could not settle message with the broker");
     }
 }

@@ -32,6 +32,7 @@ pub mod report;
 pub mod resolver;
 pub mod saturation;
 pub mod sender;
+mod settle;
 pub mod verdict;
 
 pub use consumer::Worker;

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use chrono::Utc;
 use relayops_shared::api::PublisherWakeup;
-use relayops_shared::broker::{DeadLetter, QueueMessage};
+use relayops_shared::broker::{DeadLetter, DeliveryTask, QueueMessage};
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use relayops_shared::db::listen::PgNotifier;
@@ -157,19 +157,10 @@ impl Processor {
         Self { pool, sender, gate, config, claims, records, deferrals, saturation, health, wakeup }
     }
 
-    /// `throttles`: how many times in a row flow control deferred this message.
-    pub async fn process(&self, body: &[u8], throttles: u32) -> Disposition {
-        let task = match serde_json::from_slice::<QueueMessage>(body) {
-            Ok(QueueMessage::DeliveryV1(task)) => task,
-            Ok(other) => {
-                tracing::error!(message = ?other.destination(), "message for another queue rejected");
-                return Disposition::Reject;
-            }
-            Err(error) => {
-                tracing::error!(error = %error, "unreadable queue message rejected");
-                return Disposition::Reject;
-            }
-        };
+    /// One delivery (a `delivery.v1` message, or one of a `deliveries.v1`
+    /// bundle's); `throttles`: how many times in a row flow control deferred
+    /// its message.
+    pub async fn process(&self, task: DeliveryTask, throttles: u32) -> Disposition {
         relayops_shared::hop!("worker.received", event_id = %task.event_id);
         if self.still_saturated(task.endpoint_id, throttles).await {
             report::postponed();

@@ -12,6 +12,14 @@ pub enum QueueMessage {
     /// a stale or duplicated message can never send stale content.
     #[serde(rename = "delivery.v1")]
     DeliveryV1(DeliveryTask),
+    /// "Attempt each of these deliveries of one event": an unordered event's
+    /// pending deliveries published together, one message instead of one per
+    /// delivery. The worker attempts each as if it had come alone; one that
+    /// must go round again (a retry, a postponement) goes as a `delivery.v1`
+    /// of its own, and the message is acknowledged once every one is settled
+    /// or sent round.
+    #[serde(rename = "deliveries.v1")]
+    DeliveriesV1(DeliveryBundle),
     /// "This delivery is dead" — for operators, on the operations DLQ.
     #[serde(rename = "dead_letter.v1")]
     DeadLetterV1(DeadLetter),
@@ -44,11 +52,47 @@ pub struct DeliveryTask {
     pub endpoint_id: EndpointId,
 }
 
+/// Deliveries of one event of one tenant ([`QueueMessage::DeliveriesV1`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryBundle {
+    pub tenant_id: TenantId,
+    pub event_id: EventId,
+    pub deliveries: Vec<BundledDelivery>,
+}
+
+/// One delivery of a [`DeliveryBundle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundledDelivery {
+    pub delivery_id: DeliveryId,
+    pub endpoint_id: EndpointId,
+}
+
+impl DeliveryBundle {
+    /// `tasks` (deliveries of one event, as the publisher's claim found them) together.
+    pub fn of(event: EventDeliveries, tasks: &[DeliveryTask]) -> Self {
+        let deliveries = tasks
+            .iter()
+            .map(|task| BundledDelivery { delivery_id: task.delivery_id, endpoint_id: task.endpoint_id })
+            .collect();
+        Self { tenant_id: event.tenant_id, event_id: event.event_id, deliveries }
+    }
+
+    /// Each delivery as the message it would be alone.
+    pub fn tasks(&self) -> impl Iterator<Item = DeliveryTask> + '_ {
+        self.deliveries.iter().map(|delivery| DeliveryTask {
+            tenant_id: self.tenant_id,
+            delivery_id: delivery.delivery_id,
+            event_id: self.event_id,
+            endpoint_id: delivery.endpoint_id,
+        })
+    }
+}
+
 /// The `type` of the outbox row ingest writes for an unordered event with at
 /// least one delivery: "every delivery of this event still `pending`". The
-/// publisher expands it into one `delivery.v1` message per such delivery
-/// (`repo::outbox_fanout`); it never goes on a queue itself, so it is not a
-/// [`QueueMessage`].
+/// publisher turns it into the messages of those deliveries — one
+/// `delivery.v1`, or `deliveries.v1` bundles of several (`repo::outbox_fanout`);
+/// it never goes on a queue itself, so it is not a [`QueueMessage`].
 pub const EVENT_DELIVERIES_V1: &str = "event_deliveries.v1";
 
 /// What an `event_deliveries.v1` outbox row names.
@@ -78,10 +122,25 @@ impl EventDeliveries {
     }
 }
 
+#[cfg(test)]
+impl EventDeliveries {
+    /// A made-up event with `n` made-up deliveries (tests).
+    pub(crate) fn made_up(n: usize) -> (Self, Vec<DeliveryTask>) {
+        let event = Self { tenant_id: TenantId::new(), event_id: EventId::new() };
+        let task = |_| DeliveryTask {
+            tenant_id: event.tenant_id,
+            delivery_id: DeliveryId::new(),
+            event_id: event.event_id,
+            endpoint_id: EndpointId::new(),
+        };
+        (event, (0..n).map(task).collect())
+    }
+}
+
 impl QueueMessage {
     pub fn destination(&self) -> Destination {
         match self {
-            Self::DeliveryV1(_) => Destination::Ready,
+            Self::DeliveryV1(_) | Self::DeliveriesV1(_) => Destination::Ready,
             Self::DeadLetterV1(_) => Destination::DeadLetters,
         }
     }
@@ -140,6 +199,20 @@ mod tests {
             endpoint_id: EndpointId::new(),
         });
         assert_eq!(EventDeliveries::from_envelope(&delivery.to_json()), None, "other rows pass through");
+    }
+
+    #[test]
+    fn a_bundle_round_trips_and_gives_back_each_delivery_as_its_own_task() {
+        let (event, tasks) = EventDeliveries::made_up(3);
+        let message = QueueMessage::DeliveriesV1(DeliveryBundle::of(event, &tasks));
+        let json = message.to_json();
+        assert_eq!(json["type"], "deliveries.v1");
+        assert_eq!(json["deliveries"].as_array().map(Vec::len), Some(3));
+        let QueueMessage::DeliveriesV1(bundle) = serde_json::from_value::<QueueMessage>(json).unwrap() else {
+            panic!("a bundle reads back as a bundle");
+        };
+        assert_eq!(bundle.tasks().collect::<Vec<_>>(), tasks);
+        assert_eq!(message.destination(), Destination::Ready);
     }
 
     #[test]

@@ -6,7 +6,10 @@ mod topology;
 use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties};
 
-pub use envelope::{DeadLetter, DeliveryTask, Destination, EventDeliveries, QueueMessage, EVENT_DELIVERIES_V1};
+pub use envelope::{
+    BundledDelivery, DeadLetter, DeliveryBundle, DeliveryTask, Destination, EventDeliveries, QueueMessage,
+    EVENT_DELIVERIES_V1,
+};
 pub use topology::{RetryBucket, Topology, DELIVERY_LIMIT, RETRY_DELAYS_MS};
 
 use crate::config::BrokerConfig;

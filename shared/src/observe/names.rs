@@ -42,7 +42,8 @@ pub const FLOW_DEGRADED: &str = "relayops_flow_degraded";
 /// could not be asked; `limit`: `tenant`, `endpoint-lease`, `endpoint-rate`.
 pub const FLOW_LOCAL_DECISIONS: &str = "relayops_flow_local_decisions_total";
 
-/// Outbox rows published (confirmed by the broker); no labels.
+/// Deliveries published (confirmed by the broker; a message of another kind,
+/// a dead letter, counts one); no labels.
 pub const OUTBOX_PUBLISHED: &str = "relayops_outbox_published_total";
 /// Deliveries written by a publisher for events whose ingest left them to it
 /// (more subscribers than `RELAYOPS_DELIVERIES_AT_INGEST_MAX`); no labels.
@@ -101,7 +102,7 @@ pub fn describe_all() {
     );
     describe_counter!(
         OUTBOX_PUBLISHED,
-        "Messages published and confirmed by the broker (an event's outbox row sends one per pending delivery)."
+        "Deliveries published and confirmed by the broker (several of an event travel in one deliveries.v1 message; a dead letter counts one)."
     );
     describe_counter!(
         DEFERRED_DELIVERIES_WRITTEN,

@@ -5,6 +5,7 @@
 //! that abort the process there).
 use std::time::Duration;
 
+use relayops_shared::config::IngestConfig;
 use relayops_tests::{TestConfig, TestEnv, WAIT};
 use serde_json::json;
 
@@ -118,9 +119,11 @@ async fn a_claim_undone_behind_the_workers_back_is_sent_again_not_stranded() {
 }
 
 /// An env whose publisher runs only in processes the test spawns, with
-/// `endpoints` endpoints subscribed to everything and one event posted.
+/// `endpoints` endpoints subscribed to everything and one event posted (its
+/// deliveries written at ingest, however many).
 async fn one_event_to_endpoints(endpoints: usize) -> (TestEnv, String) {
-    let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
+    let ingest = IngestConfig { deliveries_at_ingest_max: endpoints as i64 };
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, ingest, ..Default::default() }).await;
     for _ in 0..endpoints {
         env.create_endpoint("/sim/ok", &["*"], json!({})).await;
     }
@@ -171,21 +174,24 @@ async fn killing_the_publisher_after_it_claimed_an_events_row_loses_no_delivery(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_publisher_half_way_through_an_events_messages_sends_only_the_rest_again() {
-    let (mut env, event_id) = one_event_to_endpoints(4).await;
+    // Two messages' worth of deliveries (an event's deliveries travel up to
+    // `PER_MESSAGE` a message), all written at ingest.
+    const PER_MESSAGE: usize = relayops_shared::repo::outbox_fanout::DELIVERIES_PER_MESSAGE;
+    let (mut env, event_id) = one_event_to_endpoints(2 * PER_MESSAGE).await;
     run_publisher_until_it_crashes_at(&env, "publisher.after_half_published").await;
     // The confirmed half is delivered; the row stays claimed for the rest.
     env.wait_for_sql(
         "the published half delivered",
-        "SELECT count(*) FILTER (WHERE status = 'delivered') = 2 FROM relayops.deliveries",
+        &format!("SELECT count(*) FILTER (WHERE status = 'delivered') = {PER_MESSAGE} FROM relayops.deliveries"),
     )
     .await;
     assert_eq!(outbox_row_status(&env).await, "claimed", "the row is deleted only after all its messages");
 
     // Reclaimed and expanded again: only the deliveries still pending go out.
     env.start_publisher();
-    assert_each_delivered_once(&env, &event_id, 4).await;
+    assert_each_delivered_once(&env, &event_id, 2 * PER_MESSAGE).await;
     env.wait_for_outbox_drained().await;
-    env.wait_for_messages_published(2).await;
+    env.wait_for_messages_published(PER_MESSAGE as u32).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@ mod alerting;
 mod auth;
 mod backpressure;
 mod batching;
+mod bundles;
 mod console;
 mod console_browser;
 mod crashes;

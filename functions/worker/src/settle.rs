@@ -1,0 +1,228 @@
+//! One message from the ready queue settled: a `delivery.v1` processed and
+//! acked, delayed, requeued or rejected; a `deliveries.v1` bundle split into
+//! its deliveries, each processed on a task of its own as if it had come
+//! alone, each that needs another try sent round as a `delivery.v1` of its
+//! own, and the bundle acked once all are settled or sent round (requeued
+//! whole if one that nothing else would redo could not be sent round). A
+//! semaphore keeps the deliveries under way within the worker's
+//! concurrency: prefetch counts messages, and a bundle carries several.
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
+use relayops_shared::broker::{DeliveryBundle, DeliveryTask, QueueMessage};
+use relayops_shared::telemetry::error_chain;
+use tokio::sync::Semaphore;
+
+use crate::delay::{DelayPublisher, THROTTLES_HEADER};
+use crate::hold::{delivery_count, near_delivery_limit, Backoff};
+use crate::process::{Disposition, Processor};
+use crate::report;
+
+/// Pause before requeueing after a failure on our side, so a database outage
+/// does not become a hot redelivery loop.
+const REQUEUE_PAUSE: Duration = Duration::from_millis(500);
+
+/// How many times in a row flow control deferred this message (a header the
+/// worker sets when it sends a message round).
+fn throttles(delivery: &Delivery) -> u32 {
+    let value = delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|headers| headers.inner().get(THROTTLES_HEADER).and_then(|value| value.as_long_long_int()));
+    value.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32
+}
+
+/// What a message from the ready queue asks for.
+enum Message {
+    One(DeliveryTask),
+    Bundle(DeliveryBundle),
+    Unusable,
+}
+
+fn read(body: &[u8]) -> Message {
+    match serde_json::from_slice::<QueueMessage>(body) {
+        Ok(QueueMessage::DeliveryV1(task)) => Message::One(task),
+        Ok(QueueMessage::DeliveriesV1(bundle)) => Message::Bundle(bundle),
+        Ok(other) => {
+            tracing::error!(message = ?other.destination(), "message for another queue rejected");
+            Message::Unusable
+        }
+        Err(error) => {
+            tracing::error!(error = %error, "unreadable queue message rejected");
+            Message::Unusable
+        }
+    }
+}
+
+/// How a bundled delivery goes round again as a message of its own.
+struct RoundAgain {
+    wait: Duration,
+    throttles: u32,
+    /// Its row does not say it is due (it may be `pending` or leased): the
+    /// bundle must not be acknowledged unless this message is out.
+    lost_unless_published: bool,
+}
+
+impl RoundAgain {
+    fn after(disposition: Disposition) -> Option<Self> {
+        let again = |wait, throttles, lost_unless_published| Some(Self { wait, throttles, lost_unless_published });
+        match disposition {
+            Disposition::Ack | Disposition::Reject => None,
+            Disposition::Delay { wait, throttled } => again(wait, u32::from(throttled), false),
+            Disposition::Postpone { wait } => again(wait, 1, true),
+            Disposition::Requeue | Disposition::Hold => again(REQUEUE_PAUSE, 0, true),
+        }
+    }
+}
+
+/// Settles the messages of one subscription: what each needs, the broker
+/// side of it, and the worker's concurrency across them.
+#[derive(Clone)]
+pub(crate) struct Settler {
+    processor: Processor,
+    delays: Arc<DelayPublisher>,
+    /// Also tells held messages whether they still belong to the broker.
+    channel: lapin::Channel,
+    permits: Arc<Semaphore>,
+}
+
+impl Settler {
+    pub(crate) fn new(
+        processor: Processor,
+        delays: Arc<DelayPublisher>,
+        channel: lapin::Channel,
+        concurrency: u16,
+    ) -> Self {
+        Self { processor, delays, channel, permits: Arc::new(Semaphore::new(usize::from(concurrency))) }
+    }
+
+    /// Processes a delivery until it has a disposition other than [`Disposition::Hold`]:
+    /// through a database outage its message is kept (see [`crate::hold`]) while
+    /// its channel lives; a channel that closed has given it back already. Holds
+    /// one of the worker's `permits` (its concurrency) meanwhile.
+    async fn process_holding(&self, task: DeliveryTask, throttles: u32) -> Disposition {
+        let _permit = self.permits.acquire().await.ok();
+        let mut backoff = Backoff::default();
+        loop {
+            match self.processor.process(task, throttles).await {
+                Disposition::Hold => match backoff.next_pause() {
+                    Some(pause) if self.channel.status().connected() => {
+                        report::held();
+                        tokio::time::sleep(pause).await;
+                    }
+                    _ => return Disposition::Requeue,
+                },
+                other => return other,
+            }
+        }
+    }
+
+    /// A `delivery.v1` message's disposition, with a postponement or a requeue
+    /// near the delivery limit already turned into a message sent round.
+    async fn process_one(&self, delivery: &Delivery, task: DeliveryTask) -> Disposition {
+        let (delays, throttles) = (&self.delays, throttles(delivery));
+        match self.process_holding(task, throttles).await {
+            // Its row was not touched (it may be `pending`): ack only once the
+            // message is back in a queue, keep it otherwise.
+            Disposition::Postpone { wait } => {
+                match delays.publish(&delivery.data, wait, throttles.saturating_add(1)).await {
+                    Ok(()) => Disposition::Ack,
+                    Err(error) => {
+                        tracing::warn!(error = %error_chain(&error), "postponed message not published; requeued");
+                        Disposition::Requeue
+                    }
+                }
+            }
+            // One more requeue could reach the ready queue's delivery limit, where
+            // the broker drops the message: send a fresh copy round instead.
+            Disposition::Requeue if near_delivery_limit(delivery_count(delivery)) => {
+                match delays.publish(&delivery.data, REQUEUE_PAUSE, throttles).await {
+                    Ok(()) => {
+                        report::republished();
+                        tracing::warn!(
+                            redeliveries = delivery_count(delivery),
+                            "message near the delivery limit re-published"
+                        );
+                        Disposition::Ack
+                    }
+                    Err(error) => {
+                        tracing::warn!(error = %error_chain(&error), "message near the delivery limit not re-published; requeued");
+                        Disposition::Requeue
+                    }
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// A `deliveries.v1` bundle: each delivery attempted as if it had come alone
+    /// (each on a task of its own, within the worker's concurrency), then each
+    /// one that must go round again — a retry, a postponement, a failure on our
+    /// side — published as a `delivery.v1` of its own. [`Disposition::Ack`] once
+    /// every delivery is settled or sent round; [`Disposition::Requeue`] (the
+    /// whole bundle: the next claims drop the deliveries already settled) when
+    /// one that would otherwise be lost could not be sent round.
+    async fn process_bundle(&self, bundle: DeliveryBundle) -> Disposition {
+        let attempts = bundle.tasks().map(|task| {
+            let settler = self.clone();
+            tokio::spawn(async move { (task, settler.process_holding(task, 0).await) })
+        });
+        let mut whole = Disposition::Ack;
+        for attempt in join_all(attempts.collect::<Vec<_>>()).await {
+            let Ok((task, disposition)) = attempt else {
+                tracing::error!("a bundled delivery's task failed; the bundle is requeued");
+                whole = Disposition::Requeue;
+                continue;
+            };
+            let Some(again) = RoundAgain::after(disposition) else { continue };
+            let body = serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default();
+            if let Err(error) = self.delays.publish(&body, again.wait, again.throttles).await {
+                if again.lost_unless_published {
+                    tracing::warn!(delivery_id = %task.delivery_id, error = %error_chain(&error),
+                        "bundled delivery not sent round; the bundle is requeued");
+                    whole = Disposition::Requeue;
+                } else {
+                    // The row is scheduled in Postgres; recovery re-enqueues it when overdue.
+                    tracing::warn!(delivery_id = %task.delivery_id, error = %error_chain(&error),
+                        "retry message not published; left to recovery");
+                }
+            }
+        }
+        whole
+    }
+
+    pub(crate) async fn settle(&self, delivery: Delivery) {
+        let (delays, throttles) = (&self.delays, throttles(&delivery));
+        let disposition = match read(&delivery.data) {
+            Message::One(task) => self.process_one(&delivery, task).await,
+            Message::Bundle(bundle) => self.process_bundle(bundle).await,
+            Message::Unusable => Disposition::Reject,
+        };
+        let result = match disposition {
+            Disposition::Ack => delivery.acker.ack(BasicAckOptions::default()).await,
+            Disposition::Delay { wait, throttled } => {
+                let throttles = if throttled { throttles.saturating_add(1) } else { 0 };
+                if let Err(error) = delays.publish(&delivery.data, wait, throttles).await {
+                    // The row is scheduled in Postgres; recovery re-enqueues it when overdue.
+                    tracing::warn!(error = %error_chain(&error), "retry message not published; left to recovery");
+                }
+                delivery.acker.ack(BasicAckOptions::default()).await
+            }
+            // (A postponement was resolved into `Ack` or `Requeue` above, a hold
+            // into another disposition or `Requeue`.)
+            Disposition::Requeue | Disposition::Postpone { .. } | Disposition::Hold => {
+                tokio::time::sleep(REQUEUE_PAUSE).await;
+                delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
+            }
+            Disposition::Reject => delivery.acker.reject(BasicRejectOptions { requeue: false }).await,
+        };
+        if let Err(error) = result {
+            // The channel is gone; the broker will redeliver the message.
+            tracing::warn!(error = %error, ?disposition, "could not settle message with the broker");
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! An unordered event's deliveries travel through the broker together: one
+//! `deliveries.v1` message (up to 32 deliveries) instead of one per delivery.
+//! Each is still attempted, recorded and retried on its own: one that needs
+//! another try goes round as a message of its own, and a worker that dies
+//! with a bundle under way leaves the bundle to be redelivered, whose
+//! deliveries already settled are not sent again.
+use std::collections::HashMap;
+use std::time::Duration;
+
+use relayops_tests::{TestConfig, TestEnv, WAIT};
+use serde_json::json;
+
+/// How many requests the receiver saw per path.
+fn requests_per_path(env: &TestEnv) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for received in env.simulator.received() {
+        *counts.entry(received.path).or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_deliveries_travel_as_one_message_and_each_is_delivered_once() {
+    let mut env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    for _ in 0..5 {
+        env.create_endpoint("/sim/ok", &["b.*"], json!({})).await;
+    }
+    let answer = env.post_event("b.created", json!({ "n": 1 })).await;
+    assert_eq!(answer.body["deliveries"], 5, "{:?}", answer.body);
+    env.wait_for_outbox_drained().await;
+    let ready = env.topology().ready_queue;
+    assert_eq!(env.queue_depth(&ready).await, 1, "one message for the event's five deliveries");
+    env.wait_for_messages_published(5).await;
+
+    env.start_worker().await;
+    let event_id = answer.body["id"].as_str().unwrap();
+    let deliveries =
+        env.wait_for_deliveries(event_id, |all| all.len() == 5 && all.iter().all(|d| d["status"] == "delivered")).await;
+    let received = env.simulator.received();
+    let mut ids: Vec<_> = received.iter().map(|r| r.delivery_id.clone().unwrap()).collect();
+    ids.sort();
+    let mut expected: Vec<_> = deliveries.iter().map(|d| d["id"].as_str().unwrap().to_owned()).collect();
+    expected.sort();
+    assert_eq!(ids, expected, "each delivery sent once, under its own id");
+    assert!(received.iter().all(|r| r.signature_valid == Some(true)), "each signed");
+}
+
+/// One delivery of a bundle fails and is retried (through the retry queue,
+/// alone); the others are sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundled_delivery_that_fails_is_retried_alone_and_the_others_are_sent_once() {
+    let env = TestEnv::start().await;
+    for _ in 0..3 {
+        env.create_endpoint("/sim/ok", &["b.*"], json!({})).await;
+    }
+    env.create_endpoint("/sim/flaky/1", &["b.*"], json!({ "retry_schedule_secs": [1] })).await;
+    let answer = env.post_event("b.created", json!({ "n": 1 })).await;
+    assert_eq!(answer.body["deliveries"], 4, "{:?}", answer.body);
+    let event_id = answer.body["id"].as_str().unwrap();
+    let deliveries =
+        env.wait_for_deliveries(event_id, |all| all.len() == 4 && all.iter().all(|d| d["status"] == "delivered")).await;
+    let attempts: Vec<i64> = deliveries.iter().map(|d| d["attempt_count"].as_i64().unwrap()).collect();
+    assert_eq!(attempts.iter().filter(|&&n| n == 1).count(), 3, "{attempts:?}");
+    assert_eq!(attempts.iter().filter(|&&n| n == 2).count(), 1, "{attempts:?}");
+    let counts = requests_per_path(&env);
+    assert_eq!((counts["/sim/ok"], counts["/sim/flaky/1"]), (3, 2), "{counts:?}");
+    env.wait_for_outbox_drained().await;
+}
+
+/// A worker process killed while one delivery of a bundle is under way (the
+/// others delivered): the bundle comes back to another worker, which sends
+/// none of the settled deliveries again, and the one under way is delivered
+/// once its lease has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_bundle_leaves_no_delivery_behind_and_sends_no_settled_one_again() {
+    let mut config = TestConfig { run_worker: false, ..Default::default() };
+    config.worker.request_timeout = Duration::from_secs(5);
+    config.worker.lease = Duration::from_secs(6);
+    let env = TestEnv::start_with(config).await;
+    for _ in 0..3 {
+        env.create_endpoint("/sim/ok", &["b.*"], json!({})).await;
+    }
+    // The receiver holds the first request (30 s) and answers later ones at once.
+    env.create_endpoint("/sim/slow-once/30000", &["b.*"], json!({})).await;
+
+    let mut doomed = env.spawn_role("worker", &[]);
+    let answer = env.post_event("b.created", json!({ "n": 1 })).await;
+    let event_id = answer.body["id"].as_str().unwrap().to_owned();
+    env.wait_for_deliveries(&event_id, |all| {
+        let delivered = all.iter().filter(|d| d["status"] == "delivered").count();
+        let under_way = all.iter().filter(|d| d["status"] == "in_progress").count();
+        (delivered, under_way) == (3, 1)
+    })
+    .await;
+    env.simulator.wait_until(WAIT, |received| received.len() == 4).await;
+    doomed.kill();
+
+    let _survivor = env.spawn_role("worker", &[]);
+    env.wait_for_deliveries(&event_id, |all| all.len() == 4 && all.iter().all(|d| d["status"] == "delivered")).await;
+    let counts = requests_per_path(&env);
+    assert_eq!(counts["/sim/ok"], 3, "no settled delivery sent again: {counts:?}");
+    assert_eq!(counts["/sim/slow-once/30000"], 2, "the killed attempt and the completed one: {counts:?}");
+}
