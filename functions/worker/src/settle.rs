@@ -9,12 +9,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use relayops_shared::broker::{DeliveryBundle, DeliveryTask, QueueMessage};
 use relayops_shared::telemetry::error_chain;
 use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 
 use crate::delay::{DelayPublisher, THROTTLES_HEADER};
 use crate::hold::{delivery_count, near_delivery_limit, Backoff};
@@ -159,20 +159,25 @@ impl Settler {
         }
     }
 
-    /// A `deliveries.v1` bundle: each delivery attempted as if it had come alone
-    /// (each on a task of its own, within the worker's concurrency), then each
-    /// one that must go round again — a retry, a postponement, a failure on our
-    /// side — published as a `delivery.v1` of its own. [`Disposition::Ack`] once
-    /// every delivery is settled or sent round; [`Disposition::Requeue`] (the
-    /// whole bundle: the next claims drop the deliveries already settled) when
-    /// one that would otherwise be lost could not be sent round.
+    /// A `deliveries.v1` bundle: each delivery attempted as if it had come
+    /// alone (each on a task of its own, within the worker's concurrency);
+    /// as each ends, if it must go round again — a retry, a postponement, a
+    /// failure on our side — it is published as a `delivery.v1` of its own.
+    /// [`Disposition::Ack`] once every delivery is settled or sent round;
+    /// [`Disposition::Requeue`] (the whole bundle: the next claims drop the
+    /// deliveries already settled) when one that would otherwise be lost
+    /// could not be sent round.
     async fn process_bundle(&self, bundle: DeliveryBundle) -> Disposition {
-        let attempts = bundle.tasks().map(|task| {
+        // Dropped with this future (a worker task aborted), the set aborts
+        // its tasks: none goes on alone.
+        let mut attempts = JoinSet::new();
+        for task in bundle.tasks() {
             let settler = self.clone();
-            tokio::spawn(async move { (task, settler.process_holding(task, 0).await) })
-        });
+            attempts.spawn(async move { (task, settler.process_holding(task, 0).await) });
+        }
         let mut whole = Disposition::Ack;
-        for attempt in join_all(attempts.collect::<Vec<_>>()).await {
+        // Each as it ends: a retry goes round without waiting for its siblings.
+        while let Some(attempt) = attempts.join_next().await {
             let Ok((task, disposition)) = attempt else {
                 tracing::error!("a bundled delivery's task failed; the bundle is requeued");
                 whole = Disposition::Requeue;
