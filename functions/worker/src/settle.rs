@@ -58,23 +58,30 @@ fn read(body: &[u8]) -> Message {
     }
 }
 
-/// How a bundled delivery goes round again as a message of its own.
+/// How a delivery goes round again as a message of its own (after `wait`,
+/// with its consecutive throttles counted), from its disposition: the one
+/// table for a `delivery.v1` and a bundle's deliveries alike.
 struct RoundAgain {
     wait: Duration,
     throttles: u32,
     /// Its row does not say it is due (it may be `pending` or leased): the
-    /// bundle must not be acknowledged unless this message is out.
+    /// message that brought it must not be acknowledged unless this one is out.
     lost_unless_published: bool,
 }
 
 impl RoundAgain {
-    fn after(disposition: Disposition) -> Option<Self> {
+    /// `throttles`: those of the message that brought the delivery (0 for a bundle).
+    fn after(disposition: Disposition, throttles: u32) -> Option<Self> {
         let again = |wait, throttles, lost_unless_published| Some(Self { wait, throttles, lost_unless_published });
         match disposition {
             Disposition::Ack | Disposition::Reject => None,
-            Disposition::Delay { wait, throttled } => again(wait, u32::from(throttled), false),
-            Disposition::Postpone { wait } => again(wait, 1, true),
-            Disposition::Requeue | Disposition::Hold => again(REQUEUE_PAUSE, 0, true),
+            // The row is scheduled in Postgres: recovery re-enqueues it if this is lost.
+            Disposition::Delay { wait, throttled } => {
+                again(wait, if throttled { throttles.saturating_add(1) } else { 0 }, false)
+            }
+            // Its row was not touched (it may be `pending`).
+            Disposition::Postpone { wait } => again(wait, throttles.saturating_add(1), true),
+            Disposition::Requeue | Disposition::Hold => again(REQUEUE_PAUSE, throttles, true),
         }
     }
 }
@@ -121,42 +128,43 @@ impl Settler {
         }
     }
 
-    /// A `delivery.v1` message's disposition, with a postponement or a requeue
-    /// near the delivery limit already turned into a message sent round.
+    /// A `delivery.v1` message's disposition, with whatever goes round again
+    /// already sent round ([`Disposition::Ack`], or [`Disposition::Requeue`]
+    /// if that failed and the delivery would be lost). A requeue goes back
+    /// through the ready queue itself unless one more could reach the
+    /// queue's delivery limit, where the broker drops the message: then a
+    /// fresh copy is sent round instead.
     async fn process_one(&self, delivery: &Delivery, task: DeliveryTask) -> Disposition {
-        let (delays, throttles) = (&self.delays, throttles(delivery));
-        match self.process_holding(task, throttles).await {
-            // Its row was not touched (it may be `pending`): ack only once the
-            // message is back in a queue, keep it otherwise.
-            Disposition::Postpone { wait } => {
-                match delays.publish(&delivery.data, wait, throttles.saturating_add(1)).await {
-                    Ok(()) => Disposition::Ack,
-                    Err(error) => {
-                        tracing::warn!(error = %error_chain(&error), "postponed message not published; requeued");
-                        Disposition::Requeue
-                    }
-                }
-            }
-            // One more requeue could reach the ready queue's delivery limit, where
-            // the broker drops the message: send a fresh copy round instead.
-            Disposition::Requeue if near_delivery_limit(delivery_count(delivery)) => {
-                match delays.publish(&delivery.data, REQUEUE_PAUSE, throttles).await {
-                    Ok(()) => {
-                        report::republished();
-                        tracing::warn!(
-                            redeliveries = delivery_count(delivery),
-                            "message near the delivery limit re-published"
-                        );
-                        Disposition::Ack
-                    }
-                    Err(error) => {
-                        tracing::warn!(error = %error_chain(&error), "message near the delivery limit not re-published; requeued");
-                        Disposition::Requeue
-                    }
-                }
-            }
-            other => other,
+        let throttles = throttles(delivery);
+        let disposition = self.process_holding(task, throttles).await;
+        let requeued = matches!(disposition, Disposition::Requeue | Disposition::Hold);
+        if requeued && !near_delivery_limit(delivery_count(delivery)) {
+            return disposition;
         }
+        let Some(again) = RoundAgain::after(disposition, throttles) else { return disposition };
+        let sent = self.send_round(&delivery.data, &again, task).await;
+        if sent && requeued {
+            report::republished();
+            tracing::warn!(redeliveries = delivery_count(delivery), "message near the delivery limit re-published");
+        }
+        if sent || !again.lost_unless_published {
+            Disposition::Ack
+        } else {
+            Disposition::Requeue
+        }
+    }
+
+    /// Publishes `body` (one delivery's message) to come back as `again`
+    /// says; whether it is out. A failure is logged with what follows from it.
+    async fn send_round(&self, body: &[u8], again: &RoundAgain, task: DeliveryTask) -> bool {
+        let Err(error) = self.delays.publish(body, again.wait, again.throttles).await else { return true };
+        let outcome = if again.lost_unless_published {
+            "its message is requeued"
+        } else {
+            "left to recovery (the row is scheduled)"
+        };
+        tracing::warn!(delivery_id = %task.delivery_id, error = %error_chain(&error), outcome, "delivery not sent round");
+        false
     }
 
     /// A `deliveries.v1` bundle: each delivery attempted as if it had come
@@ -183,25 +191,16 @@ impl Settler {
                 whole = Disposition::Requeue;
                 continue;
             };
-            let Some(again) = RoundAgain::after(disposition) else { continue };
+            let Some(again) = RoundAgain::after(disposition, 0) else { continue };
             let body = serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default();
-            if let Err(error) = self.delays.publish(&body, again.wait, again.throttles).await {
-                if again.lost_unless_published {
-                    tracing::warn!(delivery_id = %task.delivery_id, error = %error_chain(&error),
-                        "bundled delivery not sent round; the bundle is requeued");
-                    whole = Disposition::Requeue;
-                } else {
-                    // The row is scheduled in Postgres; recovery re-enqueues it when overdue.
-                    tracing::warn!(delivery_id = %task.delivery_id, error = %error_chain(&error),
-                        "retry message not published; left to recovery");
-                }
+            if !self.send_round(&body, &again, task).await && again.lost_unless_published {
+                whole = Disposition::Requeue;
             }
         }
         whole
     }
 
     pub(crate) async fn settle(&self, delivery: Delivery) {
-        let (delays, throttles) = (&self.delays, throttles(&delivery));
         let disposition = match read(&delivery.data) {
             Message::One(task) => self.process_one(&delivery, task).await,
             Message::Bundle(bundle) => self.process_bundle(bundle).await,
@@ -209,21 +208,13 @@ impl Settler {
         };
         let result = match disposition {
             Disposition::Ack => delivery.acker.ack(BasicAckOptions::default()).await,
-            Disposition::Delay { wait, throttled } => {
-                let throttles = if throttled { throttles.saturating_add(1) } else { 0 };
-                if let Err(error) = delays.publish(&delivery.data, wait, throttles).await {
-                    // The row is scheduled in Postgres; recovery re-enqueues it when overdue.
-                    tracing::warn!(error = %error_chain(&error), "retry message not published; left to recovery");
-                }
-                delivery.acker.ack(BasicAckOptions::default()).await
-            }
-            // (A postponement was resolved into `Ack` or `Requeue` above, a hold
-            // into another disposition or `Requeue`.)
-            Disposition::Requeue | Disposition::Postpone { .. } | Disposition::Hold => {
+            Disposition::Reject => delivery.acker.reject(BasicRejectOptions { requeue: false }).await,
+            // (Whatever went round again was resolved into `Ack` or `Requeue`
+            // above, a hold into another disposition or `Requeue`.)
+            Disposition::Requeue | Disposition::Hold | Disposition::Delay { .. } | Disposition::Postpone { .. } => {
                 tokio::time::sleep(REQUEUE_PAUSE).await;
                 delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
             }
-            Disposition::Reject => delivery.acker.reject(BasicRejectOptions { requeue: false }).await,
         };
         if let Err(error) = result {
             // The channel is gone; the broker will redeliver the message.

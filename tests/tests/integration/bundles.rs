@@ -101,3 +101,31 @@ async fn a_worker_killed_mid_bundle_leaves_no_delivery_behind_and_sends_no_settl
     assert_eq!(counts["/sim/ok"], 3, "no settled delivery sent again: {counts:?}");
     assert_eq!(counts["/sim/slow-once/30000"], 2, "the killed attempt and the completed one: {counts:?}");
 }
+
+/// Flow control turns one bundled delivery away (its endpoint's rate limit):
+/// it goes round alone, without spending an attempt, and is delivered once
+/// its turn comes; the other deliveries of the same bundles are sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundled_delivery_flow_control_turns_away_goes_round_alone_without_an_attempt() {
+    const EVENTS: usize = 3;
+    let env = TestEnv::start().await;
+    for _ in 0..2 {
+        env.create_endpoint("/sim/ok", &["b.*"], json!({})).await;
+    }
+    env.create_endpoint("/sim/status/200", &["b.*"], json!({ "rate_limit_per_sec": 1, "rate_limit_burst": 1 })).await;
+    let posts = (0..EVENTS).map(|n| env.post_event("b.created", json!({ "n": n })));
+    let answers = futures_util::future::join_all(posts).await;
+    for answer in &answers {
+        assert_eq!(answer.body["deliveries"], 3, "{:?}", answer.body);
+        let event_id = answer.body["id"].as_str().unwrap();
+        let deliveries = env
+            .wait_for_deliveries(event_id, |all| all.len() == 3 && all.iter().all(|d| d["status"] == "delivered"))
+            .await;
+        assert!(deliveries.iter().all(|d| d["attempt_count"] == 1), "no attempt spent on a turn-away: {deliveries:?}");
+    }
+    let counts = requests_per_path(&env);
+    assert_eq!((counts["/sim/ok"], counts["/sim/status/200"]), (2 * EVENTS, EVENTS), "{counts:?}");
+    let turned_away = env.metric("relayops_deliveries_deferred_total", &[]).await
+        + env.metric("relayops_deliveries_postponed_total", &[]).await;
+    assert!(turned_away >= 1.0, "the rate limit turned at least one delivery away ({turned_away})");
+}
