@@ -68,7 +68,8 @@ impl Worker {
         tracing::info!(queue = %topology.ready_queue, prefetch = self.config.concurrency, "worker consuming");
         self.consuming.send_replace(true);
         let mut in_flight = JoinSet::new();
-        let settler = Settler::new(self.processor.clone(), delays, channel.clone(), self.config.concurrency);
+        let settler =
+            Settler::new(self.processor.clone(), delays, channel.clone(), self.config.concurrency, stopping.clone());
         // One wait for the stop for the whole loop, not one per message.
         let stop = stop_requested(&mut stopping);
         tokio::pin!(stop);

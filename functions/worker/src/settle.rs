@@ -12,8 +12,9 @@ use std::time::Duration;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use relayops_shared::broker::{DeliveryBundle, DeliveryTask, QueueMessage};
+use relayops_shared::task::stop_requested;
 use relayops_shared::telemetry::error_chain;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::delay::{DelayPublisher, THROTTLES_HEADER};
@@ -95,6 +96,9 @@ pub(crate) struct Settler {
     /// Also tells held messages whether they still belong to the broker.
     channel: lapin::Channel,
     permits: Arc<Semaphore>,
+    /// Turns true when the process is told to stop: deliveries not started
+    /// by then are given back untouched.
+    stopping: watch::Receiver<bool>,
 }
 
 impl Settler {
@@ -103,16 +107,28 @@ impl Settler {
         delays: Arc<DelayPublisher>,
         channel: lapin::Channel,
         concurrency: u16,
+        stopping: watch::Receiver<bool>,
     ) -> Self {
-        Self { processor, delays, channel, permits: Arc::new(Semaphore::new(usize::from(concurrency))) }
+        let permits = Arc::new(Semaphore::new(usize::from(concurrency)));
+        Self { processor, delays, channel, permits, stopping }
     }
 
     /// Processes a delivery until it has a disposition other than [`Disposition::Hold`]:
     /// through a database outage its message is kept (see [`crate::hold`]) while
     /// its channel lives; a channel that closed has given it back already. Holds
-    /// one of the worker's `permits` (its concurrency) meanwhile.
+    /// one of the worker's `permits` (its concurrency) meanwhile; one not
+    /// started when the process is told to stop (a bundle's later deliveries)
+    /// is not started: [`Disposition::Requeue`], its row untouched.
     async fn process_holding(&self, task: DeliveryTask, throttles: u32) -> Disposition {
-        let _permit = self.permits.acquire().await.ok();
+        let mut stopping = self.stopping.clone();
+        if *stopping.borrow() {
+            return Disposition::Requeue;
+        }
+        let _permit = tokio::select! {
+            biased;
+            () = stop_requested(&mut stopping) => return Disposition::Requeue,
+            permit = self.permits.acquire() => permit.ok(),
+        };
         let mut backoff = Backoff::default();
         loop {
             match self.processor.process(task, throttles).await {

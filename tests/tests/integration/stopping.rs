@@ -2,7 +2,7 @@
 //! alike): what it has under way is finished before it exits — the api's
 //! answered requests' events published, the worker's deliveries sent and
 //! recorded — instead of left to claim and lease expiries, as a crash leaves
-//! them.
+//! them; a bundle's deliveries not yet started are given back untouched.
 use relayops_tests::{TestConfig, TestEnv, WAIT};
 use serde_json::json;
 
@@ -119,4 +119,41 @@ async fn a_stop_waits_no_longer_than_its_grace_for_a_delivery_that_outlasts_it()
         ("in_progress", 0, true),
         "cut short, under its lease"
     );
+}
+
+/// Stopping a worker in the middle of an event's deliveries (one bundle of
+/// ten, two under way at a time) finishes the two under way and starts none
+/// of the others: they go back to the broker untouched — no attempt, no
+/// lease — and another worker delivers them, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_told_to_stop_mid_bundle_finishes_what_is_under_way_and_starts_nothing_more() {
+    const SLOW: &str = "/sim/slow/1500";
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    for _ in 0..10 {
+        env.create_endpoint(SLOW, &["*"], json!({})).await;
+    }
+    let mut worker = env.spawn_role("worker", &[("RELAYOPS_WORKER_CONCURRENCY", "2")]);
+    let answer = env.post_event("a.b", json!({ "n": 1 })).await;
+    assert_eq!(answer.body["deliveries"], 10, "{:?}", answer.body);
+    env.simulator.wait_until(WAIT, |_| env.simulator.max_in_flight(SLOW) >= 2).await;
+    worker.terminate();
+    let status = worker.exited(WAIT).await.expect("the worker exits once told to stop, within the grace");
+    assert!(status.success(), "cleanly: {status:?}");
+    let client = env.pool.get().await.unwrap();
+    let left = client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE status = 'delivered'),
+                    count(*) FILTER (WHERE status = 'pending' AND attempt_count = 0 AND lease_expires_at IS NULL)
+             FROM relayops.deliveries",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (delivered, untouched): (i64, i64) = (left.get(0), left.get(1));
+    assert_eq!((delivered, untouched), (2, 8), "the two under way finished, the rest not started");
+
+    let _next = env.spawn_role("worker", &[]);
+    let event_id = answer.body["id"].as_str().unwrap();
+    env.wait_for_deliveries(event_id, |all| all.len() == 10 && all.iter().all(|d| d["status"] == "delivered")).await;
+    assert_eq!(env.simulator.received().len(), 10, "each delivery sent once");
 }
