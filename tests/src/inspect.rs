@@ -103,6 +103,20 @@ impl TestEnv {
         declared.message_count()
     }
 
+    /// Deletes a queue: what the broker is then sent for it comes back
+    /// unroutable (a refused publish) until the topology is declared again.
+    pub async fn delete_queue(&self, queue: &str) {
+        let (_connection, channel) = self.channel().await;
+        channel.queue_delete(queue, Default::default()).await.expect("queue.delete");
+    }
+
+    /// Declares the installation's exchanges and queues (as every role does
+    /// when it connects): a deleted queue is back.
+    pub async fn declare_topology(&self) {
+        let (_connection, channel) = self.channel().await;
+        self.topology().declare(&channel).await.expect("topology declared");
+    }
+
     /// Empties a queue, as a broker that lost its messages would.
     pub async fn purge_queue(&self, queue: &str) -> u32 {
         let (_connection, channel) = self.channel().await;

@@ -146,24 +146,16 @@ impl Settler {
 
     /// A `delivery.v1` message's disposition, with whatever goes round again
     /// already sent round ([`Disposition::Ack`], or [`Disposition::Requeue`]
-    /// if that failed and the delivery would be lost). A requeue goes back
-    /// through the ready queue itself unless one more could reach the
-    /// queue's delivery limit, where the broker drops the message: then a
-    /// fresh copy is sent round instead.
+    /// if that failed and the delivery would be lost). A requeue is left to
+    /// [`settle`](Self::settle), as a bundle's is.
     async fn process_one(&self, delivery: &Delivery, task: DeliveryTask) -> Disposition {
         let throttles = throttles(delivery);
         let disposition = self.process_holding(task, throttles).await;
-        let requeued = matches!(disposition, Disposition::Requeue | Disposition::Hold);
-        if requeued && !near_delivery_limit(delivery_count(delivery)) {
-            return disposition;
+        if matches!(disposition, Disposition::Requeue | Disposition::Hold) {
+            return Disposition::Requeue;
         }
         let Some(again) = RoundAgain::after(disposition, throttles) else { return disposition };
-        let sent = self.send_round(&delivery.data, &again, task).await;
-        if sent && requeued {
-            report::republished();
-            tracing::warn!(redeliveries = delivery_count(delivery), "message near the delivery limit re-published");
-        }
-        if sent || !again.lost_unless_published {
+        if self.send_round(&delivery.data, &again, task).await || !again.lost_unless_published {
             Disposition::Ack
         } else {
             Disposition::Requeue
@@ -216,11 +208,39 @@ impl Settler {
         whole
     }
 
+    /// A message requeued once more could reach the ready queue's delivery
+    /// limit, where the broker drops it (a `delivery.v1`'s row may be
+    /// `pending`; a bundle's deliveries may be): after the same pause a fresh
+    /// copy goes straight to the ready queue instead — not through a retry
+    /// queue, which may be what kept failing. [`Disposition::Ack`] once it is
+    /// out; [`Disposition::Requeue`] if not.
+    async fn republish_near_limit(&self, delivery: &Delivery) -> Disposition {
+        tokio::time::sleep(REQUEUE_PAUSE).await;
+        let redeliveries = delivery_count(delivery);
+        match self.delays.publish(&delivery.data, Duration::ZERO, throttles(delivery)).await {
+            Ok(()) => {
+                report::republished();
+                tracing::warn!(redeliveries, "message near the delivery limit re-published");
+                Disposition::Ack
+            }
+            Err(error) => {
+                tracing::warn!(redeliveries, error = %error_chain(&error), "message near the delivery limit not re-published; requeued");
+                Disposition::Requeue
+            }
+        }
+    }
+
     pub(crate) async fn settle(&self, delivery: Delivery) {
         let disposition = match read(&delivery.data) {
             Message::One(task) => self.process_one(&delivery, task).await,
             Message::Bundle(bundle) => self.process_bundle(bundle).await,
             Message::Unusable => Disposition::Reject,
+        };
+        let disposition = match disposition {
+            Disposition::Requeue if near_delivery_limit(delivery_count(&delivery)) => {
+                self.republish_near_limit(&delivery).await
+            }
+            other => other,
         };
         let result = match disposition {
             Disposition::Ack => delivery.acker.ack(BasicAckOptions::default()).await,

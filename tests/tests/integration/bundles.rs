@@ -129,3 +129,50 @@ async fn a_bundled_delivery_flow_control_turns_away_goes_round_alone_without_an_
         + env.metric("relayops_deliveries_postponed_total", &[]).await;
     assert!(turned_away >= 1.0, "the rate limit turned at least one delivery away ({turned_away})");
 }
+
+/// A bundle none of whose deliveries can be sent round — each claim fails on
+/// our side (a trigger raises), and the retry queue a requeued delivery goes
+/// through is gone (the broker refuses what is sent to it) — is never
+/// acknowledged: it is requeued whole, again and again, and near the ready
+/// queue's delivery limit published afresh instead of being dropped by the
+/// broker. Once the faults are gone each delivery is sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_whose_deliveries_cannot_go_round_is_kept_past_the_delivery_limit_and_loses_none() {
+    let mut config = TestConfig { run_worker: false, ..Default::default() };
+    // Recovery's lost-`pending` sweep stays out of it: only the bundle's own message can bring it back.
+    config.publisher.recovery_grace = Duration::from_secs(600);
+    let mut env = TestEnv::start_with(config).await;
+    for _ in 0..3 {
+        env.create_endpoint("/sim/ok", &["b.*"], json!({})).await;
+    }
+    env.create_trigger(
+        "refuse_claims",
+        "BEFORE UPDATE ON relayops.deliveries",
+        "IF NEW.status = 'in_progress' THEN RAISE EXCEPTION 'claims refused by the test'; END IF; RETURN NEW;",
+    )
+    .await;
+    // The worker declares the topology as it starts; the queue goes after that.
+    env.start_worker().await;
+    // A requeued delivery goes round after 500 ms: through the longest retry queue not above it.
+    let requeue_bucket = env.topology().bucket_for(Duration::from_millis(500)).queue.clone();
+    env.delete_queue(&requeue_bucket).await;
+    let answer = env.post_event("b.created", json!({ "n": 1 })).await;
+    assert_eq!(answer.body["deliveries"], 3, "{:?}", answer.body);
+    relayops_tests::eventually(Duration::from_secs(60), || async {
+        match env.metric("relayops_deliveries_republished_total", &[]).await {
+            republished if republished >= 1.0 => Ok(()),
+            _ => Err("the bundle not yet published afresh near the delivery limit".to_owned()),
+        }
+    })
+    .await;
+    assert!(env.simulator.received().is_empty(), "nothing sent while every claim failed");
+
+    env.declare_topology().await;
+    let client = env.pool.get().await.unwrap();
+    client.batch_execute("DROP TRIGGER refuse_claims ON relayops.deliveries").await.unwrap();
+    let event_id = answer.body["id"].as_str().unwrap();
+    let deliveries =
+        env.wait_for_deliveries(event_id, |all| all.len() == 3 && all.iter().all(|d| d["status"] == "delivered")).await;
+    assert!(deliveries.iter().all(|d| d["attempt_count"] == 1), "{deliveries:?}");
+    assert_eq!(requests_per_path(&env)["/sim/ok"], 3, "each delivery sent once");
+}
