@@ -365,6 +365,16 @@ impl WorkerConfig {
     }
 }
 
+/// `RELAYOPS_RUNTIME_THREADS`: worker threads of the `relayops` process's
+/// async runtime (default: one per CPU the process may use, Tokio's own
+/// default). On a small host shared with Postgres and RabbitMQ (`relayops
+/// all` on two cores) one thread spends less CPU per event: two threads wake
+/// each other for every hop of a lone event (BENCHMARKS.md, session 12).
+pub fn runtime_threads_from_env() -> Result<usize, ConfigError> {
+    let cpus = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
+    positive("RUNTIME_THREADS", cpus)
+}
+
 /// `RELAYOPS_OUTBOUND_ALLOW_CIDRS` (default empty): the special destinations
 /// webhooks may nevertheless be sent to. The worker checks each connection
 /// against it; the API checks endpoint URLs naming an address when they are

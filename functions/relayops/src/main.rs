@@ -75,9 +75,17 @@ enum Command {
 /// A failure is one line on stderr with its whole cause chain ("Postgres is
 /// unavailable: error performing TLS handshake: invalid peer certificate:
 /// UnknownIssuer"), so the service and the reason read together in any log.
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    match run().await {
+/// The runtime has `RELAYOPS_RUNTIME_THREADS` worker threads (read first: a
+/// bad value stops the process before anything starts).
+fn main() -> std::process::ExitCode {
+    let ran = relayops_shared::config::runtime_threads_from_env()
+        .map_err(anyhow::Error::from)
+        .and_then(|threads| {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
+            Ok(runtime)
+        })
+        .and_then(|runtime| runtime.block_on(run()));
+    match ran {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("relayops: {error:#}");

@@ -114,7 +114,11 @@ pub async fn serve(
     probe: OpsProbe,
 ) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(address).await?;
-    tracing::info!(address = %listener.local_addr()?, "operations port listening (/health/live, /health/ready, /metrics)");
+    tracing::info!(
+        address = %listener.local_addr()?,
+        runtime_threads = tokio::runtime::Handle::current().metrics().num_workers(),
+        "operations port listening (/health/live, /health/ready, /metrics)"
+    );
     let app = ops_router(probe);
     Ok(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) })
 }

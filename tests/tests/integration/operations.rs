@@ -246,7 +246,7 @@ async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
 
     // (role, settings beside the valid ones, the variable the error names)
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
         ("all", &[], "RELAYOPS_REDIS_URL: is required"),
         (
             "all",
@@ -264,6 +264,7 @@ async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
             "RELAYOPS_ALERT_WEBHOOK_URL",
         ),
         ("publisher", &[("RELAYOPS_PUBLISHER_BATCH_SIZE", "-1")], "RELAYOPS_PUBLISHER_BATCH_SIZE"),
+        ("all", &[("RELAYOPS_RUNTIME_THREADS", "0")], "RELAYOPS_RUNTIME_THREADS"),
     ];
     for (role, extra, named) in cases {
         let mut command = std::process::Command::new(relayops_tests::relayops_binary());
@@ -293,4 +294,33 @@ async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
     drop(client);
     relayops_tests::drop_database(&admin_url, &name).await;
     assert_eq!(schemas, 0, "a misconfigured start must not migrate the database");
+}
+
+/// `RELAYOPS_RUNTIME_THREADS` sets how many threads the process's async
+/// runtime runs on (as the runtime itself reports them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_runs_on_as_many_threads_as_configured() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    for threads in ["1", "3"] {
+        let log =
+            std::env::temp_dir().join(format!("relayops-threads-{threads}-{}.log", uuid::Uuid::new_v4().simple()));
+        let mut worker = env.spawn_role_logging(
+            "worker",
+            &[("RELAYOPS_RUNTIME_THREADS", threads), ("RELAYOPS_LOG", "info")],
+            Some(&log),
+        );
+        let reported = eventually(WAIT, || async {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let line = text.lines().find(|line| line.contains("operations port listening"));
+            let value = line.and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok());
+            match value.as_ref().and_then(|value| value["runtime_threads"].as_u64()) {
+                Some(reported) => Ok(reported),
+                None => Err(format!("no start-up line yet: {text}")),
+            }
+        })
+        .await;
+        worker.kill();
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(reported.to_string(), threads);
+    }
 }
