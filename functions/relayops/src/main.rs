@@ -81,8 +81,7 @@ fn main() -> std::process::ExitCode {
     let ran = relayops_shared::config::runtime_threads_from_env()
         .map_err(anyhow::Error::from)
         .and_then(|threads| {
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
-            Ok(runtime)
+            Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?)
         })
         .and_then(|runtime| runtime.block_on(run()));
     match ran {

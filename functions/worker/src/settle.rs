@@ -121,9 +121,7 @@ impl Settler {
     /// is not started: [`Disposition::Requeue`], its row untouched.
     async fn process_holding(&self, task: DeliveryTask, throttles: u32) -> Disposition {
         let mut stopping = self.stopping.clone();
-        if *stopping.borrow() {
-            return Disposition::Requeue;
-        }
+        // (A stop already requested resolves at once: checked first.)
         let _permit = tokio::select! {
             biased;
             () = stop_requested(&mut stopping) => return Disposition::Requeue,
@@ -151,8 +149,8 @@ impl Settler {
     async fn process_one(&self, delivery: &Delivery, task: DeliveryTask) -> Disposition {
         let throttles = throttles(delivery);
         let disposition = self.process_holding(task, throttles).await;
-        if matches!(disposition, Disposition::Requeue | Disposition::Hold) {
-            return Disposition::Requeue;
+        if matches!(disposition, Disposition::Requeue) {
+            return disposition;
         }
         let Some(again) = RoundAgain::after(disposition, throttles) else { return disposition };
         if self.send_round(&delivery.data, &again, task).await || !again.lost_unless_published {

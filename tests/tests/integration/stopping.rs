@@ -3,7 +3,7 @@
 //! answered requests' events published, the worker's deliveries sent and
 //! recorded — instead of left to claim and lease expiries, as a crash leaves
 //! them; a bundle's deliveries not yet started are given back untouched.
-use relayops_tests::{TestConfig, TestEnv, WAIT};
+use relayops_tests::{RoleProcess, TestConfig, TestEnv, WAIT};
 use serde_json::json;
 
 /// Stopping an api (SIGTERM, what a container runtime sends before it kills;
@@ -63,6 +63,15 @@ struct Left {
     leased: bool,
 }
 
+/// Tells `worker` to stop once the receiver holds `in_flight` requests at
+/// `simulator_path`, and waits for it to exit cleanly within the grace.
+async fn stop_once_in_flight(env: &TestEnv, worker: &mut RoleProcess, simulator_path: &str, in_flight: u32) {
+    env.simulator.wait_until(WAIT, |_| env.simulator.max_in_flight(simulator_path) >= in_flight).await;
+    worker.terminate();
+    let status = worker.exited(WAIT).await.expect("the worker exits once told to stop, within the grace");
+    assert!(status.success(), "cleanly: {status:?}");
+}
+
 /// Creates an endpoint at `simulator_path` (`endpoint` as for
 /// `create_endpoint`), starts a worker (`extra` as for `spawn_role`), posts
 /// one event, tells the worker to stop while the receiver holds the request,
@@ -76,10 +85,7 @@ async fn stop_a_worker_mid_request(
     env.create_endpoint(simulator_path, &["*"], endpoint).await;
     let mut worker = env.spawn_role("worker", extra);
     env.post_event("a.b", json!({ "n": 1 })).await;
-    env.simulator.wait_until(WAIT, |_| env.simulator.max_in_flight(simulator_path) >= 1).await;
-    worker.terminate();
-    let status = worker.exited(WAIT).await.expect("the worker exits once told to stop, within the grace");
-    assert!(status.success(), "cleanly: {status:?}");
+    stop_once_in_flight(env, &mut worker, simulator_path, 1).await;
     let client = env.pool.get().await.unwrap();
     let row = client
         .query_one(
@@ -135,10 +141,7 @@ async fn a_worker_told_to_stop_mid_bundle_finishes_what_is_under_way_and_starts_
     let mut worker = env.spawn_role("worker", &[("RELAYOPS_WORKER_CONCURRENCY", "2")]);
     let answer = env.post_event("a.b", json!({ "n": 1 })).await;
     assert_eq!(answer.body["deliveries"], 10, "{:?}", answer.body);
-    env.simulator.wait_until(WAIT, |_| env.simulator.max_in_flight(SLOW) >= 2).await;
-    worker.terminate();
-    let status = worker.exited(WAIT).await.expect("the worker exits once told to stop, within the grace");
-    assert!(status.success(), "cleanly: {status:?}");
+    stop_once_in_flight(&env, &mut worker, SLOW, 2).await;
     let client = env.pool.get().await.unwrap();
     let left = client
         .query_one(
