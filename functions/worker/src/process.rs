@@ -27,6 +27,7 @@ use relayops_shared::broker::{DeadLetter, DeliveryTask, QueueMessage};
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use relayops_shared::db::listen::PgNotifier;
+use relayops_shared::db::partition_routes::PartitionRoutes;
 use relayops_shared::db::{DbError, Pool};
 use relayops_shared::domain::operational::{DeadDelivery, DisabledBy, OperationalEvent, Subject};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
@@ -71,17 +72,19 @@ pub enum Disposition {
 }
 
 /// A [`BatchFn`] running one batch statement on a pooled connection as this
-/// worker: `|client, items, worker_id| statement(&client, &items, worker_id)`.
+/// worker, with the process's map of history partitions:
+/// `|client, items, worker_id, partitions| statement(&client, partitions, &items, worker_id)`.
 macro_rules! on_pool {
-    ($pool:expr, $config:expr, |$client:ident, $items:ident, $worker:ident| $statement:expr) => {{
+    ($pool:expr, $routes:expr, $config:expr, |$client:ident, $items:ident, $worker:ident, $partitions:ident| $statement:expr) => {{
         let pool: Pool = $pool.clone();
+        let routes: Arc<PartitionRoutes> = Arc::clone(&$routes);
         let worker_id: Arc<str> = $config.worker_id.as_str().into();
         let run: BatchFn<_, _> = Arc::new(move |$items: Vec<_>| {
-            let (pool, worker_id) = (pool.clone(), Arc::clone(&worker_id));
+            let (pool, routes, worker_id) = (pool.clone(), Arc::clone(&routes), Arc::clone(&worker_id));
             Box::pin(async move {
-                #[allow(unused_mut)] // only the claim needs it mutable
-                let mut $client = pool.get().await?;
+                let $client = pool.get().await?;
                 let $worker: &str = &worker_id;
+                let $partitions: &PartitionRoutes = &routes;
                 $statement.await
             })
         });
@@ -129,27 +132,27 @@ impl Processor {
     pub fn new(pool: Pool, sender: Sender, gate: Gate, config: WorkerConfig) -> Self {
         let limits = BatchLimits { max_items: config.batch_size, lanes: config.batch_lanes };
         let lease = config.lease;
+        // One map of history partitions for the three batchers.
+        let routes = PartitionRoutes::new();
         let claims = Batcher::spawn(
             limits,
-            on_pool!(pool, config, |client, keys, worker| delivery_batches::claim_many(
-                &mut client,
-                &keys,
-                worker,
-                lease
+            on_pool!(pool, routes, config, |client, keys, worker, partitions| delivery_batches::claim_many(
+                &client, partitions, &keys, worker, lease
             )),
         );
         let records = Batcher::spawn(
             limits,
-            on_pool!(pool, config, |client, settlements, worker| delivery_batches::record_many(
+            on_pool!(pool, routes, config, |client, settlements, worker, partitions| delivery_batches::record_many(
                 &client,
+                partitions,
                 &settlements,
                 worker
             )),
         );
         let deferrals = Batcher::spawn(
             limits,
-            on_pool!(pool, config, |client, deferrals, worker| delivery_batches::defer_many(
-                &client, &deferrals, worker
+            on_pool!(pool, routes, config, |client, deferrals, worker, partitions| delivery_batches::defer_many(
+                &client, partitions, &deferrals, worker
             )),
         );
         let (saturation, health) = (Arc::default(), Arc::default());

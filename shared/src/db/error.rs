@@ -50,6 +50,12 @@ impl DbError {
         matches!(self, Self::Pool(_) | Self::Unavailable(_))
     }
 
+    /// True when the statement named a table that does not exist (a history
+    /// partition dropped since its name was read).
+    pub fn is_undefined_table(&self) -> bool {
+        matches!(self, Self::Query(source) if source.code() == Some(&SqlState::UNDEFINED_TABLE))
+    }
+
     /// The constraint name, for unique/foreign-key violations.
     pub fn constraint(&self) -> Option<&str> {
         match self {

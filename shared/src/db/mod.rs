@@ -4,6 +4,7 @@ pub mod batcher;
 mod error;
 pub mod listen;
 pub mod migrate;
+pub mod partition_routes;
 pub mod partitions;
 pub mod target;
 

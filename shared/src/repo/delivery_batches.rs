@@ -9,13 +9,17 @@
 //!
 //! Rows are locked in id order, so two batches that overlap cannot deadlock,
 //! and every row is found by key, so a batch costs O(batch) however large the
-//! partitions are.
+//! partitions are. Each statement names the history partition its batch lives
+//! in ([`PartitionRoutes`]), so it also costs the same however many
+//! partitions there are.
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::db::partition_routes::{bound_prepared_statements, Part, PartitionRoutes};
 use crate::db::partitions::event_id_range;
 use crate::db::DbError;
 use crate::domain::DeliveryStatus;
@@ -158,6 +162,46 @@ const DEFER_MANY: &str = concat!(
      RETURNING d.tenant_id, d.id"
 );
 
+/// Runs `template` once per history partition the batch's `ids` live in
+/// (almost always one), named in the statement ([`PartitionRoutes`]):
+/// `$run` is evaluated with `$statement` (`&str`) and `$items` (the positions
+/// of that part of the batch) bound, and must give the part's rows. Ids no
+/// partition can be named for, and a part whose partition was dropped
+/// meanwhile, run `template` itself, on the parent tables. Gives the rows of
+/// every part, together. (A macro, not a function taking an async closure:
+/// the batchers' futures must be `Send`, which such a closure's are not
+/// shown to be.)
+macro_rules! on_each_partition {
+    ($client:expr, $routes:expr, $ids:expr, $template:expr, |$statement:ident, $items:ident| $run:expr) => {{
+        let (client, routes, template): (&deadpool_postgres::Client, &PartitionRoutes, &'static str) =
+            ($client, $routes, $template);
+        let mut rows: Vec<Row> = Vec::new();
+        for part in routes.split(client, $ids).await? {
+            let $items: &[usize] = &part.items;
+            let Some(route) = &part.route else {
+                let $statement: &str = template;
+                rows.extend($run.await?);
+                continue;
+            };
+            bound_prepared_statements(client);
+            let routed = routes.statement(template, route);
+            let result = {
+                let $statement: &str = &routed;
+                $run.await
+            };
+            match result {
+                Err(error) if error.is_undefined_table() => {
+                    routes.forget().await;
+                    let $statement: &str = template;
+                    rows.extend($run.await?);
+                }
+                result => rows.extend(result?),
+            }
+        }
+        rows
+    }};
+}
+
 /// A delivery named by a queue message.
 pub type DeliveryKey = (TenantId, DeliveryId);
 
@@ -189,20 +233,25 @@ impl<'a> ClaimParams<'a> {
 /// a claim lost in a database crash only means the delivery is claimed (and
 /// sent) again, and the attempt record that follows it commits synchronously.
 pub async fn claim_many(
-    client: &mut deadpool_postgres::Object,
+    client: &deadpool_postgres::Client,
+    routes: &PartitionRoutes,
     keys: &[DeliveryKey],
     worker_id: &str,
     lease: Duration,
 ) -> Result<Vec<ClaimOutcome>, DbError> {
-    let params = ClaimParams::new(keys, worker_id, lease);
-    let rows = sql::query_unflushed(client, CLAIM_MANY, &params.as_sql()).await?;
+    let ids: Vec<Uuid> = keys.iter().map(|(_, id)| id.as_uuid()).collect();
+    let rows = on_each_partition!(client, routes, &ids, CLAIM_MANY, |statement, items| async {
+        let part: Vec<DeliveryKey> = items.iter().map(|&item| keys[item]).collect();
+        let params = ClaimParams::new(&part, worker_id, lease);
+        sql::query_unflushed(client, statement, &params.as_sql()).await
+    });
     // Keyed by tenant and id: an id under the wrong tenant matches nothing.
     let mut claimed: HashMap<(Uuid, Uuid), _> = rows.iter().map(|row| (row_key(row), row)).collect();
     let missing: Vec<DeliveryKey> = keys.iter().filter(|key| !claimed.contains_key(&uuids(key))).copied().collect();
     let mut states = HashMap::new();
     if !missing.is_empty() {
         let (tenants, ids) = key_columns(&missing);
-        for row in sql::query(&*client, CURRENT_STATES, &[&tenants, &ids]).await? {
+        for row in sql::query(client, CURRENT_STATES, &[&tenants, &ids]).await? {
             let status = DeliveryStatus::parse(row.get("status"));
             states.insert(row_key(&row), (status, row.get("next_attempt_at")));
         }
@@ -235,13 +284,16 @@ pub async fn claim_many(
 /// claimed): so a test can check what a claim reads, not only what it returns.
 pub async fn explain_claim_many(
     client: &mut deadpool_postgres::Object,
+    routes: &PartitionRoutes,
     keys: &[DeliveryKey],
     worker_id: &str,
     lease: Duration,
 ) -> Result<serde_json::Value, DbError> {
+    let ids: Vec<Uuid> = keys.iter().map(|(_, id)| id.as_uuid()).collect();
+    let statement = statement_for(client, routes, &ids, CLAIM_MANY).await?;
     let params = ClaimParams::new(keys, worker_id, lease);
     let types = ["uuid[]", "uuid[]", "text", "bigint", "uuid", "uuid"];
-    sql::explain_on_generic_plan(client, CLAIM_MANY, &types, &params.as_sql()).await
+    sql::explain_on_generic_plan(client, &statement, &types, &params.as_sql()).await
 }
 
 /// One attempt to record: which delivery, its number, and what happened.
@@ -345,11 +397,13 @@ impl<'a> RecordParams<'a> {
 /// recorded): like [`explain_claim_many`].
 pub async fn explain_record_many(
     client: &mut deadpool_postgres::Object,
+    routes: &PartitionRoutes,
     settlements: &[Settlement],
     worker_id: &str,
 ) -> Result<serde_json::Value, DbError> {
     let params = RecordParams::new(settlements, worker_id);
-    sql::explain_on_generic_plan(client, SETTLE_MANY_WITH_ATTEMPTS, &RECORD_TYPES, &params.as_sql()).await
+    let statement = statement_for(client, routes, &params.ids, SETTLE_MANY_WITH_ATTEMPTS).await?;
+    sql::explain_on_generic_plan(client, &statement, &RECORD_TYPES, &params.as_sql()).await
 }
 
 /// Records every attempt whose delivery `worker_id` still leases, with the
@@ -358,15 +412,27 @@ pub async fn explain_record_many(
 /// ([`sql::query_on_generic_plan`]).
 pub async fn record_many(
     client: &deadpool_postgres::Client,
+    routes: &PartitionRoutes,
     settlements: &[Settlement],
     worker_id: &str,
 ) -> Result<Vec<Settled>, DbError> {
-    let params = RecordParams::new(settlements, worker_id);
-    let rows = sql::query_on_generic_plan(client, SETTLE_MANY_WITH_ATTEMPTS, &params.as_sql()).await?;
-    let (tenants, ids) = (&params.tenants, &params.ids);
+    let keys: Vec<(Uuid, Uuid)> =
+        settlements.iter().map(|s| (s.tenant_id.as_uuid(), s.delivery_id.as_uuid())).collect();
+    let ids: Vec<Uuid> = keys.iter().map(|(_, id)| *id).collect();
+    let rows = on_each_partition!(client, routes, &ids, SETTLE_MANY_WITH_ATTEMPTS, |statement, items| async {
+        let owned: Vec<Settlement>;
+        let part = if items.len() == settlements.len() {
+            settlements
+        } else {
+            owned = items.iter().map(|&item| settlements[item].clone()).collect();
+            &owned
+        };
+        let params = RecordParams::new(part, worker_id);
+        sql::query_on_generic_plan(client, statement, &params.as_sql()).await
+    });
     let recorded: HashSet<(Uuid, Uuid)> =
         rows.iter().map(|row| (row.get("tenant_id"), row.get("delivery_id"))).collect();
-    let settled = tenants.iter().zip(ids).map(|(tenant, id)| recorded.contains(&(*tenant, *id)));
+    let settled = keys.iter().map(|key| recorded.contains(key));
     Ok(settled.map(|recorded| if recorded { Settled::Recorded } else { Settled::LeaseLost }).collect())
 }
 
@@ -381,20 +447,38 @@ pub struct Deferral {
 /// in order (one statement on its generic plan, like [`record_many`]).
 pub async fn defer_many(
     client: &deadpool_postgres::Client,
+    routes: &PartitionRoutes,
     deferrals: &[Deferral],
     worker_id: &str,
 ) -> Result<Vec<Settled>, DbError> {
     let keys: Vec<DeliveryKey> = deferrals.iter().map(|deferral| deferral.key).collect();
-    let (tenants, ids) = key_columns(&keys);
-    let waits: Vec<i64> = deferrals.iter().map(|deferral| deferral.wait.as_millis() as i64).collect();
-    let (low, high) = event_id_range(ids.iter().copied());
-    let rows =
-        sql::query_on_generic_plan(client, DEFER_MANY, &[&tenants, &ids, &waits, &worker_id, &low, &high]).await?;
+    let all_ids: Vec<Uuid> = keys.iter().map(|(_, id)| id.as_uuid()).collect();
+    let rows = on_each_partition!(client, routes, &all_ids, DEFER_MANY, |statement, items| async {
+        let part: Vec<DeliveryKey> = items.iter().map(|&item| keys[item]).collect();
+        let (tenants, ids) = key_columns(&part);
+        let waits: Vec<i64> = items.iter().map(|&item| deferrals[item].wait.as_millis() as i64).collect();
+        let (low, high) = event_id_range(ids.iter().copied());
+        sql::query_on_generic_plan(client, statement, &[&tenants, &ids, &waits, &worker_id, &low, &high]).await
+    });
     let deferred: HashSet<(Uuid, Uuid)> = rows.iter().map(row_key).collect();
     Ok(keys
         .iter()
         .map(|key| if deferred.contains(&uuids(key)) { Settled::Recorded } else { Settled::LeaseLost })
         .collect())
+}
+
+/// The statement [`on_each_partition!`] runs for a batch that lives in one
+/// partition (`template` itself otherwise): for `EXPLAIN`.
+async fn statement_for(
+    client: &deadpool_postgres::Client,
+    routes: &PartitionRoutes,
+    ids: &[Uuid],
+    template: &'static str,
+) -> Result<std::sync::Arc<str>, DbError> {
+    Ok(match routes.split(client, ids).await?.as_slice() {
+        [Part { route: Some(route), .. }] => routes.statement(template, route),
+        _ => template.into(),
+    })
 }
 
 fn uuids(&(tenant, delivery): &DeliveryKey) -> (Uuid, Uuid) {

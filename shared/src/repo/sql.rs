@@ -222,7 +222,7 @@ pub async fn explain(
 /// Like [`query_on_generic_plan`], it plans by [`BY_KEY_PLANS`], and the
 /// whole transaction is one round trip.
 pub async fn query_unflushed(
-    client: &mut deadpool_postgres::Object,
+    client: &deadpool_postgres::Client,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, DbError> {

@@ -6,6 +6,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use relayops_shared::db::partition_routes::PartitionRoutes;
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
 use relayops_shared::ids::DeliveryId;
 use relayops_shared::repo::deliveries::{AttemptRecord, ClaimOutcome, Settled};
@@ -16,10 +19,15 @@ use relayops_shared::repo::outbox;
 use relayops_tests::{TestConfig, TestEnv};
 use serde_json::json;
 
-const LEASE: Duration = Duration::from_secs(30);
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// A fresh map of history partitions, as a worker starts with.
+pub fn routes() -> Arc<PartitionRoutes> {
+    PartitionRoutes::new()
+}
 
 /// An env with deliveries left pending (no publisher, no worker) and their keys.
-async fn pending_deliveries(events: usize) -> (TestEnv, Vec<DeliveryKey>) {
+pub async fn pending_deliveries(events: usize) -> (TestEnv, Vec<DeliveryKey>) {
     let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
     for n in 0..events {
@@ -31,7 +39,7 @@ async fn pending_deliveries(events: usize) -> (TestEnv, Vec<DeliveryKey>) {
     (env, keys)
 }
 
-fn claimed(outcome: &ClaimOutcome) -> bool {
+pub fn claimed(outcome: &ClaimOutcome) -> bool {
     matches!(outcome, ClaimOutcome::Claimed(_))
 }
 
@@ -42,7 +50,7 @@ fn status_of(outcome: &ClaimOutcome) -> Option<DeliveryStatus> {
     }
 }
 
-fn delivered(key: DeliveryKey, attempt_number: i32) -> Settlement {
+pub fn delivered(key: DeliveryKey, attempt_number: i32) -> Settlement {
     Settlement {
         tenant_id: key.0,
         delivery_id: key.1,
@@ -66,10 +74,10 @@ async fn a_batch_claim_takes_each_due_delivery_once_and_explains_the_rest() {
     let (other_tenant, _) = env.second_tenant().await;
     let stranger = (env.tenant_id, DeliveryId::new());
     let wrong_tenant = (other_tenant, keys[1].1);
-    let mut client = env.pool.get().await.unwrap();
+    let client = env.pool.get().await.unwrap();
 
     let asked = [keys[0], keys[1], keys[0], stranger, wrong_tenant];
-    let outcomes = claim_many(&mut client, &asked, "worker-a", LEASE).await.unwrap();
+    let outcomes = claim_many(&client, &routes(), &asked, "worker-a", LEASE).await.unwrap();
     assert_eq!(outcomes.len(), asked.len(), "one outcome per key, in order");
     assert!(claimed(&outcomes[0]) && claimed(&outcomes[1]));
     assert_eq!(status_of(&outcomes[2]), Some(DeliveryStatus::InProgress), "a repeated key sees the lease");
@@ -81,7 +89,7 @@ async fn a_batch_claim_takes_each_due_delivery_once_and_explains_the_rest() {
     }
 
     // Leased rows are not claimable by another worker; the third still is.
-    let again = claim_many(&mut client, &keys, "worker-b", LEASE).await.unwrap();
+    let again = claim_many(&client, &routes(), &keys, "worker-b", LEASE).await.unwrap();
     assert_eq!(again.iter().map(claimed).collect::<Vec<_>>(), [false, false, true]);
     let owners: HashMap<uuid::Uuid, String> = client
         .query("SELECT id, lease_owner FROM relayops.deliveries", &[])
@@ -97,11 +105,12 @@ async fn a_batch_claim_takes_each_due_delivery_once_and_explains_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_record_settles_only_the_deliveries_the_worker_still_leases() {
     let (env, keys) = pending_deliveries(2).await;
-    let mut client = env.pool.get().await.unwrap();
-    claim_many(&mut client, &keys[..1], "worker-a", LEASE).await.unwrap();
-    claim_many(&mut client, &keys[1..], "worker-b", LEASE).await.unwrap();
+    let client = env.pool.get().await.unwrap();
+    claim_many(&client, &routes(), &keys[..1], "worker-a", LEASE).await.unwrap();
+    claim_many(&client, &routes(), &keys[1..], "worker-b", LEASE).await.unwrap();
 
-    let settled = record_many(&client, &[delivered(keys[0], 1), delivered(keys[1], 1)], "worker-a").await.unwrap();
+    let settled =
+        record_many(&client, &routes(), &[delivered(keys[0], 1), delivered(keys[1], 1)], "worker-a").await.unwrap();
     assert_eq!(settled, [Settled::Recorded, Settled::LeaseLost]);
     let rows = client
         .query(
@@ -134,9 +143,9 @@ async fn overlapping_batch_claims_from_many_workers_never_deadlock_or_double_cla
             keys.reverse();
         }
         tasks.push(tokio::spawn(async move {
-            let mut client = pool.get().await.unwrap();
+            let client = pool.get().await.unwrap();
             let outcomes =
-                claim_many(&mut client, &keys, &format!("worker-{worker}"), LEASE).await.expect("no deadlock");
+                claim_many(&client, &routes(), &keys, &format!("worker-{worker}"), LEASE).await.expect("no deadlock");
             keys.iter().zip(outcomes).filter(|(_, outcome)| claimed(outcome)).map(|(key, _)| key.1).collect::<Vec<_>>()
         }));
     }
@@ -153,12 +162,15 @@ async fn overlapping_batch_claims_from_many_workers_never_deadlock_or_double_cla
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_deferral_gives_back_only_the_workers_own_claims_without_spending_an_attempt() {
     let (env, keys) = pending_deliveries(2).await;
-    let mut client = env.pool.get().await.unwrap();
-    claim_many(&mut client, &keys[..1], "worker-a", LEASE).await.unwrap();
-    claim_many(&mut client, &keys[1..], "worker-b", LEASE).await.unwrap();
+    let client = env.pool.get().await.unwrap();
+    claim_many(&client, &routes(), &keys[..1], "worker-a", LEASE).await.unwrap();
+    claim_many(&client, &routes(), &keys[1..], "worker-b", LEASE).await.unwrap();
     let wait = Duration::from_secs(60);
     let deferrals = [Deferral { key: keys[0], wait }, Deferral { key: keys[1], wait }];
-    assert_eq!(defer_many(&client, &deferrals, "worker-a").await.unwrap(), [Settled::Recorded, Settled::LeaseLost]);
+    assert_eq!(
+        defer_many(&client, &routes(), &deferrals, "worker-a").await.unwrap(),
+        [Settled::Recorded, Settled::LeaseLost]
+    );
     let row = client
         .query_one(
             "SELECT status, attempt_count, lease_owner IS NULL, next_attempt_at > now() + interval '50 seconds'
@@ -176,7 +188,12 @@ async fn a_batch_deferral_gives_back_only_the_workers_own_claims_without_spendin
         .get(0);
     assert_eq!(other, "worker-b", "another worker's claim is untouched");
     assert_eq!(
-        claim_many(&mut client, &keys[..1], "worker-c", LEASE).await.unwrap().iter().filter(|o| claimed(o)).count(),
+        claim_many(&client, &routes(), &keys[..1], "worker-c", LEASE)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|o| claimed(o))
+            .count(),
         0,
         "not due yet"
     );
@@ -247,10 +264,10 @@ async fn a_batch_record_reads_only_its_own_rows_in_a_partition_never_analyzed() 
 /// `keys` claimed by one worker, then the plan of recording them all
 /// delivered (rolled back), which must have taken every key.
 async fn explained_record_of(client: &mut relayops_shared::db::Object, keys: &[DeliveryKey]) -> serde_json::Value {
-    let outcomes = claim_many(client, keys, "worker-a", LEASE).await.unwrap();
+    let outcomes = claim_many(client, &routes(), keys, "worker-a", LEASE).await.unwrap();
     assert!(outcomes.iter().all(claimed), "{outcomes:?}");
     let settlements: Vec<Settlement> = keys.iter().map(|key| delivered(*key, 1)).collect();
-    let plan = explain_record_many(client, &settlements, "worker-a").await.unwrap();
+    let plan = explain_record_many(client, &routes(), &settlements, "worker-a").await.unwrap();
     assert_eq!(plan[0]["Plan"]["Actual Rows"], keys.len(), "the explained record took every key");
     plan
 }
@@ -280,7 +297,7 @@ fn delivery_rows_read(node: &serde_json::Value) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_claim_reads_only_its_own_rows_in_a_partition_never_analyzed() {
     let (_env, mut client, keys) = a_partition_never_analyzed().await;
-    let plan = explain_claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
+    let plan = explain_claim_many(&mut client, &routes(), &keys, "worker-a", LEASE).await.unwrap();
     let root = &plan[0]["Plan"];
     assert_eq!(root["Actual Rows"], keys.len(), "the explained claim took every key");
     let read = delivery_rows_read(root);
@@ -290,7 +307,7 @@ async fn a_batch_claim_reads_only_its_own_rows_in_a_partition_never_analyzed() {
         keys.len()
     );
     // And it claims them all (the explained run was rolled back).
-    let outcomes = claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
+    let outcomes = claim_many(&client, &routes(), &keys, "worker-a", LEASE).await.unwrap();
     assert_eq!(outcomes.iter().filter(|outcome| claimed(outcome)).count(), keys.len());
 }
 
@@ -304,7 +321,7 @@ async fn a_batch_claim_reads_only_its_own_rows_in_a_partition_never_analyzed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claims_plan_finds_deliveries_by_key_even_when_made_on_a_small_partition() {
     let (_env, mut client, keys) = ten_keys_in_a_small_analyzed_partition().await;
-    let plan = explain_claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
+    let plan = explain_claim_many(&mut client, &routes(), &keys, "worker-a", LEASE).await.unwrap();
     let root = &plan[0]["Plan"];
     assert_eq!(root["Actual Rows"], keys.len(), "the explained claim took every key");
     assert_finds_by_key("claim", &plan);
@@ -393,9 +410,9 @@ fn scans_and_joins(node: &serde_json::Value, found: &mut Vec<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_runs_on_its_generic_plan_from_the_first_time() {
     let (env, keys) = pending_deliveries(2).await;
-    let mut client = env.pool.get().await.unwrap();
+    let client = env.pool.get().await.unwrap();
     for key in &keys {
-        let outcomes = claim_many(&mut client, &[*key], "worker-a", LEASE).await.unwrap();
+        let outcomes = claim_many(&client, &routes(), &[*key], "worker-a", LEASE).await.unwrap();
         assert!(claimed(&outcomes[0]), "{outcomes:?}");
     }
     let plans = plans_of(&client, "WITH wanted AS%lease_owner = $3%").await;
@@ -408,10 +425,10 @@ async fn a_claim_runs_on_its_generic_plan_from_the_first_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_record_runs_on_its_generic_plan_from_the_first_time() {
     let (env, keys) = pending_deliveries(2).await;
-    let mut client = env.pool.get().await.unwrap();
-    claim_many(&mut client, &keys, "worker-a", LEASE).await.unwrap();
+    let client = env.pool.get().await.unwrap();
+    claim_many(&client, &routes(), &keys, "worker-a", LEASE).await.unwrap();
     for key in &keys {
-        let settled = record_many(&client, &[delivered(*key, 1)], "worker-a").await.unwrap();
+        let settled = record_many(&client, &routes(), &[delivered(*key, 1)], "worker-a").await.unwrap();
         assert_eq!(settled, [Settled::Recorded]);
     }
     let plans = plans_of(&client, "WITH input AS%INSERT INTO relayops.delivery_attempts%").await;

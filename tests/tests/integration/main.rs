@@ -30,6 +30,7 @@ mod operations;
 mod ordering;
 mod ordering_races;
 mod outages;
+mod partition_routes;
 mod partitions_missing;
 mod pipeline;
 mod publishing;
