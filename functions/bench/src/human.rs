@@ -103,6 +103,13 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
     if let Some(r) = report.get("ratios") {
         println!("ratios     {r}");
     }
+    if let Some(history) = report.get("history") {
+        println!(
+            "history    {} partitions of deliveries (a deployment holds its retention's days plus the ones kept \
+             ahead: 34 by default; a fresh database only those ahead)",
+            history["deliveries_partitions"]
+        );
+    }
     if let Some(serde_json::Value::Array(processes)) = report.get("processes") {
         for p in processes {
             println!(

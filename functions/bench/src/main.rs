@@ -27,6 +27,7 @@ use std::time::Duration;
 use clap::Parser;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_shared::config::{BrokerConfig, DatabaseConfig};
+use relayops_shared::db::partitions;
 use relayops_shared::repo::tenants;
 use scenarios::Feed;
 use serde_json::json;
@@ -154,6 +155,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let timeout = Duration::from_secs(300);
     let mut report = serde_json::Map::new();
+    // What the figures were measured against: a fresh database has the
+    // partitions kept ahead; a deployment also keeps its retention's worth.
+    let client = pool.get().await?;
+    let history_partitions = partitions::list(&client, partitions::DELIVERIES).await?.len();
+    drop(client);
+    report.insert("history".into(), json!({ "deliveries_partitions": history_partitions }));
 
     if scenarios.contains(&"ceilings") {
         eprintln!("[ceilings] postgres and rabbitmq, {} s each", args.ceiling_secs);
