@@ -125,3 +125,47 @@ async fn a_partition_renamed_under_a_workers_map_is_still_claimed_and_recorded()
         .get(0);
     assert_eq!(delivered_count, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_across_two_partitions_is_claimed_and_recorded_whole_in_its_order() {
+    let (env, keys) = pending_deliveries(2).await;
+    let client = env.pool.get().await.unwrap();
+    // A third pending delivery, a copy of the first, whose event is a day old:
+    // it lives in another partition.
+    let row = client
+        .query_one(
+            "WITH copy AS (SELECT relayops.delivery_id_for(relayops.uuid_floor(now() - interval '1 day')) AS event_id),
+                  old_event AS (
+                      INSERT INTO relayops.events
+                          SELECT (jsonb_populate_record(e, jsonb_build_object('id', copy.event_id))).*
+                          FROM relayops.events e, copy
+                          WHERE e.id = (SELECT event_id FROM relayops.deliveries WHERE id = $1))
+             INSERT INTO relayops.deliveries
+                 SELECT (jsonb_populate_record(d, jsonb_build_object('id', relayops.delivery_id_for(copy.event_id),
+                                                                    'event_id', copy.event_id))).*
+                 FROM relayops.deliveries d, copy WHERE d.id = $1
+             RETURNING id",
+            &[&keys[0].1.as_uuid()],
+        )
+        .await
+        .unwrap();
+    let old = (env.tenant_id, relayops_shared::ids::DeliveryId::from_uuid(row.get(0)));
+    assert_ne!(home_of(&client, old).await, home_of(&client, keys[0]).await, "the copy is in another partition");
+
+    // The old one between the two new ones: each answer must stay in place.
+    let batch = [keys[0], old, keys[1]];
+    let routes = routes();
+    let outcomes = claim_many(&client, &routes, &batch, "worker-a", LEASE).await.unwrap();
+    assert!(outcomes.iter().all(claimed), "{outcomes:?}");
+    let settlements = [delivered(batch[0], 1), delivered(batch[1], 2), delivered(batch[2], 3)];
+    let settled = record_many(&client, &routes, &settlements, "worker-a").await.unwrap();
+    assert_eq!(settled, [Settled::Recorded, Settled::Recorded, Settled::Recorded]);
+    for (key, attempts) in batch.iter().zip([1, 2, 3]) {
+        let count: i32 = client
+            .query_one("SELECT attempt_count FROM relayops.deliveries WHERE id = $1", &[&key.1.as_uuid()])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(count, attempts, "each delivery got its own settlement");
+    }
+}
