@@ -39,6 +39,9 @@ use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
 use crate::repo::sql;
 
+/// The setting under which the pass's statements run (in its transaction).
+const GENERIC_PLAN: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
+
 const FIND_EXPIRED_OR_OVERDUE: &str = "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
      WHERE (status = 'in_progress' AND lease_expires_at < now())
         OR (status = 'scheduled' AND next_attempt_at < now() - $1::bigint * interval '1 millisecond')
@@ -116,6 +119,15 @@ impl Requeued {
 /// transaction (the caller's).
 pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i64) -> Result<Requeued, DbError> {
     let grace_ms = grace.as_millis() as i64;
+    // Its searches span every history partition (a stranded row may be in
+    // any). Planned for their parameters — what Postgres does for a prepared
+    // statement's first five runs on each connection — each planning opened
+    // every partition and its indexes: 12 and 6 ms a pass with 35
+    // partitions, against ~1 ms to run, once a second for the first minutes
+    // of every publisher (and of every Lambda container) until each pooled
+    // connection had settled on the generic plan (BENCHMARKS.md, session 13).
+    // The generic plan is made at once, one planning per connection.
+    tx.batch_execute(GENERIC_PLAN).await?;
     let expired = sql::query(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit]).await?;
     let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit]).await?;
     sql::execute(tx, SAMPLE_WATERMARK, &[&grace_ms]).await?;

@@ -438,7 +438,7 @@ async fn an_attempt_record_runs_on_its_generic_plan_from_the_first_time() {
 
 /// How many times the statement prepared on this connection whose text is
 /// `LIKE pattern` ran on its generic plan, and on a custom one.
-async fn plans_of(client: &tokio_postgres::Client, pattern: &str) -> (i64, i64) {
+pub async fn plans_of(client: &tokio_postgres::Client, pattern: &str) -> (i64, i64) {
     let plans = client
         .query_one(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE $1",

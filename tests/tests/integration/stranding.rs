@@ -220,3 +220,32 @@ async fn a_delivery_published_late_from_a_backlog_is_not_re_enqueued_within_the_
     assert!(after >= grace - Duration::from_secs(1), "re-enqueued {after:?} after its publication");
     env.wait_for_messages_published(2).await;
 }
+
+/// The recovery pass searches every history partition, so planning its
+/// statements for their parameters opened them all each time (12 and 6 ms
+/// a pass with 35 partitions, every second, for a new publisher's first
+/// minutes): its statements run on their generic plan from the first pass
+/// on a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recovery_pass_runs_on_its_generic_plans_from_the_first_time() {
+    use relayops_shared::repo::recovery;
+
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, run_worker: false, ..Default::default() }).await;
+    let mut client = env.pool.get().await.unwrap();
+    for _ in 0..2 {
+        let tx = client.transaction().await.unwrap();
+        recovery::requeue_stranded(&tx, Duration::from_secs(30), 100).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    for (what, pattern) in [
+        ("expired or overdue", "%lease_expires_at < now()%FOR UPDATE SKIP LOCKED"),
+        ("lost pending", "%WHERE (d.id, d.event_id) IN (%FOR UPDATE OF d SKIP LOCKED"),
+    ] {
+        let plans = crate::batching::plans_of(&client, pattern).await;
+        assert_eq!(
+            plans,
+            (2, 0),
+            "the {what} search ran its generic plan both times, never one planned for its parameters"
+        );
+    }
+}
