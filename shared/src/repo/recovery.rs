@@ -39,8 +39,11 @@ use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
 use crate::repo::sql;
 
-/// The setting under which the pass's statements run (in its transaction).
+/// The setting under which the pass's searches run (in its transaction).
 const GENERIC_PLAN: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
+
+/// Back to Postgres's choice for the rest of the transaction.
+const PLAN_PER_RUN: &str = "SET LOCAL plan_cache_mode TO DEFAULT";
 
 const FIND_EXPIRED_OR_OVERDUE: &str = "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
      WHERE (status = 'in_progress' AND lease_expires_at < now())
@@ -131,6 +134,10 @@ pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i
     let expired = sql::query(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit]).await?;
     let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit]).await?;
     sql::execute(tx, SAMPLE_WATERMARK, &[&grace_ms]).await?;
+    // The rest of the transaction is planned as before: REVIVE's generic
+    // plan, made without knowing how many ids come, hashes a scan of every
+    // partition.
+    tx.batch_execute(PLAN_PER_RUN).await?;
     let requeued = Requeued { expired_or_overdue: expired.len() as u64, lost_pending: lost.len() as u64 };
     if requeued.total() == 0 {
         return Ok(requeued);

@@ -235,6 +235,10 @@ async fn the_recovery_pass_runs_on_its_generic_plans_from_the_first_time() {
     for _ in 0..2 {
         let tx = client.transaction().await.unwrap();
         recovery::requeue_stranded(&tx, Duration::from_secs(30), 100).await.unwrap();
+        // Only its searches: the rest of the transaction (a revival's UPDATE
+        // by a list of ids) is planned as Postgres chooses.
+        let mode: String = tx.query_one("SHOW plan_cache_mode", &[]).await.unwrap().get(0);
+        assert_eq!(mode, "auto");
         tx.commit().await.unwrap();
     }
     for (what, pattern) in [
