@@ -39,7 +39,7 @@ use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
 use crate::repo::sql;
 
-/// The setting under which the pass's searches run (in its transaction).
+/// The setting under which the expired-or-overdue search runs (in the pass's transaction).
 const GENERIC_PLAN: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// Back to Postgres's choice for the rest of the transaction.
@@ -122,22 +122,24 @@ impl Requeued {
 /// transaction (the caller's).
 pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i64) -> Result<Requeued, DbError> {
     let grace_ms = grace.as_millis() as i64;
-    // Its searches span every history partition (a stranded row may be in
-    // any). Planned for their parameters — what Postgres does for a prepared
-    // statement's first five runs on each connection — each planning opened
-    // every partition and its indexes: 12 and 6 ms a pass with 35
-    // partitions, against ~1 ms to run, once a second for the first minutes
-    // of every publisher (and of every Lambda container) until each pooled
-    // connection had settled on the generic plan (BENCHMARKS.md, session 13).
-    // The generic plan is made at once, one planning per connection.
+    // The search for expired leases and overdue retries spans every history
+    // partition (such a row may be in any). Planned for its parameters —
+    // what Postgres does for a prepared statement's first five runs on each
+    // connection — each planning opened every partition and its indexes:
+    // 12 ms a pass with 35 partitions against ~1 ms to run, once a second
+    // for the first minutes of every publisher (and of every Lambda
+    // container) (BENCHMARKS.md, session 13). Its generic plan is made at
+    // once: a scan of each partition's two small partial indexes, whatever
+    // the parameters. The lost-pending search (6 ms to plan) is left to
+    // Postgres's choice: its generic plan, made without the LIMIT's value,
+    // may hash every pending row, which in a broker outage's backlog is
+    // the one plan it must not keep; nor is REVIVE's (a hashed scan of every
+    // partition for an unknown number of ids).
     tx.batch_execute(GENERIC_PLAN).await?;
     let expired = sql::query(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit]).await?;
+    tx.batch_execute(PLAN_PER_RUN).await?;
     let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit]).await?;
     sql::execute(tx, SAMPLE_WATERMARK, &[&grace_ms]).await?;
-    // The rest of the transaction is planned as before: REVIVE's generic
-    // plan, made without knowing how many ids come, hashes a scan of every
-    // partition.
-    tx.batch_execute(PLAN_PER_RUN).await?;
     let requeued = Requeued { expired_or_overdue: expired.len() as u64, lost_pending: lost.len() as u64 };
     if requeued.total() == 0 {
         return Ok(requeued);
