@@ -73,6 +73,23 @@ struct Map {
 }
 
 impl Map {
+    /// The batch's parts, and whether an id that names a time fell in no
+    /// window the map knows (a partition made since it was read).
+    fn split(&self, ids: &[Uuid]) -> (Vec<Part>, bool) {
+        let mut parts: Vec<Part> = Vec::with_capacity(1);
+        let mut missed = false;
+        for (position, id) in ids.iter().enumerate() {
+            let millis = delivery_event_millis(*id);
+            let route = millis.and_then(|millis| self.route(millis));
+            missed |= millis.is_some() && route.is_none();
+            match parts.iter_mut().find(|part| part.route == route) {
+                Some(part) => part.items.push(position),
+                None => parts.push(Part { route, items: vec![position] }),
+            }
+        }
+        (parts, missed)
+    }
+
     fn route(&self, millis: i64) -> Option<Route> {
         let covering = |windows: &[Window]| {
             windows
@@ -102,20 +119,13 @@ impl PartitionRoutes {
     /// holding the ids no partition could be named for.
     pub async fn split(&self, client: &tokio_postgres::Client, ids: &[Uuid]) -> Result<Vec<Part>, DbError> {
         let mut map = self.map.lock().await;
-        let stale = map.loaded_at.is_none_or(|at| at.elapsed() >= RELOAD_AFTER);
-        let unplaced =
-            |map: &Map| ids.iter().any(|id| delivery_event_millis(*id).is_some_and(|m| map.route(m).is_none()));
-        let may_reload_for_miss = map.loaded_at.is_none_or(|at| at.elapsed() >= MISS_RELOAD_GAP);
-        if stale || (may_reload_for_miss && unplaced(&map)) {
+        if map.loaded_at.is_none_or(|at| at.elapsed() >= RELOAD_AFTER) {
             *map = load(client).await?;
         }
-        let mut parts: Vec<Part> = Vec::with_capacity(1);
-        for (position, id) in ids.iter().enumerate() {
-            let route = delivery_event_millis(*id).and_then(|millis| map.route(millis));
-            match parts.iter_mut().find(|part| part.route == route) {
-                Some(part) => part.items.push(position),
-                None => parts.push(Part { route, items: vec![position] }),
-            }
+        let (parts, missed) = map.split(ids);
+        if missed && map.loaded_at.is_none_or(|at| at.elapsed() >= MISS_RELOAD_GAP) {
+            *map = load(client).await?;
+            return Ok(map.split(ids).0);
         }
         Ok(parts)
     }

@@ -12,6 +12,7 @@
 //! partitions are. Each statement names the history partition its batch lives
 //! in ([`PartitionRoutes`]), so it also costs the same however many
 //! partitions there are.
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -178,28 +179,33 @@ macro_rules! on_each_partition {
         let mut rows: Vec<Row> = Vec::new();
         for part in routes.split(client, $ids).await? {
             let $items: &[usize] = &part.items;
-            let Some(route) = &part.route else {
-                let $statement: &str = template;
-                rows.extend($run.await?);
-                continue;
-            };
-            bound_prepared_statements(client);
-            let routed = routes.statement(template, route);
-            let result = {
-                let $statement: &str = &routed;
+            let routed = part.route.as_ref().map(|route| routes.statement(template, route));
+            if routed.is_some() {
+                bound_prepared_statements(client);
+            }
+            let mut result = {
+                let $statement: &str = routed.as_deref().unwrap_or(template);
                 $run.await
             };
-            match result {
-                Err(error) if error.is_undefined_table() => {
-                    routes.forget().await;
-                    let $statement: &str = template;
-                    rows.extend($run.await?);
-                }
-                result => rows.extend(result?),
+            if routed.is_some() && result.as_ref().is_err_and(DbError::is_undefined_table) {
+                routes.forget().await;
+                let $statement: &str = template;
+                result = $run.await;
             }
+            rows.extend(result?);
         }
         rows
     }};
+}
+
+/// The items of `all` at `positions`: `all` itself when they are all of it
+/// (a batch in one partition, nearly always), else a copy.
+fn part_of<'a, T: Clone>(all: &'a [T], positions: &[usize]) -> Cow<'a, [T]> {
+    if positions.len() == all.len() {
+        Cow::Borrowed(all)
+    } else {
+        Cow::Owned(positions.iter().map(|&position| all[position].clone()).collect())
+    }
 }
 
 /// A delivery named by a queue message.
@@ -241,8 +247,7 @@ pub async fn claim_many(
 ) -> Result<Vec<ClaimOutcome>, DbError> {
     let ids: Vec<Uuid> = keys.iter().map(|(_, id)| id.as_uuid()).collect();
     let rows = on_each_partition!(client, routes, &ids, CLAIM_MANY, |statement, items| async {
-        let part: Vec<DeliveryKey> = items.iter().map(|&item| keys[item]).collect();
-        let params = ClaimParams::new(&part, worker_id, lease);
+        let params = ClaimParams::new(&part_of(keys, items), worker_id, lease);
         sql::query_unflushed(client, statement, &params.as_sql()).await
     });
     // Keyed by tenant and id: an id under the wrong tenant matches nothing.
@@ -420,14 +425,8 @@ pub async fn record_many(
         settlements.iter().map(|s| (s.tenant_id.as_uuid(), s.delivery_id.as_uuid())).collect();
     let ids: Vec<Uuid> = keys.iter().map(|(_, id)| *id).collect();
     let rows = on_each_partition!(client, routes, &ids, SETTLE_MANY_WITH_ATTEMPTS, |statement, items| async {
-        let owned: Vec<Settlement>;
-        let part = if items.len() == settlements.len() {
-            settlements
-        } else {
-            owned = items.iter().map(|&item| settlements[item].clone()).collect();
-            &owned
-        };
-        let params = RecordParams::new(part, worker_id);
+        let part = part_of(settlements, items);
+        let params = RecordParams::new(&part, worker_id);
         sql::query_on_generic_plan(client, statement, &params.as_sql()).await
     });
     let recorded: HashSet<(Uuid, Uuid)> =
@@ -454,9 +453,9 @@ pub async fn defer_many(
     let keys: Vec<DeliveryKey> = deferrals.iter().map(|deferral| deferral.key).collect();
     let all_ids: Vec<Uuid> = keys.iter().map(|(_, id)| id.as_uuid()).collect();
     let rows = on_each_partition!(client, routes, &all_ids, DEFER_MANY, |statement, items| async {
-        let part: Vec<DeliveryKey> = items.iter().map(|&item| keys[item]).collect();
-        let (tenants, ids) = key_columns(&part);
-        let waits: Vec<i64> = items.iter().map(|&item| deferrals[item].wait.as_millis() as i64).collect();
+        let part = part_of(deferrals, items);
+        let (tenants, ids): (Vec<Uuid>, Vec<Uuid>) = part.iter().map(|deferral| uuids(&deferral.key)).unzip();
+        let waits: Vec<i64> = part.iter().map(|deferral| deferral.wait.as_millis() as i64).collect();
         let (low, high) = event_id_range(ids.iter().copied());
         sql::query_on_generic_plan(client, statement, &[&tenants, &ids, &waits, &worker_id, &low, &high]).await
     });

@@ -39,12 +39,6 @@ use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
 use crate::repo::sql;
 
-/// The setting under which the expired-or-overdue search runs (in the pass's transaction).
-const GENERIC_PLAN: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
-
-/// Back to Postgres's choice for the rest of the transaction.
-const PLAN_PER_RUN: &str = "SET LOCAL plan_cache_mode TO DEFAULT";
-
 const FIND_EXPIRED_OR_OVERDUE: &str = "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
      WHERE (status = 'in_progress' AND lease_expires_at < now())
         OR (status = 'scheduled' AND next_attempt_at < now() - $1::bigint * interval '1 millisecond')
@@ -135,9 +129,7 @@ pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i
     // may hash every pending row, which in a broker outage's backlog is
     // the one plan it must not keep; nor is REVIVE's (a hashed scan of every
     // partition for an unknown number of ids).
-    tx.batch_execute(GENERIC_PLAN).await?;
-    let expired = sql::query(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit]).await?;
-    tx.batch_execute(PLAN_PER_RUN).await?;
+    let expired = sql::query_on_generic_plan_in_transaction(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit]).await?;
     let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit]).await?;
     sql::execute(tx, SAMPLE_WATERMARK, &[&grace_ms]).await?;
     let requeued = Requeued { expired_or_overdue: expired.len() as u64, lost_pending: lost.len() as u64 };

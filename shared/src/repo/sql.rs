@@ -262,6 +262,36 @@ macro_rules! generic_plan {
     };
 }
 
+/// Runs one statement inside the caller's transaction on its generic plan
+/// (planned once per connection), and only it: the setting is set before it
+/// and put back to the default after it, the three sent together (one round
+/// trip). For a statement whose planning costs more than its run and whose
+/// generic plan is safe for every parameter value.
+pub async fn query_on_generic_plan_in_transaction(
+    tx: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, DbError> {
+    // Prepared first, so the statement is sent between the two settings.
+    let statement = if unnamed_statements() { None } else { Some(tx.prepare_cached(sql).await?) };
+    let run = async {
+        match &statement {
+            Some(statement) => Ok(tx.query(statement, params).await?),
+            None => run_unnamed(tx, sql, params).await,
+        }
+    };
+    let (set, rows, reset) = futures_util::future::join3(
+        tx.batch_execute(generic_plan!()),
+        run,
+        tx.batch_execute("SET LOCAL plan_cache_mode TO DEFAULT"),
+    )
+    .await;
+    set?;
+    let rows = rows?;
+    reset?;
+    Ok(rows)
+}
+
 /// The settings of [`BY_KEY_PLANS`] that price out everything but index
 /// lookups. Alone (without forcing the generic plan) for an unnamed
 /// statement: it is planned at every run anyway, and there a custom plan
