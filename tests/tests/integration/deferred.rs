@@ -183,6 +183,56 @@ async fn a_batch_leaves_the_deliveries_of_its_widely_subscribed_events_to_a_publ
     assert_each_delivered_once(&env, 2 * MANY + AT_INGEST_MAX as usize);
 }
 
+/// One statement, several widely subscribed events: each `fanout` row names
+/// exactly its own event's endpoints (two events of the batch match different
+/// sets, a third gets its deliveries from ingest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_names_each_widely_subscribed_events_own_endpoints() {
+    let (env, many) = env_with_subscribers(false).await;
+    let mut paid: Vec<String> = many.iter().map(|endpoint| endpoint["id"].as_str().unwrap().to_owned()).collect();
+    for _ in 0..2 {
+        let endpoint = env.create_endpoint("/sim/ok", &["many.paid"], json!({})).await;
+        paid.push(endpoint["id"].as_str().unwrap().to_owned());
+    }
+    let batch = json!({ "events": [
+        { "event_type": "many.created", "payload": { "n": 1 } },
+        { "event_type": "few.created", "payload": { "n": 2 } },
+        { "event_type": "many.paid", "payload": { "n": 3 } },
+    ]});
+    let answer = env.post("/v1/events/batch", batch).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let events: Vec<(String, u64)> = answer.body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["event"]["id"].as_str().unwrap().to_owned(), r["event"]["deliveries"].as_u64().unwrap()))
+        .collect();
+    let counts: Vec<u64> = events.iter().map(|(_, count)| *count).collect();
+    assert_eq!(counts, [MANY as u64, AT_INGEST_MAX as u64, MANY as u64 + 2]);
+
+    let client = env.pool.get().await.unwrap();
+    let named = |event_id: String| {
+        let client = &client;
+        async move {
+            let rows = client
+                .query(
+                    "SELECT 'ep_' || replace(endpoint::text, '-', '')
+                     FROM relayops.outbox_messages o, unnest(o.fanout_endpoints) AS endpoint
+                     WHERE o.status = 'fanout' AND 'evt_' || replace(o.event_id::text, '-', '') = $1",
+                    &[&event_id],
+                )
+                .await
+                .unwrap();
+            rows.iter().map(|row| row.get(0)).collect::<HashSet<String>>()
+        }
+    };
+    let created: HashSet<String> = paid[..MANY].iter().cloned().collect();
+    assert_eq!(named(events[0].0.clone()).await, created, "many.created: the many.* endpoints");
+    assert_eq!(named(events[2].0.clone()).await, paid.iter().cloned().collect(), "many.paid: those and its own two");
+    assert!(named(events[1].0.clone()).await.is_empty(), "few.created's deliveries are written by ingest");
+    assert_eq!(env.count("deliveries").await, AT_INGEST_MAX, "only few.created's");
+}
+
 /// The database refuses one event's deliveries (a trigger stands in for any
 /// lasting refusal): that event is set aside with the reason, and neither the
 /// deferred event behind it nor publishing waits for it. Once the refusal is
