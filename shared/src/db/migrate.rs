@@ -51,6 +51,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0019_deliveries_written_after_ingest",
         include_str!("../../../migrations/0019_deliveries_written_after_ingest.sql"),
     ),
+    (
+        "0020_subscription_patterns_looked_up_by_key",
+        include_str!("../../../migrations/0020_subscription_patterns_looked_up_by_key.sql"),
+    ),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

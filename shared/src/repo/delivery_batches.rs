@@ -88,7 +88,10 @@ macro_rules! locked_in_id_order {
 /// ordered delivery, the head of its lane), and updated.
 /// Each delivery's event and endpoint are read by primary key (LATERAL with
 /// `OFFSET 0`: never turned into a join over the whole table; the event's
-/// tenant is checked outside the fence, like the delivery's).
+/// and the endpoint's tenant are checked outside the fence, like the
+/// delivery's — with the tenant beside the endpoint's id, plans made on small
+/// tables sought the endpoint through `(tenant_id, created_at, id)`, reading
+/// every endpoint of the tenant per delivery).
 const CLAIM_MANY: &str = concat!(
     "WITH wanted AS (
          SELECT w.tenant_id, w.id FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)),
@@ -102,8 +105,8 @@ const CLAIM_MANY: &str = concat!(
      CROSS JOIN LATERAL (SELECT e.event_type, e.payload, e.tenant_id FROM relayops.events e
                          WHERE e.id = l.event_id OFFSET 0) e
      CROSS JOIN LATERAL (SELECT ep.* FROM relayops.webhook_endpoints ep
-                         WHERE ep.tenant_id = l.tenant_id AND ep.id = l.endpoint_id OFFSET 0) ep
-     WHERE d.id = l.id AND d.event_id = l.event_id AND e.tenant_id = l.tenant_id
+                         WHERE ep.id = l.endpoint_id OFFSET 0) ep
+     WHERE d.id = l.id AND d.event_id = l.event_id AND e.tenant_id = l.tenant_id AND ep.tenant_id = l.tenant_id
      RETURNING d.tenant_id, d.id, ",
     claimed_columns!()
 );

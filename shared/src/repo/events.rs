@@ -36,31 +36,42 @@ macro_rules! idempotency_key_cte {
 /// The endpoints (`ep`: `id`, `tenant_id`) an event of tenant `$tenant` and
 /// type `$event_type` fans out to, as a `FROM` item after the event's: enabled,
 /// of kind `$kind`, subscribed exactly, by `prefix.*`, or `*` (the rule of
-/// `EventTypePattern::matches`). Found from the patterns that match the type
-/// (`relayops.patterns_matching`, migration 0017), each looked up by key in
-/// the tenant's subscriptions, then each endpoint by key: the work is that of
-/// the matching subscriptions, however many endpoints the tenant has (it read
-/// every endpoint and, for each, every subscription of the tenant before:
-/// 35-55 ms an event with 101 endpoints). The `OFFSET 0` fences keep that
-/// order whatever the statistics say. An endpoint matched by two patterns
-/// counts once.
+/// `EventTypePattern::matches`). Each pattern that matches the type
+/// (`relayops.patterns_matching`, migration 0017) is looked up by key —
+/// tenant and pattern — in the tenant's subscriptions, then each subscribed
+/// endpoint by its id, its tenant, state and kind tested on the row found:
+/// the work is that of the matching subscriptions, however many endpoints
+/// and subscriptions the tenant has. The `OFFSET 0` fences keep that order
+/// and those keys whatever the statistics say: with the patterns as one
+/// `= ANY` array, generic plans sought the subscriptions by tenant alone and
+/// filtered every one of the tenant's (2.2 ms an event for a tenant with 2,000
+/// subscriptions), and with the tenant beside the endpoint's id, plans made
+/// on small tables sought endpoints through `(tenant_id, created_at, id)`,
+/// reading every endpoint of the tenant per subscriber (BENCHMARKS.md,
+/// session 14). An endpoint matched by two patterns counts once.
 macro_rules! subscribed_endpoints {
     ($tenant:literal, $event_type:literal, $kind:literal) => {
         concat!(
             "CROSS JOIN LATERAL (
-             SELECT DISTINCT s.endpoint_id FROM relayops.endpoint_subscriptions s
-             WHERE s.tenant_id = ",
-            $tenant,
-            " AND s.event_type_pattern = ANY (relayops.patterns_matching(",
+             SELECT DISTINCT s.endpoint_id
+             FROM unnest(relayops.patterns_matching(",
             $event_type,
-            ")) OFFSET 0) s
+            ")) AS p(pattern)
+             CROSS JOIN LATERAL (
+                 SELECT s.endpoint_id FROM relayops.endpoint_subscriptions s
+                 WHERE s.tenant_id = ",
+            $tenant,
+            " AND s.event_type_pattern = p.pattern OFFSET 0) s
+             OFFSET 0) s
          CROSS JOIN LATERAL (
-             SELECT ep.id, ep.tenant_id FROM relayops.webhook_endpoints ep
+             SELECT ep.id, ep.tenant_id FROM (
+                 SELECT ep.id, ep.tenant_id, ep.enabled, ep.kind FROM relayops.webhook_endpoints ep
+                 WHERE ep.id = s.endpoint_id OFFSET 0) ep
              WHERE ep.tenant_id = ",
             $tenant,
-            " AND ep.id = s.endpoint_id AND ep.enabled AND ep.kind = ",
+            " AND ep.enabled AND ep.kind = ",
             $kind,
-            " OFFSET 0) ep"
+            ") ep"
         )
     };
 }
@@ -245,6 +256,26 @@ const INGEST_ORDERED: &str = concat!(
     " WHERE d.status = 'pending')
      SELECT received_at, (SELECT count(*) FROM new_deliveries) AS deliveries FROM new_event"
 );
+
+/// The subscriber lookup every ingest statement runs
+/// ([`subscribed_endpoints`]), alone: a tenant's `webhook` endpoints for an
+/// event type.
+const SUBSCRIBERS: &str = concat!(
+    "SELECT ep.id FROM (SELECT $1::uuid AS tenant_id) new_event
+     ",
+    subscribed_endpoints!("new_event.tenant_id", "$2", "'webhook'")
+);
+
+/// [`SUBSCRIBERS`] run on its generic plan, as ingest's statements run it
+/// once prepared, and that plan with what each step read
+/// ([`sql::explain_on_generic_plan`]; for tests).
+pub async fn explain_subscribers(
+    client: &mut deadpool_postgres::Object,
+    tenant: TenantId,
+    event_type: &str,
+) -> Result<Value, DbError> {
+    sql::explain_on_generic_plan(client, SUBSCRIBERS, &["uuid", "text"], &[&tenant.as_uuid(), &event_type]).await
+}
 
 /// The event a key names (found by id, so in its partition only).
 /// Its deliveries are those written and, while a publisher has not written

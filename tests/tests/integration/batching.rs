@@ -381,10 +381,11 @@ fn assert_finds_by_key(what: &str, plan: &serde_json::Value) {
 }
 
 /// Every scan of a `deliveries` partition other than by a key (a sequential
-/// or bitmap scan), every index scan of `deliveries` or `events` that ran
-/// and sought by the tenant (it reads every row of the tenant that matches
-/// the rest of the index's prefix: all of a tenant's in-flight deliveries,
-/// say), and every hash or merge join in a plan. (Not caught: a lookup by id
+/// or bitmap scan), every index scan of `deliveries`, `events` or
+/// `webhook_endpoints` that ran and sought by the tenant (it reads every row
+/// of the tenant that matches the rest of the index's prefix: all of a
+/// tenant's in-flight deliveries, say, or, through `(tenant_id, created_at,
+/// id)`, all of its endpoints), and every hash or merge join in a plan. (Not caught: a lookup by id
 /// alone through a tenant-led index, which the planner picks on empty
 /// partitions that were never analyzed — see BENCHMARKS.md, session 7.)
 fn scans_and_joins(node: &serde_json::Value, found: &mut Vec<String>) {
@@ -392,8 +393,8 @@ fn scans_and_joins(node: &serde_json::Value, found: &mut Vec<String>) {
     let (kind, relation, index) = (text("Node Type"), text("Relation Name"), text("Index Name"));
     let scan = matches!(kind.as_str(), "Seq Scan" | "Bitmap Heap Scan") && relation.starts_with("deliveries");
     let ran = node.get("Actual Loops").and_then(serde_json::Value::as_f64).unwrap_or_default() > 0.0;
-    let on_history = index.starts_with("deliveries") || index.starts_with("events");
-    let by_tenant = ran && on_history && text("Index Cond").contains("tenant_id");
+    let by_key_only = ["deliveries", "events", "webhook_endpoints"].iter().any(|table| index.starts_with(table));
+    let by_tenant = ran && by_key_only && text("Index Cond").contains("tenant_id");
     if scan || by_tenant || matches!(kind.as_str(), "Hash Join" | "Merge Join") {
         found.push(format!("{kind} {relation} {index}"));
     }

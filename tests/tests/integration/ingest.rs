@@ -439,3 +439,81 @@ async fn ordered_events_in_a_shared_batch_take_their_lane_positions_in_request_o
     let waiting: Vec<&str> = positions.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(waiting, [ids[2].as_str(), ids[3].as_str()], "positions follow the request order: {positions:?}");
 }
+
+/// An event costs the subscriptions that match its type, whatever else its
+/// tenant has. For a tenant with 300 endpoints subscribed to other types, the
+/// subscriber lookup every ingest statement runs, on its generic plan (as a
+/// prepared statement runs), reads the matching subscriptions by tenant and
+/// pattern and each endpoint by its id: not every subscription of the
+/// tenant, filtered (what generic plans did with the patterns as one `= ANY`
+/// array), nor every endpoint of the tenant per subscriber (what plans made
+/// on small tables did with the tenant beside the endpoint's id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_subscribers_are_found_by_key_however_many_endpoints_its_tenant_has() {
+    use relayops_shared::repo::events::explain_subscribers;
+    let env = env_without_pipeline().await;
+    let mut client = env.pool.get().await.unwrap();
+    client
+        .execute(
+            "WITH filler AS (
+                 INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, secret)
+                 SELECT gen_random_uuid(), $1, 'http://127.0.0.1:9/' || n, 'whsec_filler' FROM generate_series(1, 300) n
+                 RETURNING id, tenant_id)
+             INSERT INTO relayops.endpoint_subscriptions (id, tenant_id, endpoint_id, event_type_pattern)
+             SELECT gen_random_uuid(), tenant_id, id, 'other' || row_number() OVER () || '.*' FROM filler",
+            &[&env.tenant_id.as_uuid()],
+        )
+        .await
+        .unwrap();
+    env.create_endpoint("/sim/ok", &["order.created"], json!({})).await;
+    env.create_endpoint("/sim/ok", &["order.*", "*"], json!({})).await;
+    env.create_endpoint("/sim/ok", &["order.paid"], json!({})).await;
+    let disabled = env.create_endpoint("/sim/ok", &["order.*"], json!({})).await;
+    let path = format!("/v1/endpoints/{}", disabled["id"].as_str().unwrap());
+    let off = env.request(reqwest::Method::PATCH, &path, Some(&env.api_key), Some(json!({ "enabled": false }))).await;
+    assert_eq!(off.status, 200, "{:?}", off.body);
+
+    let plan = explain_subscribers(&mut client, env.tenant_id, "order.created").await.unwrap();
+    let root = &plan[0]["Plan"];
+    assert_eq!(root["Actual Rows"], 2, "the two enabled subscribers, one matched by two patterns\n{plan:#}");
+    let mut reads = Vec::new();
+    table_reads(root, &mut reads);
+    let subscriptions: Vec<_> = reads.iter().filter(|read| read.relation == "endpoint_subscriptions").collect();
+    let endpoints: Vec<_> = reads.iter().filter(|read| read.relation == "webhook_endpoints").collect();
+    assert!(!subscriptions.is_empty() && !endpoints.is_empty(), "{reads:?}\n{plan:#}");
+    for read in subscriptions {
+        let by_pattern = read.kind.starts_with("Index") && read.condition.contains("event_type_pattern =");
+        assert!(by_pattern && read.filtered_out == 0, "subscriptions sought by tenant and pattern: {read:?}\n{plan:#}");
+    }
+    for read in endpoints {
+        assert_eq!(read.index, "webhook_endpoints_pkey", "each endpoint found by its id: {read:?}\n{plan:#}");
+    }
+}
+
+/// One step of a plan that reads a table.
+#[derive(Debug)]
+struct TableRead {
+    relation: String,
+    kind: String,
+    index: String,
+    condition: String,
+    /// Rows it read and dropped (`Rows Removed by Filter`).
+    filtered_out: u64,
+}
+
+/// Every step of `node`'s plan that reads a table.
+fn table_reads(node: &serde_json::Value, reads: &mut Vec<TableRead>) {
+    let text = |key: &str| node.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+    if !text("Relation Name").is_empty() {
+        reads.push(TableRead {
+            relation: text("Relation Name"),
+            kind: text("Node Type"),
+            index: text("Index Name"),
+            condition: text("Index Cond"),
+            filtered_out: node.get("Rows Removed by Filter").and_then(serde_json::Value::as_u64).unwrap_or_default(),
+        });
+    }
+    for child in node.get("Plans").and_then(serde_json::Value::as_array).into_iter().flatten() {
+        table_reads(child, reads);
+    }
+}
