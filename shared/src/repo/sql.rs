@@ -272,23 +272,32 @@ pub async fn query_on_generic_plan_in_transaction(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, DbError> {
-    // Prepared first, so the statement is sent between the two settings.
-    let statement = if unnamed_statements() { None } else { Some(tx.prepare_cached(sql).await?) };
+    between(tx, |_| generic_plan!(), sql, params, "SET LOCAL plan_cache_mode TO DEFAULT").await
+}
+
+/// Runs `sql` between `before` (chosen by whether the statement is prepared)
+/// and `after`, the three sent together: one round trip. The statement is
+/// prepared first, so that it is sent between the two.
+async fn between(
+    client: &impl GenericClient,
+    before: impl FnOnce(bool) -> &'static str,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    after: &'static str,
+) -> Result<Vec<Row>, DbError> {
+    let statement = if unnamed_statements() { None } else { Some(client.prepare_cached(sql).await?) };
     let run = async {
         match &statement {
-            Some(statement) => Ok(tx.query(statement, params).await?),
-            None => run_unnamed(tx, sql, params).await,
+            Some(statement) => Ok(client.query(statement, params).await?),
+            None => run_unnamed(client, sql, params).await,
         }
     };
-    let (set, rows, reset) = futures_util::future::join3(
-        tx.batch_execute(generic_plan!()),
-        run,
-        tx.batch_execute("SET LOCAL plan_cache_mode TO DEFAULT"),
-    )
-    .await;
-    set?;
+    let before = before(statement.is_some());
+    let (began, rows, ended) =
+        futures_util::future::join3(client.batch_execute(before), run, client.batch_execute(after)).await;
+    began?;
     let rows = rows?;
-    reset?;
+    ended?;
     Ok(rows)
 }
 
@@ -344,20 +353,7 @@ async fn in_own_transaction(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, DbError> {
-    let statement = if unnamed_statements() { None } else { Some(client.prepare_cached(sql).await?) };
-    let run = async {
-        match &statement {
-            Some(statement) => Ok(client.query(statement, params).await?),
-            None => run_unnamed(client, sql, params).await,
-        }
-    };
-    let begin = begin_statement(commit, statement.is_some());
-    let (began, rows, committed) =
-        futures_util::future::join3(client.batch_execute(begin), run, client.batch_execute("COMMIT")).await;
-    began?;
-    let rows = rows?;
-    committed?;
-    Ok(rows)
+    between(client, |prepared| begin_statement(commit, prepared), sql, params, "COMMIT").await
 }
 
 /// `EXPLAIN (ANALYZE, FORMAT JSON)` of `sql` as [`query_on_generic_plan`] and
