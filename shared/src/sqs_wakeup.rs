@@ -77,7 +77,11 @@ impl SqsWakeup {
 
 impl PublisherWakeup for SqsWakeup {
     fn wake(&self) {
-        if !self.debounce.take_slot() {
+        // Only at once: a send put off to the interval's end would hold the
+        // response (`settle`) or, left behind, freeze with the container.
+        // A wake-up inside the interval is left to the publisher woken by the
+        // previous one, or to the schedule.
+        if !self.debounce.take_slot_if_due() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use relayops_publisher::Publisher;
-use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter, LoginThrottle, Wakeups};
+use relayops_shared::api::{not_found_fallback, ApiState, IngestLimiter, LoginThrottle, PublisherWakeup, Wakeups};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::config::{AlertConfig, BrokerConfig, HistoryConfig, OpsConfig, WorkerConfig};
 use relayops_shared::db::listen::PgNotifier;
@@ -136,6 +136,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<Running> {
         });
         let wakeup = Arc::new(Notify::new());
         let mut handoff = None;
+        let publisher_runs_here = publisher.is_some();
         if let Some(publisher_config) = publisher {
             // Wake on commits from any process (ingest replicas, replays, recovery).
             let listener = db::listen::wake_on_outbox_inserts(database.listen_url().to_owned(), Arc::clone(&wakeup));
@@ -173,7 +174,10 @@ pub async fn start(roles: Roles) -> anyhow::Result<Running> {
             };
             let mut state = ApiState::new(pool.clone())
                 .with_auth(&api.auth)?
-                .with_wakeup(Arc::new(Wakeups(vec![wakeup, Arc::new(PgNotifier::new(pool.clone()))])))
+                .with_wakeup(Arc::new(Wakeups(vec![
+                    Arc::clone(&wakeup) as Arc<dyn PublisherWakeup>,
+                    Arc::new(PgNotifier::new(pool.clone())),
+                ])))
                 .with_backpressure(backpressure)
                 .with_ingest_limiter(limiter)
                 .with_outbound_allow(outbound_allow.clone())
@@ -200,7 +204,11 @@ pub async fn start(roles: Roles) -> anyhow::Result<Running> {
             let gate = Gate::from_config(flow, &config)?;
             // Readiness shares the gate's circuit, so it reports what the gate does.
             probe.flow = gate.flow().cloned();
-            let worker = Worker::new(pool.clone(), broker.clone(), config, gate)?;
+            let mut worker = Worker::new(pool.clone(), broker.clone(), config, gate)?;
+            if publisher_runs_here {
+                // A lane's next delivery goes to this process's publisher at once.
+                worker = worker.waking_publisher(Arc::clone(&wakeup) as Arc<dyn PublisherWakeup>);
+            }
             probe.worker_consuming = Some(worker.consuming());
             // On stop it takes no new message and finishes those under way.
             tasks.spawn_finishing(|stopping| async move {

@@ -10,6 +10,7 @@ use futures_util::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, Consumer};
+use relayops_shared::api::PublisherWakeup;
 use relayops_shared::broker::{self, BrokerError, Topology, SETUP_TIMEOUT};
 use relayops_shared::config::{BrokerConfig, WorkerConfig};
 use relayops_shared::db::Pool;
@@ -36,6 +37,14 @@ impl Worker {
         let sender = Sender::new(&config)?;
         let processor = Processor::new(pool, sender, gate, config.clone());
         Ok(Self { broker, config, processor, consuming: tokio::sync::watch::channel(false).0 })
+    }
+
+    /// This worker wakes the publisher of its own process directly too, not
+    /// only through Postgres (`relayops all`): a lane's next delivery is
+    /// published without waiting for the `NOTIFY`.
+    pub fn waking_publisher(mut self, publisher: Arc<dyn PublisherWakeup>) -> Self {
+        self.processor.wake_also(publisher);
+        self
     }
 
     /// Whether the worker is consuming now; changes as it (re)connects.

@@ -22,7 +22,7 @@ use futures_util::future::{Fuse, FusedFuture, FutureExt};
 use tokio::time::Instant;
 
 use chrono::Utc;
-use relayops_shared::api::PublisherWakeup;
+use relayops_shared::api::{PublisherWakeup, Wakeups};
 use relayops_shared::broker::{DeadLetter, DeliveryTask, QueueMessage};
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
@@ -122,9 +122,12 @@ pub struct Processor {
     deferrals: Batcher<Deferral, Settled>,
     saturation: Arc<Saturation>,
     health: Arc<health::HealthMemo>,
-    /// `NOTIFY relayops_outbox` after committing an operational event, so a
-    /// listening publisher sends it at once (in AWS the schedule picks it up).
-    wakeup: Arc<PgNotifier>,
+    /// Wakes the publisher after committing outbox rows (a lane's next
+    /// delivery, an operational event): `NOTIFY relayops_outbox`, so a
+    /// listening publisher sends them at once (in AWS the schedule picks them
+    /// up), and the publisher of this process directly when there is one
+    /// ([`wake_also`](Self::wake_also)).
+    wakeup: Arc<dyn PublisherWakeup>,
 }
 
 impl Processor {
@@ -158,6 +161,12 @@ impl Processor {
         let (saturation, health) = (Arc::default(), Arc::default());
         let wakeup = Arc::new(PgNotifier::new(pool.clone()));
         Self { pool, sender, gate, config, claims, records, deferrals, saturation, health, wakeup }
+    }
+
+    /// Wakes `publisher` too (the publisher loop of this process, `relayops
+    /// all`): without a round trip through Postgres.
+    pub fn wake_also(&mut self, publisher: Arc<dyn PublisherWakeup>) {
+        self.wakeup = Arc::new(Wakeups(vec![publisher, Arc::clone(&self.wakeup)]));
     }
 
     /// One delivery (a `delivery.v1` message, or one of a `deliveries.v1`

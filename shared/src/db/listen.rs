@@ -1,5 +1,6 @@
 //! Waking publishers in other processes: writers send `NOTIFY relayops_outbox`
-//! after committing outbox rows ([`PgNotifier`], debounced per process), and
+//! after committing outbox rows ([`PgNotifier`], debounced per process, none
+//! dropped), and
 //! every long-lived publisher `LISTEN`s on a dedicated connection
 //! ([`wake_on_outbox_inserts`]). Best effort both ways: a lost notification is
 //! covered by the publisher's idle interval, and the outbox is the truth.
@@ -14,7 +15,7 @@ use futures_util::{stream, StreamExt};
 use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
-use crate::debounce::Debounce;
+use crate::debounce::{Debounce, Slot};
 use crate::telemetry::error_chain;
 
 pub const OUTBOX_CHANNEL: &str = "relayops_outbox";
@@ -74,7 +75,8 @@ async fn listen_once(database_url: &str, notify: &Notify) -> Result<(), ListenEr
 }
 
 /// Sends at most one `NOTIFY relayops_outbox` per debounce interval from this
-/// process, on a pooled connection, without waiting for it.
+/// process, on a pooled connection, without waiting for it; a wake-up inside
+/// the interval is sent at its end, never dropped (see [`Debounce`]).
 pub struct PgNotifier {
     pool: crate::db::Pool,
     debounce: Debounce,
@@ -88,11 +90,16 @@ impl PgNotifier {
 
 impl crate::api::PublisherWakeup for PgNotifier {
     fn wake(&self) {
-        if !self.debounce.take_slot() {
-            return;
-        }
+        let wait = match self.debounce.take_slot() {
+            Slot::Now => Duration::ZERO,
+            Slot::After(wait) => wait,
+            Slot::Covered => return,
+        };
         let pool = self.pool.clone();
         tokio::spawn(async move {
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
             if let Ok(client) = pool.get().await {
                 let _ = client.batch_execute(&format!("NOTIFY {OUTBOX_CHANNEL}")).await;
             }

@@ -8,9 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relayops_publisher::Publisher;
+use relayops_shared::api::PublisherWakeup;
 use relayops_shared::config::{BrokerConfig, PublisherConfig};
+use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::repo::outbox;
-use relayops_tests::{RoleProcess, TestConfig, TestEnv};
+use relayops_tests::lanes::{LaneReceiver, Reply};
+use relayops_tests::{RoleProcess, TestConfig, TestEnv, WAIT};
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -127,6 +130,67 @@ async fn a_publisher_in_another_process_wakes_on_commit_not_on_its_idle_timer() 
         env.wait_for_status(&event, "delivered").await;
         assert!(started.elapsed() < Duration::from_secs(5), "event {n} took {:?}", started.elapsed());
     }
+}
+
+/// Every wake-up reaches a listening publisher, however soon after another it
+/// comes: one inside the debounce interval (20 ms) is sent at the interval's
+/// end, not dropped. Dropped, the commit it announced waited for the
+/// publisher's idle interval when the publisher had already looked (the
+/// next test's lanes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_soon_after_another_is_sent_at_the_debounce_intervals_end_not_dropped() {
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, run_worker: false, ..Default::default() }).await;
+    let target = relayops_shared::db::PgTarget::parse(&env.database_url).expect("database url");
+    let (listener, mut connection) = target.connect().await.expect("listening connection");
+    let (heard, mut notifications) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = futures_util::StreamExt::next(&mut messages).await {
+            if let tokio_postgres::AsyncMessage::Notification(notification) = message {
+                let _ = heard.send(notification.channel().to_owned());
+            }
+        }
+    });
+    listener.batch_execute("LISTEN relayops_outbox").await.expect("LISTEN");
+    let notifier = PgNotifier::new(env.pool.clone());
+    // Back to back: the second is inside the first's interval, the third is
+    // covered by the second's.
+    for _ in 0..3 {
+        notifier.wake();
+    }
+    for n in 1..=2 {
+        let channel = tokio::time::timeout(WAIT, notifications.recv()).await;
+        let channel = channel.unwrap_or_else(|_| panic!("notification {n} of 2 did not arrive within {WAIT:?}"));
+        assert_eq!(channel.as_deref(), Some("relayops_outbox"));
+    }
+}
+
+/// A lane's next delivery is released by the commit that settles its head,
+/// and that commit wakes the publisher (here one in another process, which
+/// only a notification wakes): twenty events on one key all arrive, in order,
+/// each released by the previous one's settle. It fails if the worker does
+/// not wake the publisher. It does not catch a dropped wake-up on its own: a
+/// debug build's hops are slower than the debounce interval (the test above
+/// does); the release build's were not, and one key moved ~4 deliveries a
+/// second with the default 500 ms idle interval (a minute where only a
+/// schedule publishes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_moves_on_as_each_head_settles_with_a_publisher_only_notifications_wake() {
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
+    let (receiver, url) = LaneReceiver::start(|_| Reply::Status(200)).await;
+    env.create_lane_endpoint(&url, json!({})).await;
+    let _publisher = env.spawn_role("publisher", &[("RELAYOPS_PUBLISHER_IDLE_MS", "600000")]);
+    env.wait_for_sql(
+        "the publisher listens",
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN relayops_outbox%'",
+    )
+    .await;
+    let events = 20;
+    for n in 0..events {
+        let answer = env.post_ordered("order.updated", json!({ "key": "k", "n": n }), "k").await;
+        assert_eq!(answer.status, 201, "{:?}", answer.body);
+    }
+    receiver.assert_every_key_complete_in_order(WAIT, 1, events).await;
 }
 
 /// A wake-up whose claim found fewer rows than a batch holds ends the drain:
