@@ -1,15 +1,17 @@
-//! At most one action per interval, lock-free, and none lost: the publisher
-//! wake-ups (the Postgres `NOTIFY` and the SQS message) call it on every
-//! commit that leaves work in the outbox.
+//! At most one action per interval, lock-free: the publisher wake-ups (the
+//! Postgres `NOTIFY` and the SQS message) call it on every commit that leaves
+//! work in the outbox. [`Debounce::take_slot`] loses none (the `NOTIFY`);
+//! [`Debounce::take_slot_if_due`] is for a caller that can only act at once
+//! (the SQS message, which a Lambda's answer must not wait for).
 //!
-//! A call inside the interval of the last slot is not dropped: it gets the
-//! next slot, one interval after the last ([`Slot::After`]), unless a later
-//! slot is already taken ([`Slot::Covered`]: that action runs after this call,
-//! so it covers it). Dropping it instead lost wake-ups: a commit 5 ms after
-//! the previous one, whose rows the woken publisher had already missed,
-//! waited for the publisher's idle interval (500 ms; a minute in AWS). An
-//! ordering lane moves one delivery per such commit, so one key moved at
-//! about 4 deliveries a second.
+//! With `take_slot`, a call inside the interval of the last slot is not
+//! dropped: it gets the next slot, one interval after the last
+//! ([`Slot::After`]), unless a later slot is already taken ([`Slot::Covered`]:
+//! that action runs after this call, so it covers it). Dropping it instead
+//! lost wake-ups: a commit 5 ms after the previous one, whose rows the woken
+//! publisher had already missed, waited for the publisher's idle interval
+//! (500 ms; a minute in AWS). An ordering lane moves one delivery per such
+//! commit, so one key moved at about 4 deliveries a second.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
