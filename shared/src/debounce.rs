@@ -45,8 +45,7 @@ impl Debounce {
     /// otherwise, reserving nothing: for a caller that can only act at once,
     /// and accepts that a call inside the interval does nothing.
     pub fn take_slot_if_due(&self) -> bool {
-        let interval_ms = self.interval.as_millis() as u64;
-        let now_ms = self.started.elapsed().as_millis() as u64 + interval_ms;
+        let (now_ms, interval_ms) = self.now_ms();
         let last = self.last_ms.load(Ordering::Relaxed);
         now_ms.saturating_sub(last) >= interval_ms
             && self.last_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
@@ -55,9 +54,7 @@ impl Debounce {
     /// The caller's slot (and the interval restarted from it); of concurrent
     /// callers, one wins each slot and the others are covered by it.
     pub fn take_slot(&self) -> Slot {
-        let interval_ms = self.interval.as_millis() as u64;
-        // Offset by one interval so that the very first call is always due.
-        let now_ms = self.started.elapsed().as_millis() as u64 + interval_ms;
+        let (now_ms, interval_ms) = self.now_ms();
         let mut last = self.last_ms.load(Ordering::Relaxed);
         loop {
             let (slot, at) = if now_ms.saturating_sub(last) >= interval_ms {
@@ -73,6 +70,13 @@ impl Debounce {
                 Err(current) => last = current,
             }
         }
+    }
+
+    /// Now and the interval, in milliseconds; now is offset by one interval
+    /// so that the very first call is always due.
+    fn now_ms(&self) -> (u64, u64) {
+        let interval_ms = self.interval.as_millis() as u64;
+        (self.started.elapsed().as_millis() as u64 + interval_ms, interval_ms)
     }
 }
 

@@ -24,13 +24,20 @@ use tokio::sync::Notify;
 async fn env_with_a_listening_publisher() -> (TestEnv, RoleProcess) {
     let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let publisher = spawn_listening_publisher(&env).await;
+    (env, publisher)
+}
+
+/// A publisher in a process of its own whose idle interval is far longer
+/// than any test (only a notification can wake it), once it listens.
+async fn spawn_listening_publisher(env: &TestEnv) -> RoleProcess {
     let publisher = env.spawn_role("publisher", &[("RELAYOPS_PUBLISHER_IDLE_MS", "600000")]);
     env.wait_for_sql(
         "the publisher listens",
         "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN relayops_outbox%'",
     )
     .await;
-    (env, publisher)
+    publisher
 }
 
 /// Ingest hands each event's outbox row to the publisher of its own process
@@ -179,12 +186,7 @@ async fn a_lane_moves_on_as_each_head_settles_with_a_publisher_only_notification
     let env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
     let (receiver, url) = LaneReceiver::start(|_| Reply::Status(200)).await;
     env.create_lane_endpoint(&url, json!({})).await;
-    let _publisher = env.spawn_role("publisher", &[("RELAYOPS_PUBLISHER_IDLE_MS", "600000")]);
-    env.wait_for_sql(
-        "the publisher listens",
-        "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN relayops_outbox%'",
-    )
-    .await;
+    let _publisher = spawn_listening_publisher(&env).await;
     let events = 20;
     for n in 0..events {
         let answer = env.post_ordered("order.updated", json!({ "key": "k", "n": n }), "k").await;
