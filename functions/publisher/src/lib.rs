@@ -1,9 +1,9 @@
 //! The outbox publisher: claims outbox rows in short transactions
-//! (`FOR UPDATE SKIP LOCKED`, so any number run in parallel), expands an
-//! event's row into a message per pending delivery (`repo::outbox_fanout`),
-//! publishes them as persistent messages with publisher confirms — all of a
+//! (`FOR UPDATE SKIP LOCKED`, so any number run in parallel), turns the
+//! event rows of a batch into messages of their pending deliveries, packed
+//! per tenant up to 32 a message (`repo::outbox_fanout`), publishes them as persistent messages with publisher confirms — all of a
 //! batch sent before any confirm is awaited — and deletes a row only after
-//! the confirms of all its messages. Rows
+//! the confirms of all the messages carrying its deliveries. Rows
 //! the broker refused are released for another try; rows of a publisher that
 //! died are reclaimed when their claim expires. The long-lived loop also
 //! publishes the rows ingest in its own process wrote claimed by it and
@@ -250,16 +250,17 @@ impl Publisher {
         started: Instant,
     ) -> Result<(PublishReport, bool), PublishError> {
         let session = self.open_session(&mut guard).await?;
-        // An event's row becomes the messages of its pending deliveries; rows
-        // past the batch's delivery limit go back unpublished.
-        let outgoing = outbox_fanout::expand(messages);
-        let claimed: Vec<i64> = messages.iter().map(|message| message.id).collect();
+        // Rows past the batch's delivery limit go back unpublished; the event
+        // rows kept become the messages of their pending deliveries.
         let limit = (self.config.batch_size as usize).saturating_mul(DELIVERIES_PER_ROW_CLAIMED);
-        let (rows, outgoing, left_over) = outbox_fanout::fit(&claimed, outgoing, limit);
+        let (kept, left_over) = messages.split_at(outbox_fanout::fit(messages, limit));
+        let left_over: Vec<i64> = left_over.iter().map(|message| message.id).collect();
         outbox::release(&*client, &self.owner, &left_over, "left for the next batch").await?;
+        let outgoing = outbox_fanout::expand(kept);
+        let rows: Vec<i64> = kept.iter().map(|message| message.id).collect();
         // Dying here leaves the rows claimed, to be reclaimed and expanded again.
         relayops_shared::failpoint::crash_if_armed("publisher.after_claim");
-        let traced = if relayops_shared::telemetry::hops_enabled() { messages } else { &[] };
+        let traced = if relayops_shared::telemetry::hops_enabled() { kept } else { &[] };
         for message in traced {
             relayops_shared::hop!("publish.claimed", event_id = envelope_event(message), batch = messages.len());
         }
@@ -270,14 +271,14 @@ impl Publisher {
             self.broker_connected.send_replace(false);
         }
         drop(guard);
-        for message in traced.iter().filter(|message| results.confirmed.contains(&message.id)) {
+        let settled = outbox_fanout::settle(&rows, &outgoing, &results.confirmed, &results.refused);
+        for message in traced.iter().filter(|message| settled.confirmed.contains(&message.id)) {
             relayops_shared::hop!("publish.confirmed", event_id = envelope_event(message));
         }
         if !results.confirmed.is_empty() {
             // The broker has the messages; dying here leaves them claimed, to be published again.
             relayops_shared::failpoint::crash_if_armed("publisher.after_confirm");
         }
-        let settled = outbox_fanout::settle(&rows, &outgoing, &results.confirmed, &results.refused);
         let deleted = outbox::delete_published(client, &self.owner, &settled.confirmed).await?;
         let released = outbox::release(&*client, &self.owner, &settled.refused, "refused by broker").await?;
         let (published, deleted) = (settled.deliveries_of(&deleted), deleted.len() as u64);

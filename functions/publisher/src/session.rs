@@ -37,8 +37,10 @@ const HALF_PUBLISHED: &str = "publisher.after_half_published";
 /// list were lost with it).
 #[derive(Debug, Default)]
 pub struct BatchResults {
-    pub confirmed: Vec<i64>,
-    pub refused: Vec<i64>,
+    /// Messages (indexes into the batch sent) the broker confirmed.
+    pub confirmed: Vec<usize>,
+    /// Messages it refused.
+    pub refused: Vec<usize>,
     pub broken: bool,
 }
 
@@ -91,12 +93,13 @@ impl Session {
                 // 2 = persistent: the broker writes it to disk before confirming.
                 .with_delivery_mode(2)
                 .with_content_type("application/json".into())
-                .with_message_id(message.row.to_string().into());
+                // (The first outbox row it carries: for tracing a message back.)
+                .with_message_id(message.rows.first().map_or(0, |(row, _)| *row).to_string().into());
             // mandatory: an unroutable message comes back instead of vanishing.
             let options = BasicPublishOptions { mandatory: true, ..Default::default() };
             let (exchange, routing_key) = self.route(&message.envelope);
             match self.channel.basic_publish(exchange, routing_key, options, &body, properties).await {
-                Ok(confirm) => pending.push((message.row, confirm)),
+                Ok(confirm) => pending.push((index, confirm)),
                 Err(error) => {
                     tracing::warn!(error = %error, "publish failed; channel considered broken");
                     results.broken = true;

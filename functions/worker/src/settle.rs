@@ -1,5 +1,6 @@
 //! One message from the ready queue settled: a `delivery.v1` processed and
-//! acked, delayed, requeued or rejected; a `deliveries.v1` bundle split into
+//! acked, delayed, requeued or rejected; a bundle (`deliveries.v1`, one
+//! event's deliveries, or `deliveries.v2`, several events' of one tenant) split into
 //! its deliveries, each processed on a task of its own as if it had come
 //! alone, each that needs another try sent round as a `delivery.v1` of its
 //! own, and the bundle acked once all are settled or sent round (requeued
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
-use relayops_shared::broker::{DeliveryBundle, DeliveryTask, QueueMessage};
+use relayops_shared::broker::{DeliveryTask, QueueMessage};
 use relayops_shared::task::stop_requested;
 use relayops_shared::telemetry::error_chain;
 use tokio::sync::{watch, Semaphore};
@@ -40,14 +41,16 @@ fn throttles(delivery: &Delivery) -> u32 {
 /// What a message from the ready queue asks for.
 enum Message {
     One(DeliveryTask),
-    Bundle(DeliveryBundle),
+    /// A bundle's deliveries, each as it would have come alone.
+    Bundle(Vec<DeliveryTask>),
     Unusable,
 }
 
 fn read(body: &[u8]) -> Message {
     match serde_json::from_slice::<QueueMessage>(body) {
         Ok(QueueMessage::DeliveryV1(task)) => Message::One(task),
-        Ok(QueueMessage::DeliveriesV1(bundle)) => Message::Bundle(bundle),
+        Ok(QueueMessage::DeliveriesV1(bundle)) => Message::Bundle(bundle.tasks().collect()),
+        Ok(QueueMessage::DeliveriesV2(bundle)) => Message::Bundle(bundle.tasks().collect()),
         Ok(other) => {
             tracing::error!(message = ?other.destination(), "message for another queue rejected");
             Message::Unusable
@@ -173,7 +176,7 @@ impl Settler {
         false
     }
 
-    /// A `deliveries.v1` bundle: each delivery attempted as if it had come
+    /// A bundle (`deliveries.v1` or `v2`): each delivery attempted as if it had come
     /// alone (each on a task of its own, within the worker's concurrency);
     /// as each ends, if it must go round again — a retry, a postponement, a
     /// failure on our side — it is published as a `delivery.v1` of its own.
@@ -181,11 +184,11 @@ impl Settler {
     /// [`Disposition::Requeue`] (the whole bundle: the next claims drop the
     /// deliveries already settled) when one that would otherwise be lost
     /// could not be sent round.
-    async fn process_bundle(&self, bundle: DeliveryBundle) -> Disposition {
+    async fn process_bundle(&self, tasks: Vec<DeliveryTask>) -> Disposition {
         // Dropped with this future (a worker task aborted), the set aborts
         // its tasks: none goes on alone.
         let mut attempts = JoinSet::new();
-        for task in bundle.tasks() {
+        for task in tasks {
             let settler = self.clone();
             attempts.spawn(async move { (task, settler.process_holding(task, 0).await) });
         }
@@ -231,7 +234,7 @@ impl Settler {
     pub(crate) async fn settle(&self, delivery: Delivery) {
         let disposition = match read(&delivery.data) {
             Message::One(task) => self.process_one(&delivery, task).await,
-            Message::Bundle(bundle) => self.process_bundle(bundle).await,
+            Message::Bundle(tasks) => self.process_bundle(tasks).await,
             Message::Unusable => Disposition::Reject,
         };
         let disposition = match disposition {

@@ -20,6 +20,16 @@ pub enum QueueMessage {
     /// or sent round.
     #[serde(rename = "deliveries.v1")]
     DeliveriesV1(DeliveryBundle),
+    /// "Attempt each of these deliveries of one tenant", of several events:
+    /// the publisher packs the pending deliveries of the event rows it
+    /// claimed together (up to 32 a message), so a flow of events with one
+    /// subscriber each crosses the broker in a few messages, not one per
+    /// event. Handled exactly as a `deliveries.v1`; each delivery names its
+    /// own event. Workers read it from this release on: upgrade workers
+    /// before publishers (an older worker rejects it, and its deliveries
+    /// wait for recovery's lost-`pending` sweep: late, not lost).
+    #[serde(rename = "deliveries.v2")]
+    DeliveriesV2(TenantDeliveries),
     /// "This delivery is dead" — for operators, on the operations DLQ.
     #[serde(rename = "dead_letter.v1")]
     DeadLetterV1(DeadLetter),
@@ -88,6 +98,62 @@ impl DeliveryBundle {
     }
 }
 
+/// Deliveries of one tenant, of one or several events ([`QueueMessage::DeliveriesV2`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantDeliveries {
+    pub tenant_id: TenantId,
+    pub deliveries: Vec<EventDelivery>,
+}
+
+/// One delivery of a [`TenantDeliveries`], with its event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventDelivery {
+    pub delivery_id: DeliveryId,
+    pub event_id: EventId,
+    pub endpoint_id: EndpointId,
+}
+
+impl TenantDeliveries {
+    /// `tasks` (deliveries of one tenant) together.
+    pub fn of(tenant_id: TenantId, tasks: &[DeliveryTask]) -> Self {
+        let deliveries = tasks
+            .iter()
+            .map(|task| EventDelivery {
+                delivery_id: task.delivery_id,
+                event_id: task.event_id,
+                endpoint_id: task.endpoint_id,
+            })
+            .collect();
+        Self { tenant_id, deliveries }
+    }
+
+    /// Each delivery as the message it would be alone.
+    pub fn tasks(&self) -> impl Iterator<Item = DeliveryTask> + '_ {
+        self.deliveries.iter().map(|delivery| DeliveryTask {
+            tenant_id: self.tenant_id,
+            delivery_id: delivery.delivery_id,
+            event_id: delivery.event_id,
+            endpoint_id: delivery.endpoint_id,
+        })
+    }
+}
+
+/// The message for `tasks` (deliveries of one tenant; `None` for none), in
+/// the oldest shape that carries them: `delivery.v1` for one alone,
+/// `deliveries.v1` for several of one event, `deliveries.v2` for several
+/// events' — so workers of the previous release read all but the last.
+pub fn message_for(tasks: &[DeliveryTask]) -> Option<QueueMessage> {
+    let first = tasks.first()?;
+    Some(match tasks {
+        [one] => QueueMessage::DeliveryV1(*one),
+        _ if tasks.iter().all(|task| task.event_id == first.event_id) => {
+            let event = EventDeliveries { tenant_id: first.tenant_id, event_id: first.event_id };
+            QueueMessage::DeliveriesV1(DeliveryBundle::of(event, tasks))
+        }
+        _ => QueueMessage::DeliveriesV2(TenantDeliveries::of(first.tenant_id, tasks)),
+    })
+}
+
 /// The `type` of the outbox row ingest writes for an unordered event with at
 /// least one delivery: "every delivery of this event still `pending`". The
 /// publisher turns it into the messages of those deliveries — one
@@ -140,7 +206,7 @@ impl EventDeliveries {
 impl QueueMessage {
     pub fn destination(&self) -> Destination {
         match self {
-            Self::DeliveryV1(_) | Self::DeliveriesV1(_) => Destination::Ready,
+            Self::DeliveryV1(_) | Self::DeliveriesV1(_) | Self::DeliveriesV2(_) => Destination::Ready,
             Self::DeadLetterV1(_) => Destination::DeadLetters,
         }
     }
@@ -213,6 +279,24 @@ mod tests {
         };
         assert_eq!(bundle.tasks().collect::<Vec<_>>(), tasks);
         assert_eq!(message.destination(), Destination::Ready);
+    }
+
+    /// The oldest shape that carries them: what the previous release's workers read stays as it was.
+    #[test]
+    fn deliveries_go_in_the_oldest_shape_that_carries_them_and_a_v2_gives_back_each_with_its_event() {
+        let (event, mut tasks) = EventDeliveries::made_up(3);
+        assert_eq!(message_for(&[]), None);
+        assert_eq!(message_for(&tasks[..1]), Some(QueueMessage::DeliveryV1(tasks[0])));
+        assert_eq!(message_for(&tasks), Some(QueueMessage::DeliveriesV1(DeliveryBundle::of(event, &tasks))));
+        tasks[2].event_id = EventId::new();
+        let json = message_for(&tasks).unwrap().to_json();
+        assert_eq!(json["type"], "deliveries.v2");
+        assert_eq!(json["tenant_id"], event.tenant_id.to_string());
+        let QueueMessage::DeliveriesV2(bundle) = serde_json::from_value::<QueueMessage>(json).unwrap() else {
+            panic!("a v2 bundle reads back as one");
+        };
+        assert_eq!(bundle.tasks().collect::<Vec<_>>(), tasks, "each delivery under its own event");
+        assert_eq!(QueueMessage::DeliveriesV2(bundle).destination(), Destination::Ready);
     }
 
     #[test]

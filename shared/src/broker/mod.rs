@@ -7,8 +7,8 @@ use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties};
 
 pub use envelope::{
-    BundledDelivery, DeadLetter, DeliveryBundle, DeliveryTask, Destination, EventDeliveries, QueueMessage,
-    EVENT_DELIVERIES_V1,
+    message_for, BundledDelivery, DeadLetter, DeliveryBundle, DeliveryTask, Destination, EventDeliveries,
+    EventDelivery, QueueMessage, TenantDeliveries, EVENT_DELIVERIES_V1,
 };
 pub use topology::{RetryBucket, Topology, DELIVERY_LIMIT, RETRY_DELAYS_MS};
 

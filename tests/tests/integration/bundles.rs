@@ -1,5 +1,7 @@
 //! An unordered event's deliveries travel through the broker together: one
-//! `deliveries.v1` message (up to 32 deliveries) instead of one per delivery.
+//! `deliveries.v1` message (up to 32 deliveries) instead of one per delivery;
+//! and the deliveries of a tenant's events claimed together (one subscriber
+//! each, say) in one `deliveries.v2`, instead of one message per event.
 //! Each is still attempted, recorded and retried on its own: one that needs
 //! another try goes round as a message of its own, and a worker that dies
 //! with a bundle under way leaves the bundle to be redelivered, whose
@@ -43,6 +45,39 @@ async fn an_events_deliveries_travel_as_one_message_and_each_is_delivered_once()
     expected.sort();
     assert_eq!(ids, expected, "each delivery sent once, under its own id");
     assert!(received.iter().all(|r| r.signature_valid == Some(true)), "each signed");
+}
+
+/// Six events with one subscriber each, posted in one batch (one statement:
+/// the publisher gets their rows together): their deliveries cross the
+/// broker as one message, and each is sent once, under its own id, with its
+/// own event's payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_events_deliveries_travel_as_one_message_and_each_carries_its_own_event() {
+    let mut env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["b.*"], json!({})).await;
+    let events: Vec<_> = (0..6).map(|n| json!({ "event_type": "b.created", "payload": { "n": n } })).collect();
+    let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    env.wait_for_outbox_drained().await;
+    let ready = env.topology().ready_queue;
+    assert_eq!(env.queue_depth(&ready).await, 1, "one message for the six events' deliveries");
+    env.wait_for_messages_published(6).await;
+
+    env.start_worker().await;
+    let mut sent_for = HashMap::new();
+    for (n, result) in answer.body["results"].as_array().unwrap().iter().enumerate() {
+        let event_id = result["event"]["id"].as_str().unwrap();
+        let deliveries =
+            env.wait_for_deliveries(event_id, |all| all.len() == 1 && all[0]["status"] == "delivered").await;
+        sent_for.insert(deliveries[0]["id"].as_str().unwrap().to_owned(), json!({ "n": n }));
+    }
+    let received = env.simulator.received();
+    assert_eq!(received.len(), 6, "each delivery sent once: {received:#?}");
+    for request in &received {
+        let id = request.delivery_id.as_deref().unwrap();
+        assert_eq!(Some(&request.body), sent_for.get(id), "delivery {id} carries its own event");
+        assert_eq!(request.signature_valid, Some(true));
+    }
 }
 
 /// One delivery of a bundle fails and is retried (through the retry queue,

@@ -1,6 +1,7 @@
 //! Real processes killed at the worst moment: a worker with a request in flight
 //! (SIGKILL), a publisher between the broker's confirm and marking the row,
-//! after claiming an event's row, half-way through an event's messages, and
+//! after claiming an event's row, half-way through an event's messages or a
+//! batch of events' messages, and
 //! an api between its commit and publishing the event itself (crash points
 //! that abort the process there).
 use std::time::Duration;
@@ -192,6 +193,56 @@ async fn killing_the_publisher_half_way_through_an_events_messages_sends_only_th
     assert_each_delivered_once(&env, &event_id, 2 * PER_MESSAGE).await;
     env.wait_for_outbox_drained().await;
     env.wait_for_messages_published(PER_MESSAGE as u32).await;
+}
+
+/// A tenant's events claimed together (one subscriber each, posted in one
+/// batch) travel two messages' worth of deliveries, each message carrying
+/// many events' (`deliveries.v2`). The publisher dies once the first is
+/// confirmed: every row stays claimed, and the next publisher, reclaiming
+/// them, sends only the deliveries still pending — each delivered once, with
+/// its own event's payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_publisher_half_way_through_a_batch_of_events_messages_sends_only_the_rest_again() {
+    const PER_MESSAGE: usize = relayops_shared::repo::outbox_fanout::DELIVERIES_PER_MESSAGE;
+    const EVENTS: usize = 2 * PER_MESSAGE;
+    let mut env = TestEnv::start_with(TestConfig { run_publisher: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let events: Vec<_> = (0..EVENTS).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
+    let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(env.count("outbox_messages").await, EVENTS as i64, "a row per event");
+
+    run_publisher_until_it_crashes_at(&env, "publisher.after_half_published").await;
+    env.wait_for_sql(
+        "the published half delivered",
+        &format!("SELECT count(*) FILTER (WHERE status = 'delivered') = {PER_MESSAGE} FROM relayops.deliveries"),
+    )
+    .await;
+    let claimed: i64 = env
+        .pool
+        .get()
+        .await
+        .unwrap()
+        .query_one("SELECT count(*) FILTER (WHERE status = 'claimed') FROM relayops.outbox_messages", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(claimed, EVENTS as i64, "no row is deleted before the messages of all its deliveries are confirmed");
+
+    env.start_publisher();
+    env.wait_for_sql(
+        "every delivery delivered",
+        &format!("SELECT count(*) FILTER (WHERE status = 'delivered' AND attempt_count = 1) = {EVENTS} FROM relayops.deliveries"),
+    )
+    .await;
+    env.wait_for_outbox_drained().await;
+    env.wait_for_messages_published(PER_MESSAGE as u32).await;
+    let received = env.simulator.received();
+    let distinct: std::collections::HashSet<_> = received.iter().map(|r| r.delivery_id.clone()).collect();
+    assert_eq!((received.len(), distinct.len()), (EVENTS, EVENTS), "each delivery sent once");
+    let mut payloads: Vec<u64> = received.iter().map(|r| r.body["n"].as_u64().unwrap()).collect();
+    payloads.sort_unstable();
+    assert_eq!(payloads, (0..EVENTS as u64).collect::<Vec<_>>(), "each event's payload once: none sent for another");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
