@@ -594,7 +594,7 @@ pub struct BackpressureConfig {
     /// its fan-out).
     pub max_outbox_backlog: i64,
     /// `RELAYOPS_MAX_READY_DEPTH` (default 100000): ready-queue messages above
-    /// which ingest answers 503.
+    /// which ingest answers 503 (a message carries 1 to 32 deliveries).
     pub max_ready_depth: u32,
     /// `RELAYOPS_BACKPRESSURE_SAMPLE_MS` (default 1000): how often both are measured.
     pub sample_interval: Duration,

@@ -134,15 +134,19 @@ impl TestEnv {
 
     /// Takes (gets and acks) every message on the operations dead-letter queue.
     pub async fn take_dead_letters(&self) -> Vec<Value> {
+        self.take_messages(&self.topology().dead_queue).await
+    }
+
+    /// Takes (gets and acks) every message on `queue`, each as JSON.
+    pub async fn take_messages(&self, queue: &str) -> Vec<Value> {
         let (_connection, channel) = self.channel().await;
-        let queue = self.topology().dead_queue;
-        let mut letters = Vec::new();
+        let mut messages = Vec::new();
         while let Some(message) =
-            channel.basic_get(&queue, lapin::options::BasicGetOptions::default()).await.expect("basic.get")
+            channel.basic_get(queue, lapin::options::BasicGetOptions::default()).await.expect("basic.get")
         {
-            letters.push(serde_json::from_slice(&message.delivery.data).unwrap_or(Value::Null));
+            messages.push(serde_json::from_slice(&message.delivery.data).unwrap_or(Value::Null));
             message.delivery.acker.ack(Default::default()).await.expect("ack");
         }
-        letters
+        messages
     }
 }

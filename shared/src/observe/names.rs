@@ -102,7 +102,7 @@ pub fn describe_all() {
     );
     describe_counter!(
         OUTBOX_PUBLISHED,
-        "Deliveries published and confirmed by the broker (several of an event travel in one deliveries.v1 message; a dead letter counts one)."
+        "Deliveries published and confirmed by the broker (several travel in one message: deliveries.v1 for one event's, deliveries.v2 for several events' of a tenant; a dead letter counts one)."
     );
     describe_counter!(
         DEFERRED_DELIVERIES_WRITTEN,

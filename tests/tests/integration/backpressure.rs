@@ -76,8 +76,11 @@ async fn ready_queue_over_threshold_makes_ingest_refuse_until_workers_catch_up()
     let config = TestConfig { run_worker: false, backpressure: gauge(1_000, 2), ..Default::default() };
     let mut env = TestEnv::start_with(config).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    // Three messages: each event published before the next is posted (events
+    // the publisher holds together would share one message).
     for n in 0..3 {
         assert_eq!(env.post_event("a.b", json!({ "n": n })).await.status, 201);
+        env.wait_for_messages_published(n + 1).await;
     }
     not_ready_with(&env, "ready_depth", 3).await;
     let detail = refusal_over_a_limit(&env).await.expect_problem(503);

@@ -141,7 +141,18 @@ async fn publisher_lambda_drains_a_10k_backlog_in_one_invocation_and_stops_befor
     assert_eq!(full.report.published, 10_000, "{full:?}");
     assert!(full.elapsed_ms < 55_000, "{full:?}");
     assert_eq!(count("pending").await + count("claimed").await, 0, "every published row deleted");
-    assert_eq!(env.queue_depth(&env.topology().ready_queue).await, 10_000, "every row is a message on the queue");
+    // Every delivery is on the queue once, packed several to a message
+    // (events claimed together travel together, up to 32 a message).
+    let messages = env.take_messages(&env.topology().ready_queue).await;
+    let carried: Vec<Vec<String>> = messages.iter().map(delivery_ids).collect();
+    let mut ids: Vec<&String> = carried.iter().flatten().collect();
+    assert_eq!(ids.len(), 10_000, "every delivery is on the queue");
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 10_000, "each once");
+    let most = relayops_shared::repo::outbox_fanout::DELIVERIES_PER_MESSAGE;
+    assert!(carried.iter().all(|ids| (1..=most).contains(&ids.len())), "1 to {most} deliveries a message");
+    assert!(messages.len() < 10_000 / 2, "several deliveries a message: {} messages", messages.len());
 
     // One second left, half kept free: it stops before the deadline with
     // nothing left claimed (every started batch finished). Only a first batch
@@ -154,6 +165,14 @@ async fn publisher_lambda_drains_a_10k_backlog_in_one_invocation_and_stops_befor
     assert_eq!(count("claimed").await, 0, "a batch was left unfinished");
     assert_eq!(count("pending").await, 5_000 - short.report.published as i64);
     eprintln!("10k backlog: {full:?}; then with 1 s left: {short:?}");
+}
+
+/// The delivery ids a ready-queue message carries.
+fn delivery_ids(message: &serde_json::Value) -> Vec<String> {
+    match message["deliveries"].as_array() {
+        Some(bundle) => bundle.iter().map(|delivery| delivery["delivery_id"].as_str().unwrap().to_owned()).collect(),
+        None => vec![message["delivery_id"].as_str().unwrap().to_owned()],
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
