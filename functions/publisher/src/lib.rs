@@ -1,8 +1,9 @@
 //! The outbox publisher: claims outbox rows in short transactions
 //! (`FOR UPDATE SKIP LOCKED`, so any number run in parallel), turns the
 //! event rows of a batch into messages of their pending deliveries, packed
-//! per tenant up to 32 a message (`repo::outbox_fanout`), publishes them as persistent messages with publisher confirms — all of a
-//! batch sent before any confirm is awaited — and deletes a row only after
+//! per tenant up to 32 a message (`repo::outbox_fanout`), publishes them as
+//! persistent messages with publisher confirms — all of a batch sent before
+//! any confirm is awaited — and deletes a row only after
 //! the confirms of all the messages carrying its deliveries. Rows
 //! the broker refused are released for another try; rows of a publisher that
 //! died are reclaimed when their claim expires. The long-lived loop also
