@@ -616,6 +616,12 @@ impl TestEnv {
         rows[0].get(0)
     }
 
+    /// The one `bigint` a query of this test's database answers.
+    pub async fn query_i64(&self, sql: &str) -> i64 {
+        let client = self.pool.get().await.expect("connection");
+        client.query_typed(sql, &[]).await.expect("query")[0].get(0)
+    }
+
     /// Polls the query API until the event's deliveries satisfy `done`.
     pub async fn wait_for_deliveries(&self, event_id: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         self.wait_for_deliveries_within(event_id, WAIT, done).await

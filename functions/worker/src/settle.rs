@@ -49,8 +49,7 @@ enum Message {
 fn read(body: &[u8]) -> Message {
     match serde_json::from_slice::<QueueMessage>(body) {
         Ok(QueueMessage::DeliveryV1(task)) => Message::One(task),
-        Ok(QueueMessage::DeliveriesV1(bundle)) => Message::Bundle(bundle.tasks().collect()),
-        Ok(QueueMessage::DeliveriesV2(bundle)) => Message::Bundle(bundle.tasks().collect()),
+        Ok(bundle @ (QueueMessage::DeliveriesV1(_) | QueueMessage::DeliveriesV2(_))) => Message::Bundle(bundle.tasks()),
         Ok(other) => {
             tracing::error!(message = ?other.destination(), "message for another queue rejected");
             Message::Unusable

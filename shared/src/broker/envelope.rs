@@ -181,10 +181,13 @@ impl EventDeliveries {
     /// The event an outbox envelope stands for, if it is an
     /// `event_deliveries.v1` row (anything else is published as it is).
     pub fn from_envelope(envelope: &serde_json::Value) -> Option<Self> {
-        if envelope.get("type")?.as_str()? != EVENT_DELIVERIES_V1 {
-            return None;
-        }
-        Self::deserialize(envelope).ok()
+        Self::is_envelope(envelope).then(|| Self::deserialize(envelope).ok()).flatten()
+    }
+
+    /// Whether an outbox envelope is an `event_deliveries.v1` row's, by its
+    /// `type` alone (nothing parsed).
+    pub fn is_envelope(envelope: &serde_json::Value) -> bool {
+        envelope.get("type").and_then(serde_json::Value::as_str) == Some(EVENT_DELIVERIES_V1)
     }
 }
 
@@ -208,6 +211,17 @@ impl QueueMessage {
         match self {
             Self::DeliveryV1(_) | Self::DeliveriesV1(_) | Self::DeliveriesV2(_) => Destination::Ready,
             Self::DeadLetterV1(_) => Destination::DeadLetters,
+        }
+    }
+
+    /// The deliveries it asks to attempt, each as it would come alone (none
+    /// for a dead letter).
+    pub fn tasks(&self) -> Vec<DeliveryTask> {
+        match self {
+            Self::DeliveryV1(task) => vec![*task],
+            Self::DeliveriesV1(bundle) => bundle.tasks().collect(),
+            Self::DeliveriesV2(bundle) => bundle.tasks().collect(),
+            Self::DeadLetterV1(_) => Vec::new(),
         }
     }
 

@@ -109,10 +109,7 @@ fn rows_counted(chunk: &[(i64, DeliveryTask)]) -> Vec<(i64, usize)> {
 pub fn fit(rows: &[OutboxMessage], max_deliveries: usize) -> usize {
     let (mut kept, mut sent) = (0, 0);
     for row in rows {
-        let deliveries = match EventDeliveries::from_envelope(&row.envelope) {
-            Some(_) => row.pending.len(),
-            None => 1,
-        };
+        let deliveries = if EventDeliveries::is_envelope(&row.envelope) { row.pending.len() } else { 1 };
         if kept > 0 && sent + deliveries > max_deliveries {
             break;
         }
@@ -215,12 +212,7 @@ mod tests {
     }
 
     fn tasks_of(message: &Outgoing) -> Vec<DeliveryTask> {
-        match serde_json::from_value::<QueueMessage>(message.envelope.clone()).unwrap() {
-            QueueMessage::DeliveryV1(task) => vec![task],
-            QueueMessage::DeliveriesV1(bundle) => bundle.tasks().collect(),
-            QueueMessage::DeliveriesV2(bundle) => bundle.tasks().collect(),
-            QueueMessage::DeadLetterV1(_) => Vec::new(),
-        }
+        serde_json::from_value::<QueueMessage>(message.envelope.clone()).unwrap().tasks()
     }
 
     #[test]

@@ -167,15 +167,7 @@ async fn a_slow_endpoint_cannot_starve_a_fast_one() {
     println!("fast endpoint next to a saturated slow one: p95 {p95:.0} ms");
     assert!(p95 < 1000.0, "fast endpoint p95 {p95} ms while the slow one is saturated");
     assert_eq!(env.simulator.max_in_flight("/sim/slow/5000"), 2, "never more than max_in_flight open");
-    let attempts: i64 = env
-        .pool
-        .get()
-        .await
-        .unwrap()
-        .query_one("SELECT coalesce(max(attempt_count), 0)::bigint FROM relayops.deliveries", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let attempts = env.query_i64("SELECT coalesce(max(attempt_count), 0)::bigint FROM relayops.deliveries").await;
     assert!(attempts <= 1, "lease misses are not attempts");
 }
 

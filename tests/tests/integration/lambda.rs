@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use relayops_publisher::lambda::Trigger;
 use relayops_shared::api::lambda::LambdaHttp;
+use relayops_shared::broker::{DeliveryTask, QueueMessage};
 use relayops_shared::config::PublisherBudgetConfig;
 use relayops_tests::lambda::{event_fixture, http_api_event, invoke_http, invoke_publisher};
 use relayops_tests::{eventually, TestConfig, TestEnv, WAIT};
+use serde::Deserialize;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,8 +146,9 @@ async fn publisher_lambda_drains_a_10k_backlog_in_one_invocation_and_stops_befor
     // Every delivery is on the queue once, packed several to a message
     // (events claimed together travel together, up to 32 a message).
     let messages = env.take_messages(&env.topology().ready_queue).await;
-    let carried: Vec<Vec<String>> = messages.iter().map(delivery_ids).collect();
-    let mut ids: Vec<&String> = carried.iter().flatten().collect();
+    let carried: Vec<Vec<DeliveryTask>> =
+        messages.iter().map(|message| QueueMessage::deserialize(message).unwrap().tasks()).collect();
+    let mut ids: Vec<String> = carried.iter().flatten().map(|task| task.delivery_id.to_string()).collect();
     assert_eq!(ids.len(), 10_000, "every delivery is on the queue");
     ids.sort_unstable();
     ids.dedup();
@@ -165,14 +168,6 @@ async fn publisher_lambda_drains_a_10k_backlog_in_one_invocation_and_stops_befor
     assert_eq!(count("claimed").await, 0, "a batch was left unfinished");
     assert_eq!(count("pending").await, 5_000 - short.report.published as i64);
     eprintln!("10k backlog: {full:?}; then with 1 s left: {short:?}");
-}
-
-/// The delivery ids a ready-queue message carries.
-fn delivery_ids(message: &serde_json::Value) -> Vec<String> {
-    match message["deliveries"].as_array() {
-        Some(bundle) => bundle.iter().map(|delivery| delivery["delivery_id"].as_str().unwrap().to_owned()).collect(),
-        None => vec![message["delivery_id"].as_str().unwrap().to_owned()],
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
