@@ -239,6 +239,16 @@ impl Publisher {
         Ok(guard.insert(session))
     }
 
+    /// The next batch goes out on a new channel (see
+    /// [`Session::renew_channel`]); if none can be opened, on a new session.
+    async fn renew_channel_after_refusals(&self, guard: &mut MutexGuard<'_, Option<Session>>) {
+        let Some(session) = guard.as_mut() else { return };
+        if let Err(error) = session.renew_channel().await {
+            tracing::warn!(error = %relayops_shared::telemetry::error_chain(&error), "renewing the channel after refusals failed; reconnecting next time");
+            **guard = None;
+        }
+    }
+
     /// Publishes `messages` (rows this publisher holds claimed, with their
     /// pending deliveries) on the session in `guard`, and settles them;
     /// returns what it did and whether rows were left over (past the batch's
@@ -270,6 +280,8 @@ impl Publisher {
             // Leave the rest claimed (reclaimed after the TTL) and reconnect next time.
             *guard = None;
             self.broker_connected.send_replace(false);
+        } else if !results.refused.is_empty() {
+            self.renew_channel_after_refusals(&mut guard).await;
         }
         drop(guard);
         let settled = outbox_fanout::settle(&rows, &outgoing, &results.confirmed, &results.refused);

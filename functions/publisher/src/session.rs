@@ -2,7 +2,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::Confirmation;
 use lapin::{BasicProperties, Channel, Connection};
 use relayops_shared::broker::{self, BrokerError, Destination, QueueMessage, Topology};
@@ -18,8 +18,6 @@ pub enum PublishError {
     Database(#[from] DbError),
     #[error(transparent)]
     Broker(#[from] BrokerError),
-    #[error("enabling publisher confirms failed")]
-    ConfirmSelect(#[source] lapin::Error),
 }
 
 pub struct Session {
@@ -57,11 +55,29 @@ impl Session {
 
     async fn open_untimed(config: &BrokerConfig) -> Result<Self, PublishError> {
         let connection = broker::connect(config, "relayops-publisher").await?;
-        let channel = broker::open_channel(&connection).await?;
-        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(PublishError::ConfirmSelect)?;
+        let channel = broker::open_confirming_channel(&connection).await?;
         let topology = Topology::new(config);
         topology.declare(&channel).await?;
         Ok(Self { connection, channel, topology })
+    }
+
+    /// Publishes on a new channel from now on (the old one is closed), after
+    /// the broker refused messages. A quorum queue over its length limit
+    /// with `reject-publish` overflow tells each publishing channel to refuse
+    /// further messages, and tells it to go on only once the queue falls
+    /// below the limit. If the limit is removed instead (the policy is
+    /// cleared while the queue is over it), RabbitMQ 3.10 never tells it, and
+    /// that channel would refuse every message for good. A new channel starts
+    /// out allowed; while the queue is still over a limit, it is told to
+    /// refuse again.
+    pub async fn renew_channel(&mut self) -> Result<(), PublishError> {
+        let channel = tokio::time::timeout(broker::SETUP_TIMEOUT, broker::open_confirming_channel(&self.connection))
+            .await
+            .map_err(|_| BrokerError::SetupTimeout(broker::SETUP_TIMEOUT))??;
+        let old = std::mem::replace(&mut self.channel, channel);
+        // Its confirms were all awaited; closing it is a courtesy.
+        let _ = tokio::time::timeout(broker::SETUP_TIMEOUT, old.close(200, "renewed after refusals")).await;
+        Ok(())
     }
 
     pub fn is_usable(&self) -> bool {

@@ -120,7 +120,7 @@ impl Worker {
 
 /// What consuming needs, and the connection and channel it must keep open.
 struct Subscription {
-    _connection: Connection,
+    _connection: Arc<Connection>,
     /// Also tells held messages whether they still belong to the broker.
     channel: lapin::Channel,
     delays: Arc<DelayPublisher>,
@@ -132,11 +132,11 @@ impl Worker {
     /// Connects, declares the topology, opens the retry publisher and starts
     /// consuming the ready queue with the configured prefetch.
     async fn subscribe(&self) -> Result<Subscription, BrokerError> {
-        let connection = broker::connect(&self.broker, "relayops-worker").await?;
+        let connection = Arc::new(broker::connect(&self.broker, "relayops-worker").await?);
         let channel = broker::open_channel(&connection).await?;
         let topology = Topology::new(&self.broker);
         topology.declare(&channel).await?;
-        let delays = Arc::new(DelayPublisher::open(&connection, topology.clone()).await?);
+        let delays = Arc::new(DelayPublisher::open(connection.clone(), topology.clone()).await?);
         // Prefetch bounds the messages (and so the HTTP requests) in flight per worker.
         channel.basic_qos(self.config.concurrency, BasicQosOptions::default()).await.map_err(BrokerError::Channel)?;
         let consumer = channel

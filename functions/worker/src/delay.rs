@@ -3,10 +3,12 @@
 //! wait. Publishes are confirmed; if one fails, nothing is lost: after a retry
 //! or a deferral the row is `scheduled` in Postgres and the recovery pass
 //! re-enqueues it once overdue; a postponed message (row untouched) is
-//! requeued instead of acked.
+//! requeued instead of acked. A refusal also renews the channel
+//! ([`DelayPublisher::publish`]).
+use std::sync::Arc;
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::Confirmation;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
@@ -16,7 +18,9 @@ use relayops_shared::broker::{self, BrokerError, Topology};
 pub const THROTTLES_HEADER: &str = "x-relayops-throttles";
 
 pub struct DelayPublisher {
-    channel: Channel,
+    connection: Arc<Connection>,
+    /// Replaced after a refusal; each publish uses the one current when it starts.
+    channel: tokio::sync::RwLock<Channel>,
     topology: Topology,
 }
 
@@ -33,12 +37,17 @@ pub enum DelayError {
 }
 
 impl DelayPublisher {
-    pub async fn open(connection: &Connection, topology: Topology) -> Result<Self, BrokerError> {
-        let channel = broker::open_channel(connection).await?;
-        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(BrokerError::Channel)?;
-        Ok(Self { channel, topology })
+    pub async fn open(connection: Arc<Connection>, topology: Topology) -> Result<Self, BrokerError> {
+        let channel = tokio::sync::RwLock::new(broker::open_confirming_channel(&connection).await?);
+        Ok(Self { connection, channel, topology })
     }
 
+    /// Publishes and awaits the broker's confirm. After a refusal the next
+    /// publishes go out on a new channel: a quorum queue over its length
+    /// limit (`reject-publish`) tells each publishing channel to refuse, and
+    /// tells it to go on only once the queue is below the limit; if the limit
+    /// is removed instead, RabbitMQ 3.10 never tells it, and the channel would
+    /// refuse for good (see the publisher's `Session::renew_channel`).
     pub async fn publish(&self, body: &[u8], wait: Duration, throttles: u32) -> Result<(), DelayError> {
         let (exchange, routing_key, queue) = if wait.is_zero() {
             (&self.topology.exchange, &self.topology.ready_routing_key, &self.topology.ready_queue)
@@ -54,11 +63,35 @@ impl DelayPublisher {
             .with_content_type("application/json".into())
             .with_headers(headers);
         let options = BasicPublishOptions { mandatory: true, ..Default::default() };
-        let confirm =
-            self.channel.basic_publish(exchange, routing_key, options, body, properties).await.map_err(error)?;
+        let channel = self.channel.read().await.clone();
+        let confirm = channel.basic_publish(exchange, routing_key, options, body, properties).await.map_err(error)?;
         match confirm.await.map_err(error)? {
             Confirmation::Ack(None) => Ok(()),
-            _ => Err(DelayError::Refused { queue: queue.clone() }),
+            _ => {
+                self.renew(&channel).await;
+                Err(DelayError::Refused { queue: queue.clone() })
+            }
+        }
+    }
+
+    /// Replaces `refused_on` with a new channel, unless another refusal
+    /// already did. Publishes still awaiting a confirm on the old channel
+    /// fail when it closes: each is handled as a publish that failed.
+    async fn renew(&self, refused_on: &Channel) {
+        let mut current = self.channel.write().await;
+        if current.id() != refused_on.id() {
+            return;
+        }
+        let opening = tokio::time::timeout(broker::SETUP_TIMEOUT, broker::open_confirming_channel(&self.connection));
+        match opening.await.unwrap_or(Err(BrokerError::SetupTimeout(broker::SETUP_TIMEOUT))) {
+            Ok(channel) => {
+                let old = std::mem::replace(&mut *current, channel);
+                drop(current);
+                let _ = tokio::time::timeout(broker::SETUP_TIMEOUT, old.close(200, "renewed after a refusal")).await;
+            }
+            Err(error) => {
+                tracing::warn!(error = %relayops_shared::telemetry::error_chain(&error), "renewing the retry channel failed")
+            }
         }
     }
 }

@@ -7,7 +7,7 @@
 //! response body: the [`AttemptReport`] does not even hold them.
 use relayops_shared::domain::AttemptOutcome;
 use relayops_shared::observe::names::{
-    DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_POSTPONED, DELIVERIES_REPUBLISHED,
+    DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_NOT_SENT_ROUND, DELIVERIES_POSTPONED, DELIVERIES_REPUBLISHED,
     DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION, ENDPOINT_HEALTH_WRITES,
 };
 use relayops_shared::repo::deliveries::DeliveryJob;
@@ -76,6 +76,11 @@ pub fn postponed() {
 /// A message kept through a database failure, before its next try.
 pub fn held() {
     metrics::counter!(DELIVERIES_HELD).increment(1);
+}
+
+/// A delivery that had to go round again, whose publish failed or was refused.
+pub fn not_sent_round() {
+    metrics::counter!(DELIVERIES_NOT_SENT_ROUND).increment(1);
 }
 
 /// A message near the delivery limit published afresh instead of requeued.

@@ -166,6 +166,7 @@ impl Settler {
     /// says; whether it is out. A failure is logged with what follows from it.
     async fn send_round(&self, body: &[u8], again: &RoundAgain, task: DeliveryTask) -> bool {
         let Err(error) = self.delays.publish(body, again.wait, again.throttles).await else { return true };
+        report::not_sent_round();
         let outcome = if again.lost_unless_published {
             "its message is requeued"
         } else {

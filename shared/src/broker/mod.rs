@@ -93,6 +93,14 @@ pub async fn open_channel(connection: &Connection) -> Result<Channel, BrokerErro
     connection.create_channel().await.map_err(BrokerError::Channel)
 }
 
+/// A new channel on `connection` with publisher confirms on.
+pub async fn open_confirming_channel(connection: &Connection) -> Result<Channel, BrokerError> {
+    let channel = open_channel(connection).await?;
+    let options = lapin::options::ConfirmSelectOptions::default();
+    channel.confirm_select(options).await.map_err(BrokerError::Channel)?;
+    Ok(channel)
+}
+
 /// Runs a consumer until the process ends: `consume` connects and consumes
 /// until its stream ends or fails; `consuming` is false between attempts (for
 /// readiness); each failure in a row doubles the pause before reconnecting

@@ -30,6 +30,10 @@ pub const DELIVERIES_HELD: &str = "relayops_deliveries_held_total";
 /// Messages published afresh instead of requeued because they were near the
 /// ready queue's delivery limit; no labels.
 pub const DELIVERIES_REPUBLISHED: &str = "relayops_deliveries_republished_total";
+/// Deliveries that had to go round again (a retry, a deferral, a
+/// postponement) whose publish the broker refused or that failed: left to
+/// recovery (the row is `scheduled`) or requeued; no labels.
+pub const DELIVERIES_NOT_SENT_ROUND: &str = "relayops_deliveries_not_sent_round_total";
 /// Endpoint health statements the worker ran after an attempt; `write`:
 /// `success`, `failure`, `disabled` (every attempt failed for the window). The
 /// ratio to `relayops_delivery_attempts_total` is health's cost on the hot path.
@@ -91,6 +95,10 @@ pub fn describe_all() {
     describe_counter!(DELIVERIES_POSTPONED, "Messages sent round again unclaimed: their endpoint was just saturated.");
     describe_counter!(DELIVERIES_HELD, "Pauses of messages held (not requeued) while the database was failing.");
     describe_counter!(DELIVERIES_REPUBLISHED, "Messages published afresh near the ready queue's delivery limit.");
+    describe_counter!(
+        DELIVERIES_NOT_SENT_ROUND,
+        "Deliveries whose publish to go round again failed or was refused (left to recovery or requeued)."
+    );
     describe_counter!(
         ENDPOINT_HEALTH_WRITES,
         "Endpoint health writes after attempts, by kind (most attempts write none)."
