@@ -558,7 +558,7 @@ impl FlowConfig {
     }
 }
 
-/// How ingest writes an unordered event's deliveries.
+/// How ingest writes events and an unordered event's deliveries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IngestConfig {
     /// `RELAYOPS_DELIVERIES_AT_INGEST_MAX` (default 16): an unordered event
@@ -568,11 +568,16 @@ pub struct IngestConfig {
     /// moments later, in bulk (`repo::deferred_deliveries`), so
     /// ingest's cost does not grow with the subscribers. `0`: always later.
     pub deliveries_at_ingest_max: i64,
+    /// `RELAYOPS_INGEST_LANES` (default: half the database pool, at least
+    /// 1): ingest statements a process runs at once. Concurrent posts share
+    /// a statement (group commit) only while every lane is busy: fewer lanes
+    /// make bigger batches under load, which cost less per event.
+    pub lanes: Option<usize>,
 }
 
 impl Default for IngestConfig {
     fn default() -> Self {
-        Self { deliveries_at_ingest_max: 16 }
+        Self { deliveries_at_ingest_max: 16, lanes: None }
     }
 }
 
@@ -582,7 +587,11 @@ impl IngestConfig {
         if max < 0 {
             return Err(ConfigError { key: key("DELIVERIES_AT_INGEST_MAX"), message: "must not be negative".into() });
         }
-        Ok(Self { deliveries_at_ingest_max: max })
+        let lanes = match std::env::var(key("INGEST_LANES")) {
+            Ok(_) => Some(positive("INGEST_LANES", 1)?),
+            Err(_) => None,
+        };
+        Ok(Self { deliveries_at_ingest_max: max, lanes })
     }
 }
 

@@ -125,8 +125,8 @@ const INGEST_MANY: &str = concat!(
 );
 
 /// Ingest's writes through one batcher per process, started on first use
-/// (it needs the runtime), with half the pool's connections as lanes: the
-/// rest stay free for reads.
+/// (it needs the runtime), with `RELAYOPS_INGEST_LANES` lanes (default half
+/// the pool's connections: the rest stay free for reads).
 #[derive(Clone)]
 pub struct IngestWrites {
     pool: Pool,
@@ -166,7 +166,7 @@ impl IngestWrites {
     /// Writes one event (with others that arrive meanwhile) and answers it
     /// once the statement that carried it committed.
     pub async fn write(&self, event: PreparedEvent) -> Result<IngestResult, BatchError> {
-        let lanes = (self.pool.status().max_size / 2).max(1);
+        let lanes = self.config.lanes.unwrap_or((self.pool.status().max_size / 2).max(1));
         let max = self.config.deliveries_at_ingest_max;
         let batcher = self.batcher.get_or_init(|| spawn(self.pool.clone(), lanes, self.handoff.clone(), max));
         batcher.call(event).await

@@ -123,7 +123,7 @@ async fn a_claim_undone_behind_the_workers_back_is_sent_again_not_stranded() {
 /// `endpoints` endpoints subscribed to everything and one event posted (its
 /// deliveries written at ingest, however many).
 async fn one_event_to_endpoints(endpoints: usize) -> (TestEnv, String) {
-    let ingest = IngestConfig { deliveries_at_ingest_max: endpoints as i64 };
+    let ingest = IngestConfig { deliveries_at_ingest_max: endpoints as i64, ..Default::default() };
     let env = TestEnv::start_with(TestConfig { run_publisher: false, ingest, ..Default::default() }).await;
     for _ in 0..endpoints {
         env.create_endpoint("/sim/ok", &["*"], json!({})).await;

@@ -25,7 +25,7 @@ const MANY: usize = 5;
 async fn env_with_subscribers(run_publisher: bool) -> (TestEnv, Vec<Value>) {
     let config = TestConfig {
         run_publisher,
-        ingest: IngestConfig { deliveries_at_ingest_max: AT_INGEST_MAX },
+        ingest: IngestConfig { deliveries_at_ingest_max: AT_INGEST_MAX, ..Default::default() },
         ..Default::default()
     };
     let env = TestEnv::start_with(config).await;
