@@ -45,6 +45,17 @@ where
     Ok(value)
 }
 
+/// [`positive`] when `name` is set, `None` when it is not.
+fn optional_positive<T: FromStr + PartialOrd + Default>(name: &str) -> Result<Option<T>, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(key(name)) {
+        Ok(_) => positive(name, T::default()).map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
 fn millis(name: &str, default_ms: u64) -> Result<Duration, ConfigError> {
     positive(name, default_ms).map(Duration::from_millis)
 }
@@ -244,10 +255,7 @@ impl Default for HistoryConfig {
 impl HistoryConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
         let days: u64 = positive("RETENTION_DAYS", 30)?;
-        let retention = match std::env::var(key("RETENTION_SECONDS")) {
-            Ok(_) => Duration::from_secs(positive("RETENTION_SECONDS", 1)?),
-            Err(_) => Duration::from_secs(days * 86_400),
-        };
+        let retention = Duration::from_secs(optional_positive("RETENTION_SECONDS")?.unwrap_or(days * 86_400));
         Ok(Self {
             partition: Duration::from_secs(positive("PARTITION_SECONDS", 86_400)?),
             ahead: positive("PARTITIONS_AHEAD", 3)?,
@@ -587,11 +595,7 @@ impl IngestConfig {
         if max < 0 {
             return Err(ConfigError { key: key("DELIVERIES_AT_INGEST_MAX"), message: "must not be negative".into() });
         }
-        let lanes = match std::env::var(key("INGEST_LANES")) {
-            Ok(_) => Some(positive("INGEST_LANES", 1)?),
-            Err(_) => None,
-        };
-        Ok(Self { deliveries_at_ingest_max: max, lanes })
+        Ok(Self { deliveries_at_ingest_max: max, lanes: optional_positive("INGEST_LANES")? })
     }
 }
 

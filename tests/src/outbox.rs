@@ -21,6 +21,31 @@ impl TestEnv {
         sample(&scrape(&self.http, &self.api_url).await, name, labels)
     }
 
+    /// Waits until `name` with `labels` on this process's `/metrics`
+    /// satisfies `holds`, and gives its value then.
+    pub async fn wait_for_metric(&self, name: &str, labels: &[(&str, &str)], holds: impl Fn(f64) -> bool) -> f64 {
+        eventually(WAIT, || async {
+            let value = self.metric(name, labels).await;
+            if holds(value) {
+                Ok(value)
+            } else {
+                Err(format!("{name} {labels:?} is {value}"))
+            }
+        })
+        .await
+    }
+
+    /// The receiver got `deliveries` requests, each for another delivery id.
+    pub fn assert_each_request_once(&self, deliveries: usize) {
+        let received = self.simulator.received();
+        let distinct: std::collections::HashSet<_> = received.iter().map(|r| r.delivery_id.clone()).collect();
+        assert_eq!(
+            (received.len(), distinct.len()),
+            (deliveries, deliveries),
+            "each delivery sent once: {received:#?}"
+        );
+    }
+
     /// Messages the in-process publisher published (broker-confirmed).
     pub async fn messages_published(&self) -> f64 {
         self.metric("relayops_outbox_published_total", &[]).await

@@ -61,22 +61,12 @@ impl Session {
         Ok(Self { connection, channel, topology })
     }
 
-    /// Publishes on a new channel from now on (the old one is closed), after
-    /// the broker refused messages. A quorum queue over its length limit
-    /// with `reject-publish` overflow tells each publishing channel to refuse
-    /// further messages, and tells it to go on only once the queue falls
-    /// below the limit. If the limit is removed instead (the policy is
-    /// cleared while the queue is over it), RabbitMQ 3.10 never tells it, and
-    /// that channel would refuse every message for good. A new channel starts
-    /// out allowed; while the queue is still over a limit, it is told to
-    /// refuse again.
+    /// Publishes on a new channel from now on, after the broker refused
+    /// messages (see [`broker::close_replaced`]); the old one, whose
+    /// confirms were all awaited, is closed.
     pub async fn renew_channel(&mut self) -> Result<(), PublishError> {
-        let channel = tokio::time::timeout(broker::SETUP_TIMEOUT, broker::open_confirming_channel(&self.connection))
-            .await
-            .map_err(|_| BrokerError::SetupTimeout(broker::SETUP_TIMEOUT))??;
-        let old = std::mem::replace(&mut self.channel, channel);
-        // Its confirms were all awaited; closing it is a courtesy.
-        let _ = tokio::time::timeout(broker::SETUP_TIMEOUT, old.close(200, "renewed after refusals")).await;
+        let channel = broker::open_confirming_channel(&self.connection).await?;
+        broker::close_replaced(std::mem::replace(&mut self.channel, channel)).await;
         Ok(())
     }
 

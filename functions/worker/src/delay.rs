@@ -43,11 +43,7 @@ impl DelayPublisher {
     }
 
     /// Publishes and awaits the broker's confirm. After a refusal the next
-    /// publishes go out on a new channel: a quorum queue over its length
-    /// limit (`reject-publish`) tells each publishing channel to refuse, and
-    /// tells it to go on only once the queue is below the limit; if the limit
-    /// is removed instead, RabbitMQ 3.10 never tells it, and the channel would
-    /// refuse for good (see the publisher's `Session::renew_channel`).
+    /// publishes go out on a new channel (see [`broker::close_replaced`]).
     pub async fn publish(&self, body: &[u8], wait: Duration, throttles: u32) -> Result<(), DelayError> {
         let (exchange, routing_key, queue) = if wait.is_zero() {
             (&self.topology.exchange, &self.topology.ready_routing_key, &self.topology.ready_queue)
@@ -82,12 +78,11 @@ impl DelayPublisher {
         if current.id() != refused_on.id() {
             return;
         }
-        let opening = tokio::time::timeout(broker::SETUP_TIMEOUT, broker::open_confirming_channel(&self.connection));
-        match opening.await.unwrap_or(Err(BrokerError::SetupTimeout(broker::SETUP_TIMEOUT))) {
+        match broker::open_confirming_channel(&self.connection).await {
             Ok(channel) => {
                 let old = std::mem::replace(&mut *current, channel);
                 drop(current);
-                let _ = tokio::time::timeout(broker::SETUP_TIMEOUT, old.close(200, "renewed after a refusal")).await;
+                broker::close_replaced(old).await;
             }
             Err(error) => {
                 tracing::warn!(error = %relayops_shared::telemetry::error_chain(&error), "renewing the retry channel failed")

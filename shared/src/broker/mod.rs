@@ -93,12 +93,26 @@ pub async fn open_channel(connection: &Connection) -> Result<Channel, BrokerErro
     connection.create_channel().await.map_err(BrokerError::Channel)
 }
 
-/// A new channel on `connection` with publisher confirms on.
+/// A new channel on `connection` with publisher confirms on, within
+/// [`SETUP_TIMEOUT`].
 pub async fn open_confirming_channel(connection: &Connection) -> Result<Channel, BrokerError> {
-    let channel = open_channel(connection).await?;
-    let options = lapin::options::ConfirmSelectOptions::default();
-    channel.confirm_select(options).await.map_err(BrokerError::Channel)?;
-    Ok(channel)
+    let opening = async {
+        let channel = open_channel(connection).await?;
+        let options = lapin::options::ConfirmSelectOptions::default();
+        channel.confirm_select(options).await.map_err(BrokerError::Channel)?;
+        Ok(channel)
+    };
+    tokio::time::timeout(SETUP_TIMEOUT, opening).await.unwrap_or(Err(BrokerError::SetupTimeout(SETUP_TIMEOUT)))
+}
+
+/// Closes a publishing channel another has replaced after the broker refused
+/// a message on it (ARCHITECTURE.md, "A queue that refuses publishes": a
+/// quorum queue whose length limit is removed while it is over it never
+/// tells the channels it told to refuse that they may go on, in RabbitMQ
+/// 3.10; a new channel starts out allowed). Within [`SETUP_TIMEOUT`]; a
+/// failure changes nothing, the channel is out of use either way.
+pub async fn close_replaced(channel: Channel) {
+    let _ = tokio::time::timeout(SETUP_TIMEOUT, channel.close(200, "replaced after a refusal")).await;
 }
 
 /// Runs a consumer until the process ends: `consume` connects and consumes

@@ -166,9 +166,10 @@ impl IngestWrites {
     /// Writes one event (with others that arrive meanwhile) and answers it
     /// once the statement that carried it committed.
     pub async fn write(&self, event: PreparedEvent) -> Result<IngestResult, BatchError> {
-        let lanes = self.config.lanes.unwrap_or((self.pool.status().max_size / 2).max(1));
-        let max = self.config.deliveries_at_ingest_max;
-        let batcher = self.batcher.get_or_init(|| spawn(self.pool.clone(), lanes, self.handoff.clone(), max));
+        let batcher = self.batcher.get_or_init(|| {
+            let lanes = self.config.lanes.unwrap_or((self.pool.status().max_size / 2).max(1));
+            spawn(self.pool.clone(), lanes, self.handoff.clone(), self.config.deliveries_at_ingest_max)
+        });
         batcher.call(event).await
     }
 }

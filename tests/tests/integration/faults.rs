@@ -258,16 +258,9 @@ async fn deliveries_the_broker_refuses_to_queue_stay_in_the_outbox_until_it_take
     let ready = env.topology().ready_queue;
     assert_eq!(env.queue_depth(&ready).await, 1, "the first message is taken: the queue is now over its length");
 
-    let refused = || env.metric("relayops_outbox_publish_failures_total", &[("kind", "refused")]);
-    let wait_for_refusals_beyond = |seen: f64| async move {
-        eventually(WAIT, || async {
-            match refused().await {
-                now if now > seen => Ok(()),
-                now => Err(format!("{now} rows refused, waiting for more than {seen}")),
-            }
-        })
-        .await;
-    };
+    const REFUSED: (&str, &[(&str, &str)]) = ("relayops_outbox_publish_failures_total", &[("kind", "refused")]);
+    let refused = || env.metric(REFUSED.0, REFUSED.1);
+    let wait_for_refusals_beyond = |seen: f64| env.wait_for_metric(REFUSED.0, REFUSED.1, move |now| now > seen);
     let mut events = vec![parked.body["id"].as_str().unwrap().to_owned()];
     for (event_type, shape) in [("one.created", "delivery.v1"), ("two.created", "deliveries.v1")] {
         let before = refused().await;
@@ -298,9 +291,7 @@ async fn deliveries_the_broker_refuses_to_queue_stay_in_the_outbox_until_it_take
         env.wait_for_deliveries(event, |all| !all.is_empty() && all.iter().all(|d| d["status"] == "delivered")).await;
     }
     env.wait_for_outbox_drained().await;
-    let received = env.simulator.received();
-    let distinct: std::collections::HashSet<_> = received.iter().map(|r| r.delivery_id.clone()).collect();
-    assert_eq!((received.len(), distinct.len()), (10, 10), "each delivery sent once: {received:#?}");
+    env.assert_each_request_once(10);
     assert_eq!(env.count("delivery_attempts").await, 10, "each at its first attempt");
 }
 
@@ -320,22 +311,16 @@ async fn retries_go_through_the_retry_queues_again_once_the_broker_takes_them_ag
     // Each delivery fails once and is retried after 7 s ± 20 %: through the
     // test's longest retry queue, 5 s, first.
     env.create_endpoint("/sim/flaky/1", &["*"], json!({ "retry_schedule_secs": [7] })).await;
-    let not_sent_round = || env.metric("relayops_deliveries_not_sent_round_total", &[]);
-    let first_attempts = || env.metric("relayops_delivery_attempts_total", &[("outcome", "retry")]);
+    const NOT_SENT_ROUND: &str = "relayops_deliveries_not_sent_round_total";
+    let not_sent_round = || env.metric(NOT_SENT_ROUND, &[]);
+    const FAILED_ONCE: (&str, &[(&str, &str)]) = ("relayops_delivery_attempts_total", &[("outcome", "retry")]);
     let post_and_see_it_fail = |n: u32| {
         let env = &env;
         async move {
-            let before = first_attempts().await;
+            let before = env.metric(FAILED_ONCE.0, FAILED_ONCE.1).await;
             let answer = env.post_event("a.b", json!({ "n": n })).await;
             assert_eq!(answer.status, 201, "{:?}", answer.body);
-            eventually(WAIT, || async {
-                if first_attempts().await > before {
-                    Ok(())
-                } else {
-                    Err(format!("event {n} not attempted yet"))
-                }
-            })
-            .await;
+            env.wait_for_metric(FAILED_ONCE.0, FAILED_ONCE.1, |now| now > before).await;
             answer.body["id"].as_str().unwrap().to_owned()
         }
     };
@@ -351,18 +336,9 @@ async fn retries_go_through_the_retry_queues_again_once_the_broker_takes_them_ag
     })
     .await;
     assert_eq!(not_sent_round().await, 0.0, "the first retry went through its retry queue");
-    let went_round = |count: f64| async move {
-        eventually(WAIT, || async {
-            match not_sent_round().await {
-                now if now == count => Ok(()),
-                now => Err(format!("{now} not sent round, expected {count}")),
-            }
-        })
-        .await;
-    };
     // Refused: its row is scheduled, and recovery sends it round.
     events.push(post_and_see_it_fail(1).await);
-    went_round(1.0).await;
+    env.wait_for_metric(NOT_SENT_ROUND, &[], |now| now == 1.0).await;
 
     drop(refusing);
     events.push(post_and_see_it_fail(2).await);
