@@ -576,8 +576,8 @@ pub struct IngestConfig {
     /// moments later, in bulk (`repo::deferred_deliveries`), so
     /// ingest's cost does not grow with the subscribers. `0`: always later.
     pub deliveries_at_ingest_max: i64,
-    /// `RELAYOPS_INGEST_LANES` (default: half the database pool, at least
-    /// 1): ingest statements a process runs at once. Concurrent posts share
+    /// `RELAYOPS_INGEST_LANES` (default 2, at most half the database pool,
+    /// at least 1): ingest statements a process runs at once. Concurrent posts share
     /// a statement (group commit) only while every lane is busy: fewer lanes
     /// make bigger batches under load, which cost less per event.
     pub lanes: Option<usize>,

@@ -43,6 +43,16 @@ pub type IngestBatcher = Batcher<PreparedEvent, IngestResult>;
 /// Most events one statement carries.
 pub const MAX_BATCH: usize = 64;
 
+/// Ingest statements a process runs at once unless `RELAYOPS_INGEST_LANES`
+/// says otherwise (and at most half its pool). Posts that arrive while both
+/// lanes are busy share the next statement: under load, batches grow rather
+/// than statements multiplying, and an event in a batch of ~10 takes about a
+/// third of a lone event's statement time (BENCHMARKS.md, sessions 17–18:
+/// 2 lanes against 8 cost
+/// 0.83× the CPU per delivery to one endpoint flat out, fan-out and a paced
+/// lone event unchanged). The worker's statements default to 2 lanes too.
+pub const DEFAULT_INGEST_LANES: usize = 2;
+
 /// [`INGEST`](super::events) for many events of the tenants' `webhook`
 /// endpoints: the same CTEs over `unnest` of the events' columns (one
 /// `event_deliveries.v1` outbox row per event with a delivery, claimed by this
@@ -125,8 +135,9 @@ const INGEST_MANY: &str = concat!(
 );
 
 /// Ingest's writes through one batcher per process, started on first use
-/// (it needs the runtime), with `RELAYOPS_INGEST_LANES` lanes (default half
-/// the pool's connections: the rest stay free for reads).
+/// (it needs the runtime), with `RELAYOPS_INGEST_LANES` lanes (default
+/// [`DEFAULT_INGEST_LANES`], at most half the pool's connections: the rest
+/// stay free for reads).
 #[derive(Clone)]
 pub struct IngestWrites {
     pool: Pool,
@@ -167,7 +178,8 @@ impl IngestWrites {
     /// once the statement that carried it committed.
     pub async fn write(&self, event: PreparedEvent) -> Result<IngestResult, BatchError> {
         let batcher = self.batcher.get_or_init(|| {
-            let lanes = self.config.lanes.unwrap_or((self.pool.status().max_size / 2).max(1));
+            let half_the_pool = (self.pool.status().max_size / 2).max(1);
+            let lanes = self.config.lanes.unwrap_or(DEFAULT_INGEST_LANES.min(half_the_pool));
             spawn(self.pool.clone(), lanes, self.handoff.clone(), self.config.deliveries_at_ingest_max)
         });
         batcher.call(event).await
