@@ -48,10 +48,17 @@ pub const MAX_BATCH: usize = 64;
 /// lanes are busy share the next statement: under load, batches grow rather
 /// than statements multiplying, and an event in a batch of ~10 takes about a
 /// third of a lone event's statement time (BENCHMARKS.md, sessions 17–18:
-/// 2 lanes against 8 cost
-/// 0.83× the CPU per delivery to one endpoint flat out, fan-out and a paced
-/// lone event unchanged). The worker's statements default to 2 lanes too.
+/// 2 lanes against 8 cost 0.83× the CPU per delivery to one endpoint flat
+/// out, fan-out and a paced lone event unchanged). The worker's statements
+/// default to 2 lanes too.
 pub const DEFAULT_INGEST_LANES: usize = 2;
+
+/// The ingest lanes of a process whose pool holds `pool_size` connections:
+/// `configured` when set, else [`DEFAULT_INGEST_LANES`] but at most half the
+/// pool (at least 1), so the rest stay free for reads.
+fn ingest_lanes(configured: Option<usize>, pool_size: usize) -> usize {
+    configured.unwrap_or(DEFAULT_INGEST_LANES.min((pool_size / 2).max(1)))
+}
 
 /// [`INGEST`](super::events) for many events of the tenants' `webhook`
 /// endpoints: the same CTEs over `unnest` of the events' columns (one
@@ -178,8 +185,7 @@ impl IngestWrites {
     /// once the statement that carried it committed.
     pub async fn write(&self, event: PreparedEvent) -> Result<IngestResult, BatchError> {
         let batcher = self.batcher.get_or_init(|| {
-            let half_the_pool = (self.pool.status().max_size / 2).max(1);
-            let lanes = self.config.lanes.unwrap_or(DEFAULT_INGEST_LANES.min(half_the_pool));
+            let lanes = ingest_lanes(self.config.lanes, self.pool.status().max_size);
             spawn(self.pool.clone(), lanes, self.handoff.clone(), self.config.deliveries_at_ingest_max)
         });
         batcher.call(event).await
@@ -356,4 +362,18 @@ async fn insert_many<'h>(
     )
     .await?;
     Ok((rows, claim))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingest_runs_two_lanes_unless_configured_and_never_takes_more_than_half_a_small_pool() {
+        assert_eq!(ingest_lanes(None, 16), 2, "a long-lived process's pool");
+        assert_eq!(ingest_lanes(None, 2), 1, "a Lambda's pool keeps a connection for reads");
+        assert_eq!(ingest_lanes(None, 1), 1, "at least one lane");
+        assert_eq!(ingest_lanes(Some(8), 16), 8, "RELAYOPS_INGEST_LANES wins");
+        assert_eq!(ingest_lanes(Some(3), 2), 3, "even beyond half the pool, as configured");
+    }
 }

@@ -246,7 +246,7 @@ async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
 
     // (role, settings beside the valid ones, the variable the error names)
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         ("all", &[], "RELAYOPS_REDIS_URL: is required"),
         (
             "all",
@@ -265,6 +265,11 @@ async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
         ),
         ("publisher", &[("RELAYOPS_PUBLISHER_BATCH_SIZE", "-1")], "RELAYOPS_PUBLISHER_BATCH_SIZE"),
         ("all", &[("RELAYOPS_RUNTIME_THREADS", "0")], "RELAYOPS_RUNTIME_THREADS"),
+        (
+            "api",
+            &[("RELAYOPS_REDIS_URL", "redis://127.0.0.1:6379"), ("RELAYOPS_INGEST_LANES", "0")],
+            "RELAYOPS_INGEST_LANES",
+        ),
     ];
     for (role, extra, named) in cases {
         let mut command = std::process::Command::new(relayops_tests::relayops_binary());
