@@ -184,10 +184,6 @@ pub struct PublisherConfig {
     /// `RELAYOPS_PUBLISHER_IDLE_MS` (default 500): the longest a long-lived
     /// publisher sleeps when nothing woke it.
     pub idle_interval: Duration,
-    /// `RELAYOPS_PUBLISHER_DELETE_WINDOW_MS` (default 50): how long the rows a
-    /// long-lived publisher published for ingest's hand-off may wait to be
-    /// deleted together (at most a quarter of the claim's length).
-    pub delete_window: Duration,
     /// `RELAYOPS_PUBLISHER_CONFIRM_TIMEOUT_MS` (default 10000): a batch whose
     /// confirms do not arrive in time is left claimed and reclaimed later.
     pub confirm_timeout: Duration,
@@ -205,7 +201,6 @@ impl Default for PublisherConfig {
             batch_size: 200,
             claim_ttl: Duration::from_secs(30),
             idle_interval: Duration::from_millis(500),
-            delete_window: Duration::from_millis(50),
             confirm_timeout: Duration::from_secs(10),
             recovery_grace: Duration::from_secs(60),
             history: HistoryConfig::default(),
@@ -220,7 +215,6 @@ impl PublisherConfig {
             batch_size: positive("PUBLISHER_BATCH_SIZE", default.batch_size)?,
             claim_ttl: millis("PUBLISHER_CLAIM_TTL_MS", 30_000)?,
             idle_interval: millis("PUBLISHER_IDLE_MS", 500)?,
-            delete_window: millis("PUBLISHER_DELETE_WINDOW_MS", 50)?,
             confirm_timeout: millis("PUBLISHER_CONFIRM_TIMEOUT_MS", 10_000)?,
             recovery_grace: millis("RECOVERY_GRACE_MS", 60_000)?,
             history: HistoryConfig::from_env()?,

@@ -8,15 +8,12 @@
 //! the broker refused are released for another try; rows of a publisher that
 //! died are reclaimed when their claim expires. The long-lived loop also
 //! publishes the rows ingest in its own process wrote claimed by it and
-//! handed over (`relayops_shared::handoff`), with no claim of its own, and
-//! deletes those rows together, a window after their confirms
-//! ([`published_rows`]).
+//! handed over (`relayops_shared::handoff`), with no claim of its own.
 //!
 //! Invariant: the publisher knows nothing of HTTP, endpoints or tenants'
 //! payloads; it moves opaque envelopes from Postgres to RabbitMQ.
 pub mod figures;
 pub mod lambda;
-mod published_rows;
 mod session;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +32,6 @@ use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch, Mutex, MutexGuard, Notify};
 
-use published_rows::PublishedRows;
 pub use session::PublishError;
 use session::Session;
 
@@ -96,18 +92,6 @@ pub struct Publisher {
     /// The publisher's end of the hand-off from ingest in this process, once
     /// [`handoff`](Self::handoff) made one; the long-lived loop takes it.
     handed: std::sync::Mutex<Option<mpsc::Receiver<OutboxMessage>>>,
-    /// Handed rows published and not deleted yet ([`published_rows`]).
-    published_rows: std::sync::Mutex<PublishedRows>,
-}
-
-/// When a batch's published rows are deleted.
-#[derive(Clone, Copy)]
-enum Deletes {
-    /// In the batch: claimed batches, and every batch of the Lambda.
-    Now,
-    /// Gathered, and deleted together by the long-lived loop: rows ingest
-    /// handed over.
-    Gathered,
 }
 
 /// What the long-lived loop does next.
@@ -116,8 +100,6 @@ enum Next {
     Drain,
     /// Publish rows ingest wrote claimed by this publisher and handed over.
     Publish(Vec<OutboxMessage>),
-    /// Delete the handed rows published meanwhile (their window is over).
-    DeletePublished,
     /// The process is stopping: publish what ingest still hands over, then return.
     Stop,
 }
@@ -155,7 +137,6 @@ const DELIVERIES_PER_ROW_CLAIMED: usize = 10;
 impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
         let owner = format!("publisher-{}", uuid_suffix());
-        let published_rows = std::sync::Mutex::new(PublishedRows::new(config.delete_window, config.claim_ttl));
         Self {
             pool,
             broker,
@@ -167,7 +148,6 @@ impl Publisher {
             housekeeping_in_own_tasks: AtomicBool::new(false),
             broker_connected: tokio::sync::watch::channel(false).0,
             handed: std::sync::Mutex::new(None),
-            published_rows,
         }
     }
 
@@ -222,7 +202,7 @@ impl Publisher {
             return Ok((PublishReport::default(), false));
         }
         let batch_was_full = messages.len() as i64 >= self.config.batch_size;
-        let (report, left_over) = self.publish_claimed(&mut client, guard, &messages, started, Deletes::Now).await?;
+        let (report, left_over) = self.publish_claimed(&mut client, guard, &messages, started).await?;
         Ok((report, batch_was_full || left_over))
     }
 
@@ -240,32 +220,7 @@ impl Publisher {
             self.give_back(messages.iter().map(|message| message.id).collect()).await;
             return Err(error);
         }
-        self.publish_claimed(&mut client, guard, &messages, started, Deletes::Gathered).await
-    }
-
-    /// Deletes the handed rows published since the last time, in one
-    /// statement, and returns what it did. Rows it cannot delete (the
-    /// database is away) are gathered again and tried a window later.
-    async fn delete_published(&self) -> Result<PublishReport, PublishError> {
-        let ids = self.gathered().take();
-        if ids.is_empty() {
-            return Ok(PublishReport::default());
-        }
-        let deleted = match self.pool.get().await {
-            Ok(mut client) => outbox::delete_published(&mut client, &self.owner, &ids).await,
-            Err(error) => Err(DbError::from(error)),
-        };
-        match deleted {
-            Ok(deleted) => Ok(PublishReport { deleted: deleted.len() as u64, ..Default::default() }),
-            Err(error) => {
-                self.gathered().put_back(ids, Instant::now());
-                Err(error.into())
-            }
-        }
-    }
-
-    fn gathered(&self) -> std::sync::MutexGuard<'_, PublishedRows> {
-        self.published_rows.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.publish_claimed(&mut client, guard, &messages, started).await
     }
 
     /// The broker session in `guard`, opened again if it broke.
@@ -295,8 +250,7 @@ impl Publisher {
     }
 
     /// Publishes `messages` (rows this publisher holds claimed, with their
-    /// pending deliveries) on the session in `guard`, and settles them
-    /// (confirmed rows deleted as `deletes` says, refused ones released);
+    /// pending deliveries) on the session in `guard`, and settles them;
     /// returns what it did and whether rows were left over (past the batch's
     /// message limit: released for the next batch).
     async fn publish_claimed(
@@ -305,7 +259,6 @@ impl Publisher {
         mut guard: MutexGuard<'_, Option<Session>>,
         messages: &[OutboxMessage],
         started: Instant,
-        deletes: Deletes,
     ) -> Result<(PublishReport, bool), PublishError> {
         let session = self.open_session(&mut guard).await?;
         // Rows past the batch's delivery limit go back unpublished; the event
@@ -339,17 +292,9 @@ impl Publisher {
             // The broker has the messages; dying here leaves them claimed, to be published again.
             relayops_shared::failpoint::crash_if_armed("publisher.after_confirm");
         }
-        let (published, deleted) = match deletes {
-            Deletes::Now => {
-                let deleted = outbox::delete_published(client, &self.owner, &settled.confirmed).await?;
-                (settled.deliveries_of(&deleted), deleted.len() as u64)
-            }
-            Deletes::Gathered => {
-                self.gathered().add(&settled.confirmed, Instant::now());
-                (settled.deliveries_of(&settled.confirmed), 0)
-            }
-        };
+        let deleted = outbox::delete_published(client, &self.owner, &settled.confirmed).await?;
         let released = outbox::release(&*client, &self.owner, &settled.refused, "refused by broker").await?;
+        let (published, deleted) = (settled.deliveries_of(&deleted), deleted.len() as u64);
         let report = PublishReport { batches: 1, published, deleted, released, ..Default::default() };
         figures::batch(&report, started.elapsed());
         Ok((report, !left_over.is_empty()))
@@ -568,7 +513,6 @@ impl Publisher {
             let tick = match next {
                 Next::Drain => self.drain_until(None, DrainStop::WhenShort).await.map(|report| (report, false)),
                 Next::Publish(messages) => self.publish_handed(messages).await,
-                Next::DeletePublished => self.delete_published().await.map(|report| (report, false)),
                 Next::Stop => return self.finish_handed(handed).await,
             };
             let tick = match tick {
@@ -633,32 +577,26 @@ impl Publisher {
 
     /// After the stop: publishes what ingest hands over until its end of the
     /// hand-off is gone — every request the api took has been answered, each
-    /// handing its row over as it goes — deletes the rows published, then
-    /// returns. A batch that cannot be
+    /// handing its row over as it goes — then returns. A batch that cannot be
     /// published goes as in the loop: given back (pending) when the broker
     /// cannot be reached ([`publish_handed`](Self::publish_handed)), otherwise
     /// left to its claims. The process waits only so long for this
     /// (`task::STOP_GRACE`); rows still here then wait for their claims to
     /// expire, as after a crash.
     async fn finish_handed(&self, handed: Option<mpsc::Receiver<OutboxMessage>>) {
-        if let Some(mut receiver) = handed {
-            let limit = self.config.batch_size.max(1) as usize;
-            let mut rows = Vec::new();
-            while receiver.recv_many(&mut rows, limit).await > 0 {
-                if let Err(error) = self.publish_handed(std::mem::take(&mut rows)).await {
-                    tracing::warn!(error = %error_chain(&error), "publishing handed rows while stopping failed");
-                }
+        let Some(mut receiver) = handed else { return };
+        let limit = self.config.batch_size.max(1) as usize;
+        let mut rows = Vec::new();
+        while receiver.recv_many(&mut rows, limit).await > 0 {
+            if let Err(error) = self.publish_handed(std::mem::take(&mut rows)).await {
+                tracing::warn!(error = %error_chain(&error), "publishing handed rows while stopping failed");
             }
-        }
-        if let Err(error) = self.delete_published().await {
-            tracing::warn!(error = %error_chain(&error), "published rows left to their claims' expiry");
         }
     }
 
     /// Waits for work: rows handed over (a batch of what has come), a
-    /// wake-up, the idle interval, or the time to delete the rows published
-    /// meanwhile. When several kinds wait, any may go first (`select!` picks
-    /// at random), so none starves the others.
+    /// wake-up, or the idle interval. When both kinds wait, either may go
+    /// first (`select!` picks at random), so neither starves the other.
     async fn next_work(
         &self,
         wakeup: &Notify,
@@ -667,19 +605,11 @@ impl Publisher {
     ) -> Next {
         let idle = tokio::time::sleep(self.config.idle_interval);
         let stop = stop_requested(stopping);
-        let due = self.gathered().due();
-        let deletes_due = async {
-            match due {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
-        };
         let receiver = handed.as_mut().filter(|_| !relayops_shared::failpoint::is_armed(HOLD_HANDED));
         let Some(receiver) = receiver else {
             tokio::select! {
                 _ = wakeup.notified() => {}
                 _ = idle => {}
-                _ = deletes_due => return Next::DeletePublished,
                 _ = stop => return Next::Stop,
             }
             return Next::Drain;
@@ -698,7 +628,6 @@ impl Publisher {
             }
             _ = wakeup.notified() => Next::Drain,
             _ = idle => Next::Drain,
-            _ = deletes_due => Next::DeletePublished,
         }
     }
 }

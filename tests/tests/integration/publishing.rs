@@ -95,51 +95,6 @@ async fn the_api_hands_its_events_rows_to_its_own_publisher_which_publishes_them
     assert_eq!(env.count("outbox_updates").await, 0, "no claim, release or reclaim touched the rows");
 }
 
-/// Rows handed over one event at a time, at a low rate, are deleted together
-/// once the delete window of the first has passed: one statement for them
-/// all, where each event's row took a transaction of its own
-/// (`RELAYOPS_PUBLISHER_DELETE_WINDOW_MS`; a long one here, so that however
-/// slowly the events go through, they fall within it). Until then the rows
-/// stay claimed by the publisher; nothing is published twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rows_handed_over_one_at_a_time_are_deleted_together_after_the_delete_window() {
-    let publisher = PublisherConfig {
-        claim_ttl: Duration::from_secs(60),
-        delete_window: Duration::from_secs(8),
-        ..TestConfig::default().publisher
-    };
-    let env = TestEnv::start_with(TestConfig { publisher, ..Default::default() }).await;
-    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    let client = env.pool.get().await.unwrap();
-    client.batch_execute("CREATE TABLE relayops.outbox_deletes (deleted bigint)").await.unwrap();
-    env.create_statement_trigger(
-        "note_outbox_deletes",
-        "AFTER DELETE ON relayops.outbox_messages REFERENCING OLD TABLE AS gone",
-        "INSERT INTO relayops.outbox_deletes SELECT count(*) FROM gone; RETURN NULL;",
-    )
-    .await;
-    let events = 4;
-    let started = Instant::now();
-    for n in 0..events {
-        let event = env.post_event("a.b", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned();
-        env.wait_for_status(&event, "delivered").await;
-    }
-    if started.elapsed() < Duration::from_secs(6) {
-        assert_eq!(env.count("outbox_messages").await, events, "published rows wait for the window, claimed");
-    }
-    env.wait_for_outbox_drained().await;
-    let statements = client
-        .query("SELECT deleted FROM relayops.outbox_deletes WHERE deleted > 0", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get::<_, i64>(0))
-        .collect::<Vec<_>>();
-    assert_eq!(statements.iter().sum::<i64>(), events, "every row deleted once");
-    assert!(statements.len() < events as usize, "deleted together, not one statement per event: {statements:?}");
-    assert_eq!(env.simulator.received().len(), events as usize, "every delivery sent once");
-}
-
 /// Rows ingest handed over just as the broker went away (the publisher had
 /// not noticed yet, so ingest still wrote them claimed by it) cannot go out
 /// until it returns: the publisher gives them back to the outbox at once —
