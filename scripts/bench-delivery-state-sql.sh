@@ -2,9 +2,10 @@
 # What a delivery's own row writes cost in Postgres, today and in two shapes
 # that would write less (BENCHMARKS.md "What the last CPU target would take"),
 # measured in SQL on plain tables shaped like one history partition
-# (scripts/sql/delivery-state-setup.sql; a scratch database,
-# relayops_test_delivery_state_sql, dropped at the end; the steps are
-# scripts/sql/delivery-state-*.sql). Each flow is a
+# (scripts/sql/delivery-state-setup.sql: today's copied from the schema of a
+# scratch database, relayops_test_delivery_state_sql, that the relayops binary
+# migrates, dropped at the end; the steps are scripts/sql/delivery-state-*.sql).
+# Each flow is a
 # delivery's life without the event, the outbox or the broker: ingest writes
 # the row, the worker's claim, then its record with the attempt row, each in
 # a transaction of its own, `n` deliveries a statement (16: the batchers under
@@ -23,15 +24,19 @@
 # another's full-page images. `pgbench -M prepared -c 4 -j 2`. Both shapes are
 # filled for 15 s first. The variants' order is reversed every other round.
 # Usage: scripts/bench-delivery-state-sql.sh [seconds per run] [rounds]  (default 10, 3)
+# (RELAYOPS_BIN: the relayops binary; default the debug build.)
 set -euo pipefail
 secs=${1:-10} rounds=${2:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 sql=$here/sql
+bin=${RELAYOPS_BIN:-${CARGO_TARGET_DIR:-$here/../target}/debug/relayops}
 url=${RELAYOPS_DATABASE_URL:-postgres://relayops:relayops@127.0.0.1:5432/relayops}
 db=relayops_test_delivery_state_sql
 U=${url%/*}/$db
+tables="deliveries_a, deliveries_b, delivery_state, attempts"
 psql "$url" -qAtX -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 trap 'psql "$url" -qAtX -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null' EXIT
+RELAYOPS_DATABASE_URL=$U "$bin" migrate >/dev/null
 psql "$U" -qAtX -v ON_ERROR_STOP=1 -f "$sql/delivery-state-setup.sql" >/dev/null
 work=$(mktemp -d)
 # A flow: ingest, then the claim (or, for ac and bc, the lock that replaces
@@ -72,7 +77,7 @@ run() {
   before=$(postgres_ticks)
   pgbench -n -M prepared -c 4 -j 2 -T "$seconds" -D n="$n" -f "$work/$variant.sql" "$U" \
     > "$work/out" 2>&1 || { cat "$work/out" >&2; return 1; }
-  psql "$U" -qAtX -c "VACUUM deliveries_a, deliveries_b, delivery_state, attempts" >/dev/null
+  psql "$U" -qAtX -c "VACUUM $tables" >/dev/null
   after=$(postgres_ticks)
   flows=$(awk '/number of transactions actually processed/ {print $NF}' "$work/out")
   python3 -c "print(round(($after - $before) / $(getconf CLK_TCK) / ($flows * $n) * 1e6))"
@@ -80,7 +85,7 @@ run() {
 
 run a 16 15 >/dev/null
 run b 16 15 >/dev/null
-psql "$U" -qAtX -c "ANALYZE deliveries_a, deliveries_b, delivery_state, attempts"
+psql "$U" -qAtX -c "ANALYZE $tables"
 
 variants=(a ac b bc)
 declare -A results

@@ -1,31 +1,14 @@
 -- Two shapes of a delivery's rows, for scripts/bench-delivery-state-sql.sh (plain
--- tables: one partition's worth, no foreign keys). A is today's row (the indexes
--- and CHECKs of a deliveries partition, migrations 0001-0019); B keeps the row's
+-- tables: one partition's worth, no foreign keys), in a migrated database. A is
+-- today's row (a deliveries partition's indexes and CHECKs); B keeps the row's
 -- changing state in a narrow table of its own, with the status-filtered list
 -- indexes partial on unfinished rows (delivered ones: the created index, filtered).
-CREATE FUNCTION v7() RETURNS uuid LANGUAGE sql VOLATILE AS $$
-  SELECT encode(overlay(uuid_send(gen_random_uuid()) placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3) from 1 for 6), 'hex')::uuid $$;
--- A: today's deliveries row and its attempts
-CREATE TABLE deliveries_a (
- id uuid NOT NULL, tenant_id uuid NOT NULL, event_id uuid NOT NULL, endpoint_id uuid NOT NULL,
- status text NOT NULL DEFAULT 'pending', attempt_count int NOT NULL DEFAULT 0 CHECK (attempt_count >= 0),
- next_attempt_at timestamptz, lease_owner text, lease_expires_at timestamptz, last_http_status int, last_error text,
- delivered_at timestamptz, created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), ordering_key text,
- CHECK ((status = 'in_progress') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)),
- CHECK (status = ANY (ARRAY['pending','in_progress','scheduled','delivered','failed','dead'])),
- UNIQUE (event_id, endpoint_id), UNIQUE (id, event_id), UNIQUE (id));
-CREATE INDEX ON deliveries_a (next_attempt_at) WHERE status = 'scheduled';
-CREATE INDEX ON deliveries_a (tenant_id, endpoint_id, created_at DESC, id DESC);
-CREATE INDEX ON deliveries_a (tenant_id, endpoint_id, status, created_at DESC, id DESC);
-CREATE INDEX ON deliveries_a (lease_expires_at) WHERE status = 'in_progress';
-CREATE INDEX ON deliveries_a (tenant_id, ordering_key, created_at DESC, id DESC) WHERE ordering_key IS NOT NULL;
-CREATE INDEX ON deliveries_a (updated_at) WHERE status = 'pending';
-CREATE INDEX ON deliveries_a (tenant_id, created_at DESC, id DESC);
-CREATE INDEX ON deliveries_a (tenant_id, status, created_at DESC, id DESC);
-CREATE TABLE attempts (id uuid PRIMARY KEY, tenant_id uuid NOT NULL, delivery_id uuid NOT NULL, attempt_number int NOT NULL,
- outcome text NOT NULL, http_status int, error text, request_headers jsonb, response_body text, latency_ms int, worker_id text,
- started_at timestamptz, created_at timestamptz NOT NULL DEFAULT now());
-CREATE INDEX ON attempts (tenant_id, delivery_id, attempt_number);
+-- A: today's deliveries row and its attempts, copied from the migrated schema
+-- (columns, CHECKs, indexes), plus the unique index on `id` every partition gets
+-- (`db::partitions::create_id_key`).
+CREATE TABLE deliveries_a (LIKE relayops.deliveries INCLUDING ALL);
+ALTER TABLE deliveries_a ADD UNIQUE (id);
+CREATE TABLE attempts (LIKE relayops.delivery_attempts INCLUDING ALL);
 -- B: the same row without its changing state, and a narrow state table
 CREATE TABLE deliveries_b (
  id uuid NOT NULL, tenant_id uuid NOT NULL, event_id uuid NOT NULL, endpoint_id uuid NOT NULL,
