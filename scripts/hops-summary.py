@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Reads the hop trace (`RELAYOPS_LOG=warn,relayops::hops=trace`, JSON log
-lines; see `relayops_shared::telemetry::HOPS_TARGET`) of one or more RelayOps
+"""Reads the hop trace (`RELAYOPS_LOG=warn,relayops::hops=trace`, in the default
+JSON log format: lines of `RELAYOPS_LOG_FORMAT=text` are skipped; see
+`relayops_shared::telemetry::HOPS_TARGET`) of one or more RelayOps
 processes and prints, per step of an event's way from its commit to the
 receiver's answer, the time between consecutive hops: p50, p90 and p99 in
 milliseconds over every event that logged both. `at_us` is the wall clock,
