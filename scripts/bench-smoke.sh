@@ -2,7 +2,8 @@
 # A small run of relayops-bench against a fresh `relayops all` (debug build), to
 # prove the load generator and every scenario work; then the backlog scenario
 # and the queueing scenario against `relayops api` (no worker: the bench starts
-# one). Not a timed assertion.
+# one); and the hop trace's summary (scripts/hops-summary.py) of the first run.
+# Not a timed assertion.
 set -euo pipefail
 target="${CARGO_TARGET_DIR:-target}/debug"
 export RELAYOPS_API_LISTEN=127.0.0.1:18080 RELAYOPS_SIMULATOR_LISTEN=127.0.0.1:18090 RELAYOPS_LOG=warn
@@ -30,7 +31,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$target/relayops" all > /tmp/relayops-bench-smoke.log 2>&1 &
+# With the hop trace on: its summary is checked below.
+RELAYOPS_LOG=warn,relayops::hops=trace "$target/relayops" all > /tmp/relayops-bench-smoke.log 2>&1 &
 pid=$!
 "$target/relayops-bench" --api http://127.0.0.1:18080 --events 300 --concurrency 8 --ceiling-secs 1 \
   --paced-rates 50,100 --rate 50 --paced-secs 2 --console-deliveries 300 --console-rounds 3 --fanout-endpoints 1,10 --json \
@@ -54,4 +56,12 @@ drained=$(grep -c '"drained_complete": true' "$out.backlog" || true)
 costs=$(cat "$out" "$out.backlog" | grep -c '"server_cpu_secs_per_1000"' || true)
 [ "$costs" -ge 14 ] || { echo "bench smoke: only $costs scenarios with a cost" >&2; exit 1; }
 [ "$complete" -ge 6 ] || { echo "bench smoke: only $complete scenarios completed" >&2; cat "$out" "$out.backlog" >&2; exit 1; }
-echo "bench smoke: ok ($complete delivery scenarios complete)"
+# The hop trace summary finds every step it names (a hop renamed in the code
+# fails here), and refuses a log without the trace (the api's, at warn).
+hops_summary="$(dirname "$0")/hops-summary.py"
+steps=$(python3 "$hops_summary" /tmp/relayops-bench-smoke.log)
+if grep -q "no events logged" <<<"$steps"; then echo "bench smoke: hop trace steps missing" >&2; echo "$steps" >&2; exit 1; fi
+if python3 "$hops_summary" /tmp/relayops-bench-smoke-api.log >/dev/null 2>&1; then
+  echo "bench smoke: hops-summary.py read hops from a log without the trace" >&2; exit 1
+fi
+echo "bench smoke: ok ($complete delivery scenarios complete, $(grep -c . <<<"$steps") hop trace lines)"

@@ -7,12 +7,18 @@ receiver's answer, the time between consecutive hops: p50, p90 and p99 in
 milliseconds over every event that logged both. `at_us` is the wall clock,
 comparable across processes on one host, so logs of an API and a worker on the
 same machine can be given together. The first line is the ingest handler's own
-time (request parsed -> rows committed, `handler_us`).
+time (request parsed -> rows committed, `handler_us`). Percentiles are nearest
+rank, as `relayops-bench` computes its own. An event is timed by the first
+time it reached each hop: for an event with several deliveries, its first
+delivery's way. A message carrying several events logs the publisher's hops
+under its first event only, so the others count in the worker's steps alone.
+Exits 1 when the logs hold no hop line (the trace off, or a text-format log).
 
 Usage: scripts/hops-summary.py relayops.log [worker.log ...]
 """
 import collections
 import json
+import math
 import sys
 
 HOPS = [
@@ -26,27 +32,30 @@ HOPS = [
 ]
 
 
-def percentile(values, fraction):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+def percentile(ordered, fraction):
+    """Nearest rank of sorted `ordered`, as the bench's `stats::percentiles`."""
+    rank = min(max(math.ceil(len(ordered) * fraction), 1), len(ordered))
+    return ordered[rank - 1]
 
 
 def line(label, values):
     if not values:
         return f"{label:<42} no events logged both hops"
-    p50, p90, p99 = (percentile(values, f) for f in (0.5, 0.9, 0.99))
-    return f"{label:<42} p50 {p50:7.2f}  p90 {p90:7.2f}  p99 {p99:7.2f} ms  ({len(values)} events)"
+    ordered = sorted(values)
+    p50, p95, p99 = (percentile(ordered, f) for f in (0.5, 0.95, 0.99))
+    return f"{label:<42} p50 {p50:7.2f}  p95 {p95:7.2f}  p99 {p99:7.2f} ms  ({len(values)} events)"
 
 
-def main(paths):
-    if not paths:
-        sys.exit(__doc__)
-    # The first time each event reached each hop (a redelivered event keeps
-    # its first pass).
+def read_hops(paths):
+    """Each event's first time at each hop, and the handler's times (ms)."""
     seen = collections.defaultdict(dict)
     handler_ms = []
     for path in paths:
-        with open(path, encoding="utf-8") as log:
+        try:
+            log = open(path, encoding="utf-8")
+        except OSError as error:
+            sys.exit(f"hops-summary: cannot read {path}: {error.strerror}")
+        with log:
             for text in log:
                 if '"relayops::hops"' not in text:
                     continue
@@ -61,12 +70,23 @@ def main(paths):
                 seen[event].setdefault(hop, at)
                 if hop == "ingest.committed" and "handler_us" in fields:
                     handler_ms.append(fields["handler_us"] / 1000)
+    return seen, handler_ms
+
+
+def main(paths):
+    if not paths:
+        sys.exit(__doc__)
+    seen, handler_ms = read_hops(paths)
+    if not seen:
+        sys.exit("hops-summary: no hop line in " + ", ".join(paths) + " (is RELAYOPS_LOG=...,relayops::hops=trace on, in JSON?)")
+
+    def gaps(earlier, later):
+        return [(hops[later] - hops[earlier]) / 1000 for hops in seen.values() if earlier in hops and later in hops]
+
     print(line("handler (parsed -> committed)", handler_ms))
     for earlier, later in zip(HOPS, HOPS[1:]):
-        gaps = [(hops[later] - hops[earlier]) / 1000 for hops in seen.values() if earlier in hops and later in hops]
-        print(line(f"{earlier} -> {later}", gaps))
-    whole = [(h[HOPS[-1]] - h[HOPS[0]]) / 1000 for h in seen.values() if HOPS[0] in h and HOPS[-1] in h]
-    print(line("committed -> answered", whole))
+        print(line(f"{earlier} -> {later}", gaps(earlier, later)))
+    print(line("committed -> answered", gaps(HOPS[0], HOPS[-1])))
 
 
 if __name__ == "__main__":
