@@ -188,10 +188,14 @@ impl ReadyQueue {
             self.channel = Some((connection, channel));
         }
         let (_, channel) = self.channel.as_ref()?;
+        // Every ready shard counts: together they are the work waiting.
         let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-        let queue = Topology::new(&self.broker).ready_queue;
-        let declared = channel.queue_declare(&queue, passive, Default::default()).await.ok()?;
-        Some(declared.message_count())
+        let mut depth = 0u32;
+        for shard in Topology::new(&self.broker).ready_shards.all() {
+            let declared = channel.queue_declare(&shard.queue, passive, Default::default()).await.ok()?;
+            depth = depth.saturating_add(declared.message_count());
+        }
+        Some(depth)
     }
 }
 

@@ -141,6 +141,13 @@ pub struct BrokerConfig {
     /// 1800000,3600000,7200000,18000000,36000000`): the fixed delays of the retry
     /// queues, ascending. Changing them declares new queues; old ones drain.
     pub retry_delays_ms: Vec<u64>,
+    /// `RELAYOPS_READY_SHARDS` (default 8, at most 64): ready queues. With 1,
+    /// every message goes to `<ns>.ready`. With more, first attempts go to
+    /// `<ns>.ready.1` … `<ns>.ready.<n-1>`, each tenant to the shallower of
+    /// its two (shuffle sharding), and `<ns>.ready` carries what comes back
+    /// (retries, postponements); workers consume them all, each with its own
+    /// prefetch. See ARCHITECTURE.md, "Fair delivery".
+    pub ready_shards: u16,
 }
 
 impl BrokerConfig {
@@ -151,8 +158,18 @@ impl BrokerConfig {
             namespace: parsed("QUEUE_NAMESPACE", "relayops".to_owned())?,
             queue_expires_ms: (expires > 0).then_some(expires),
             retry_delays_ms: retry_delays()?,
+            ready_shards: ready_shards()?,
         })
     }
+}
+
+fn ready_shards() -> Result<u16, ConfigError> {
+    let shards: u16 = positive("READY_SHARDS", crate::broker::DEFAULT_READY_SHARDS)?;
+    if shards > crate::broker::MAX_READY_SHARDS {
+        let message = format!("must be at most {}", crate::broker::MAX_READY_SHARDS);
+        return Err(ConfigError { key: key("READY_SHARDS"), message });
+    }
+    Ok(shards)
 }
 
 fn retry_delays() -> Result<Vec<u64>, ConfigError> {

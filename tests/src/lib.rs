@@ -83,6 +83,10 @@ pub struct TestConfig {
     pub admin_token: String,
     /// How ingest writes deliveries (the production default unless a test changes it).
     pub ingest: IngestConfig,
+    /// Ready queues (`RELAYOPS_READY_SHARDS`): one unless a test is about
+    /// shards, so the many parallel tests keep the broker's queue count low
+    /// and tests that read `<ns>.ready` find every message there.
+    pub ready_shards: u16,
 }
 
 /// Which servers a test uses.
@@ -161,6 +165,7 @@ impl Default for TestConfig {
             services: Services::default(),
             admin_token,
             ingest: IngestConfig::default(),
+            ready_shards: 1,
         }
     }
 }
@@ -401,6 +406,7 @@ impl TestEnv {
             queue_expires_ms: Some(1_800_000),
             // Few buckets keep the broker light with many tests at once.
             retry_delays_ms: vec![250, 1_000, 5_000],
+            ready_shards: config.ready_shards,
         };
         let admin_email = format!("admin-{suffix}@example.com");
         let admin_password = format!("pw-{}", uuid::Uuid::new_v4().simple());

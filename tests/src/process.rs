@@ -129,6 +129,7 @@ impl TestEnv {
             .env("RELAYOPS_QUEUE_NAMESPACE", &self.broker.namespace)
             .env("RELAYOPS_QUEUE_EXPIRES_MS", self.broker.queue_expires_ms.unwrap_or(0).to_string())
             .env("RELAYOPS_RETRY_DELAYS_MS", delays)
+            .env("RELAYOPS_READY_SHARDS", self.broker.ready_shards.to_string())
             .env("RELAYOPS_HTTP_TIMEOUT_MS", worker.request_timeout.as_millis().to_string())
             .env("RELAYOPS_LEASE_MS", worker.lease.as_millis().to_string())
             .env("RELAYOPS_WORKER_CONCURRENCY", worker.concurrency.to_string())

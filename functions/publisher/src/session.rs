@@ -1,8 +1,12 @@
-//! One AMQP connection and confirm-mode channel, and pipelined publishing.
-use std::time::Duration;
+//! One AMQP connection and confirm-mode channel, and pipelined publishing;
+//! each message to a ready queue goes to one of its tenant's shards, the
+//! shallower (depths sampled on a channel of their own a few times a second,
+//! plus what this session published since: `ShardDepths`).
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use lapin::options::BasicPublishOptions;
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::publisher_confirm::Confirmation;
 use lapin::{BasicProperties, Channel, Connection};
 use relayops_shared::broker::{self, BrokerError, Destination, QueueMessage, Topology};
@@ -24,6 +28,21 @@ pub struct Session {
     connection: Connection,
     channel: Channel,
     topology: Topology,
+    /// For sampling the ready shards' depths (a passive declare that fails
+    /// closes its channel: never the publishing one).
+    sampling: Channel,
+    depths: Mutex<ShardDepths>,
+}
+
+/// How often the ready shards' depths are sampled, at most.
+const DEPTH_SAMPLE_EVERY: Duration = Duration::from_millis(200);
+
+/// The ready shards' depths as last sampled, plus the messages this session
+/// sent each since: where a tenant's next message goes.
+#[derive(Debug)]
+struct ShardDepths {
+    sampled_at: Option<Instant>,
+    messages: Vec<u32>,
 }
 
 /// Crash point: half of a batch's messages sent and confirmed, the rest not
@@ -58,7 +77,35 @@ impl Session {
         let channel = broker::open_confirming_channel(&connection).await?;
         let topology = Topology::new(config);
         topology.declare(&channel).await?;
-        Ok(Self { connection, channel, topology })
+        let sampling = broker::open_channel(&connection).await?;
+        let depths = Mutex::new(ShardDepths { sampled_at: None, messages: vec![0; topology.ready_shards.all().len()] });
+        Ok(Self { connection, channel, topology, sampling, depths })
+    }
+
+    /// Samples the ready shards' depths if the last sample is older than
+    /// [`DEPTH_SAMPLE_EVERY`] (only with first-attempt shards to choose
+    /// between). A failure keeps the previous figures: the choice is a
+    /// preference, never a condition for publishing.
+    async fn sample_depths(&self) {
+        let shards = self.topology.ready_shards.all();
+        if shards.len() <= 2 {
+            return;
+        }
+        let due = self.depths.lock().map(|d| d.sampled_at.is_none_or(|at| at.elapsed() >= DEPTH_SAMPLE_EVERY));
+        if !due.unwrap_or(false) || !self.sampling.status().connected() {
+            return;
+        }
+        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+        let declared =
+            join_all(shards.iter().map(|shard| self.sampling.queue_declare(&shard.queue, passive, Default::default())));
+        let Ok(declared) = tokio::time::timeout(Duration::from_secs(1), declared).await else { return };
+        let Ok(mut depths) = self.depths.lock() else { return };
+        depths.sampled_at = Some(Instant::now());
+        for (slot, declared) in depths.messages.iter_mut().zip(declared) {
+            if let Ok(queue) = declared {
+                *slot = queue.message_count();
+            }
+        }
     }
 
     /// Publishes on a new channel from now on, after the broker refused
@@ -74,18 +121,28 @@ impl Session {
         self.connection.status().connected() && self.channel.status().connected()
     }
 
-    /// Work goes to the ready queue, dead letters to the operations DLQ. An
-    /// envelope this version cannot read (a newer writer) goes to the DLQ too,
-    /// where operators see it, rather than looping here.
+    /// Work goes to the shallower of its tenant's ready shards, dead letters
+    /// to the operations DLQ. An envelope this version cannot read (a newer
+    /// writer) goes to the DLQ too, where operators see it, rather than
+    /// looping here.
     fn route(&self, envelope: &serde_json::Value) -> (&str, &str) {
         match QueueMessage::deserialize(envelope).map(|message| message.destination()) {
-            Ok(Destination::Ready) => (&self.topology.exchange, &self.topology.ready_routing_key),
+            Ok(Destination::Ready { tenant }) => {
+                let shards = &self.topology.ready_shards;
+                let Ok(mut depths) = self.depths.lock() else {
+                    return (&self.topology.exchange, &shards.for_tenant(tenant, &[]).routing_key);
+                };
+                let chosen = shards.choose(tenant, &depths.messages);
+                depths.messages[chosen] = depths.messages[chosen].saturating_add(1);
+                (&self.topology.exchange, &shards.all()[chosen].routing_key)
+            }
             Ok(Destination::DeadLetters) | Err(_) => (&self.topology.dead_exchange, ""),
         }
     }
 
     /// Sends every message, then awaits the confirms together.
     pub async fn publish_confirmed(&self, messages: &[Outgoing], confirm_timeout: Duration) -> BatchResults {
+        self.sample_depths().await;
         let mut results = BatchResults::default();
         let mut pending = Vec::with_capacity(messages.len());
         for (index, message) in messages.iter().enumerate() {

@@ -1,15 +1,20 @@
-//! The AMQP side of the worker: connect, declare the topology, consume the
-//! ready queue with manual acks and a bounded prefetch, and hand each message
-//! to a [`Settler`] on its own task (a bundle's deliveries each on a task of
-//! their own; at most the concurrency's deliveries under way), which acks,
-//! delays or requeues it once settled. A lost connection is re-established
-//! with a growing pause; unacked messages return to the queue by themselves.
+//! The AMQP side of the worker: connect, declare the topology, consume every
+//! ready shard (each on a channel of its own, with manual acks and its own
+//! bounded prefetch, so a shard full of one tenant's backlog never holds back
+//! another's messages), and hand each message to a [`Settler`] on its own
+//! task (a bundle's deliveries each on a task of their own; at most the
+//! concurrency's deliveries under way, the slots shared fairly between
+//! tenants: [`FairSlots`]), which acks, delays or requeues it once settled.
+//! A lost connection is re-established with a growing pause; unacked
+//! messages return to their queue by themselves.
 use std::sync::Arc;
 
+use futures_util::stream::{self, BoxStream};
 use futures_util::StreamExt;
+use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::{Connection, Consumer};
+use lapin::Connection;
 use relayops_shared::api::PublisherWakeup;
 use relayops_shared::broker::{self, BrokerError, Topology, SETUP_TIMEOUT};
 use relayops_shared::config::{BrokerConfig, WorkerConfig};
@@ -23,6 +28,7 @@ use crate::gate::Gate;
 use crate::process::Processor;
 use crate::sender::{Sender, SenderError};
 use crate::settle::Settler;
+use crate::slots::FairSlots;
 
 pub struct Worker {
     broker: BrokerConfig,
@@ -72,35 +78,48 @@ impl Worker {
         // (an overloaded broker, a lost frame) must become a reconnect, not a
         // worker that silently never consumes.
         let setup = tokio::time::timeout(SETUP_TIMEOUT, self.subscribe()).await;
-        let Subscription { _connection, channel, delays, mut consumer, topology } =
+        let Subscription { _connection, shards, delays, topology } =
             setup.map_err(|_| BrokerError::SetupTimeout(SETUP_TIMEOUT))??;
-        tracing::info!(queue = %topology.ready_queue, prefetch = self.config.concurrency, "worker consuming");
+        tracing::info!(
+            queues = topology.ready_shards.all().len(),
+            prefetch = self.config.concurrency,
+            "worker consuming"
+        );
         self.consuming.send_replace(true);
         let mut in_flight = JoinSet::new();
-        let settler =
-            Settler::new(self.processor.clone(), delays, channel.clone(), self.config.concurrency, stopping.clone());
+        let slots = FairSlots::new(usize::from(self.config.concurrency));
+        let settlers: Vec<Settler> = shards
+            .iter()
+            .map(|shard| {
+                let (processor, channel) = (self.processor.clone(), shard.channel.clone());
+                Settler::new(processor, delays.clone(), channel, Arc::clone(&slots), stopping.clone())
+            })
+            .collect();
+        let mut messages = merged(&shards);
         // One wait for the stop for the whole loop, not one per message.
         let stop = stop_requested(&mut stopping);
         tokio::pin!(stop);
         let ended = loop {
             tokio::select! {
-                next = consumer.next() => {
-                    let delivery = match next {
-                        Some(Ok(delivery)) => delivery,
-                        Some(Err(error)) => break Err(BrokerError::Channel(error)),
-                        None => break Ok(()),
+                next = messages.next() => {
+                    let (shard, delivery) = match next {
+                        Some((shard, Some(Ok(delivery)))) => (shard, delivery),
+                        Some((_, Some(Err(error)))) => break Err(BrokerError::Channel(error)),
+                        // One shard's consumer ended (its channel closed): reconnect all.
+                        Some((_, None)) | None => break Ok(()),
                     };
-                    let settler = settler.clone();
+                    let settler = settlers[shard].clone();
                     in_flight.spawn(async move { settler.settle(delivery).await });
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
                 _ = &mut stop => {
-                    // The broker sends this consumer nothing more; what it sent
-                    // that no task took yet goes back to the queue when the
-                    // connection closes with the process.
-                    let tag = consumer.tag();
-                    if let Err(error) = channel.basic_cancel(tag.as_str(), BasicCancelOptions::default()).await {
-                        tracing::warn!(error = %error, "cancelling the consumer while stopping failed");
+                    // The broker sends these consumers nothing more; what it
+                    // sent that no task took yet goes back to the queues when
+                    // the connection closes with the process.
+                    for shard in &shards {
+                        if let Err(error) = shard.channel.basic_cancel(&shard.tag, BasicCancelOptions::default()).await {
+                            tracing::warn!(error = %error, "cancelling a consumer while stopping failed");
+                        }
                     }
                     tracing::info!(in_flight = in_flight.len(), "worker stopping: finishing the deliveries under way");
                     while in_flight.join_next().await.is_some() {}
@@ -118,36 +137,63 @@ impl Worker {
     }
 }
 
-/// What consuming needs, and the connection and channel it must keep open.
+/// Every shard's messages as one stream, each with its shard's index; a
+/// shard's consumer that ends gives `(index, None)` once.
+fn merged(shards: &[ShardConsumer]) -> BoxStream<'static, (usize, Option<lapin::Result<Delivery>>)> {
+    let streams = shards.iter().enumerate().map(|(index, shard)| {
+        let ended = stream::once(async move { (index, None) });
+        shard.consumer.clone().map(move |delivery| (index, Some(delivery))).chain(ended).boxed()
+    });
+    stream::select_all(streams).boxed()
+}
+
+/// One ready shard being consumed: its channel (which also tells held
+/// messages whether they still belong to the broker) and consumer.
+struct ShardConsumer {
+    channel: lapin::Channel,
+    consumer: lapin::Consumer,
+    tag: String,
+}
+
+/// What consuming needs, and the connection and channels it must keep open.
 struct Subscription {
     _connection: Arc<Connection>,
-    /// Also tells held messages whether they still belong to the broker.
-    channel: lapin::Channel,
+    shards: Vec<ShardConsumer>,
     delays: Arc<DelayPublisher>,
-    consumer: Consumer,
     topology: Topology,
 }
 
 impl Worker {
     /// Connects, declares the topology, opens the retry publisher and starts
-    /// consuming the ready queue with the configured prefetch.
+    /// consuming every ready shard, each on its own channel with the
+    /// configured prefetch.
     async fn subscribe(&self) -> Result<Subscription, BrokerError> {
         let connection = Arc::new(broker::connect(&self.broker, "relayops-worker").await?);
         let channel = broker::open_channel(&connection).await?;
         let topology = Topology::new(&self.broker);
         topology.declare(&channel).await?;
         let delays = Arc::new(DelayPublisher::open(connection.clone(), topology.clone()).await?);
-        // Prefetch bounds the messages (and so the HTTP requests) in flight per worker.
-        channel.basic_qos(self.config.concurrency, BasicQosOptions::default()).await.map_err(BrokerError::Channel)?;
-        let consumer = channel
-            .basic_consume(
-                &topology.ready_queue,
-                &self.config.worker_id,
-                BasicConsumeOptions::default(), // manual acks: no_ack = false
-                FieldTable::default(),
-            )
-            .await
-            .map_err(BrokerError::Channel)?;
-        Ok(Subscription { _connection: connection, channel, delays, consumer, topology })
+        let mut shards = Vec::with_capacity(topology.ready_shards.all().len());
+        for (index, shard) in topology.ready_shards.all().iter().enumerate() {
+            let channel = if index == 0 { channel.clone() } else { broker::open_channel(&connection).await? };
+            // Prefetch bounds the messages in flight per shard, so each shard
+            // keeps its own window whatever the others hold.
+            channel
+                .basic_qos(self.config.concurrency, BasicQosOptions::default())
+                .await
+                .map_err(BrokerError::Channel)?;
+            let tag = format!("{}.{index}", self.config.worker_id);
+            let consumer = channel
+                .basic_consume(
+                    &shard.queue,
+                    &tag,
+                    BasicConsumeOptions::default(), // manual acks: no_ack = false
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(BrokerError::Channel)?;
+            shards.push(ShardConsumer { channel, consumer, tag });
+        }
+        Ok(Subscription { _connection: connection, shards, delays, topology })
     }
 }

@@ -33,6 +33,7 @@ pub mod resolver;
 pub mod saturation;
 pub mod sender;
 mod settle;
+pub mod slots;
 pub mod verdict;
 
 pub use consumer::Worker;

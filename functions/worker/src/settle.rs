@@ -4,9 +4,10 @@
 //! its deliveries, each processed on a task of its own as if it had come
 //! alone, each that needs another try sent round as a `delivery.v1` of its
 //! own, and the bundle acked once all are settled or sent round (requeued
-//! whole if one that nothing else would redo could not be sent round). A
-//! semaphore keeps the deliveries under way within the worker's
-//! concurrency: prefetch counts messages, and a bundle carries several.
+//! whole if one that nothing else would redo could not be sent round). The
+//! worker's fair slots ([`FairSlots`]) keep the deliveries under way within
+//! its concurrency, shared between tenants: prefetch counts messages (per
+//! ready shard), and a bundle carries several.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,13 +16,14 @@ use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use relayops_shared::broker::{DeliveryTask, QueueMessage};
 use relayops_shared::task::stop_requested;
 use relayops_shared::telemetry::error_chain;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::delay::{DelayPublisher, THROTTLES_HEADER};
 use crate::hold::{delivery_count, near_delivery_limit, Backoff};
 use crate::process::{Disposition, Processor};
 use crate::report;
+use crate::slots::FairSlots;
 
 /// Pause before requeueing after a failure on our side, so a database outage
 /// does not become a hot redelivery loop.
@@ -97,7 +99,8 @@ pub(crate) struct Settler {
     delays: Arc<DelayPublisher>,
     /// Also tells held messages whether they still belong to the broker.
     channel: lapin::Channel,
-    permits: Arc<Semaphore>,
+    /// The worker's slots, shared by every shard's settler.
+    slots: Arc<FairSlots>,
     /// Turns true when the process is told to stop: deliveries not started
     /// by then are given back untouched.
     stopping: watch::Receiver<bool>,
@@ -108,17 +111,17 @@ impl Settler {
         processor: Processor,
         delays: Arc<DelayPublisher>,
         channel: lapin::Channel,
-        concurrency: u16,
+        slots: Arc<FairSlots>,
         stopping: watch::Receiver<bool>,
     ) -> Self {
-        let permits = Arc::new(Semaphore::new(usize::from(concurrency)));
-        Self { processor, delays, channel, permits, stopping }
+        Self { processor, delays, channel, slots, stopping }
     }
 
     /// Processes a delivery until it has a disposition other than [`Disposition::Hold`]:
     /// through a database outage its message is kept (see [`crate::hold`]) while
     /// its channel lives; a channel that closed has given it back already. Holds
-    /// one of the worker's `permits` (its concurrency) meanwhile; one not
+    /// one of the worker's `slots` (its concurrency, shared fairly between
+    /// tenants) meanwhile; one not
     /// started when the process is told to stop (a bundle's later deliveries)
     /// is not started: [`Disposition::Requeue`], its row untouched.
     async fn process_holding(&self, task: DeliveryTask, throttles: u32) -> Disposition {
@@ -127,7 +130,7 @@ impl Settler {
         let _permit = tokio::select! {
             biased;
             () = stop_requested(&mut stopping) => return Disposition::Requeue,
-            permit = self.permits.acquire() => permit.ok(),
+            permit = self.slots.acquire(task.tenant_id) => permit,
         };
         let mut backoff = Backoff::default();
         loop {

@@ -38,7 +38,10 @@ pub enum QueueMessage {
 /// Where a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Destination {
-    Ready,
+    /// A ready queue: one of this tenant's shards.
+    Ready {
+        tenant: TenantId,
+    },
     DeadLetters,
 }
 
@@ -209,7 +212,9 @@ impl EventDeliveries {
 impl QueueMessage {
     pub fn destination(&self) -> Destination {
         match self {
-            Self::DeliveryV1(_) | Self::DeliveriesV1(_) | Self::DeliveriesV2(_) => Destination::Ready,
+            Self::DeliveryV1(task) => Destination::Ready { tenant: task.tenant_id },
+            Self::DeliveriesV1(bundle) => Destination::Ready { tenant: bundle.tenant_id },
+            Self::DeliveriesV2(bundle) => Destination::Ready { tenant: bundle.tenant_id },
             Self::DeadLetterV1(_) => Destination::DeadLetters,
         }
     }
@@ -292,7 +297,7 @@ mod tests {
             panic!("a bundle reads back as a bundle");
         };
         assert_eq!(bundle.tasks().collect::<Vec<_>>(), tasks);
-        assert_eq!(message.destination(), Destination::Ready);
+        assert_eq!(message.destination(), Destination::Ready { tenant: event.tenant_id });
     }
 
     /// The oldest shape that carries them: what the previous release's workers read stays as it was.
@@ -310,7 +315,7 @@ mod tests {
             panic!("a v2 bundle reads back as one");
         };
         assert_eq!(bundle.tasks().collect::<Vec<_>>(), tasks, "each delivery under its own event");
-        assert_eq!(QueueMessage::DeliveriesV2(bundle).destination(), Destination::Ready);
+        assert_eq!(QueueMessage::DeliveriesV2(bundle).destination(), Destination::Ready { tenant: event.tenant_id });
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! RabbitMQ: connecting (lapin on tokio), the topology every role declares
 //! idempotently at start-up, and the versioned message envelope.
 pub mod envelope;
+mod shards;
 mod topology;
 
 use lapin::uri::AMQPUri;
@@ -10,6 +11,7 @@ pub use envelope::{
     message_for, BundledDelivery, DeadLetter, DeliveryBundle, DeliveryTask, Destination, EventDeliveries,
     EventDelivery, QueueMessage, TenantDeliveries, EVENT_DELIVERIES_V1,
 };
+pub use shards::{ReadyShard, ReadyShards, DEFAULT_READY_SHARDS, MAX_READY_SHARDS};
 pub use topology::{RetryBucket, Topology, DELIVERY_LIMIT, RETRY_DELAYS_MS};
 
 use crate::config::BrokerConfig;

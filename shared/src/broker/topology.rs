@@ -2,7 +2,10 @@
 //! durable and every queue is a quorum queue (see ARCHITECTURE.md, "Queue
 //! topology"):
 //!
-//! - `<ns>.work` (direct) → `<ns>.ready`: work to do now.
+//! - `<ns>.work` (direct) → `<ns>.ready`: work to do now; with more than one
+//!   ready shard, `<ns>.ready` takes what comes back through the retry queues
+//!   and `<ns>.ready.<i>` (routing key `ready.<i>`) the first attempts, each
+//!   tenant's on two of them (`shards`).
 //! - `<ns>.retry` (direct) → `<ns>.retry.<ttl>`: one queue per fixed delay
 //!   (`x-message-ttl` per queue, never per message, so a long delay cannot hold
 //!   up a short one); expired messages dead-letter back to `<ns>.work` / `ready`.
@@ -18,6 +21,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, ExchangeKind};
 
+use super::shards::ReadyShards;
 use super::BrokerError;
 use crate::config::BrokerConfig;
 
@@ -47,8 +51,12 @@ pub struct RetryBucket {
 pub struct Topology {
     /// Direct exchange that routes work to the ready queue.
     pub exchange: String,
+    /// `<ns>.ready`: everything with one shard; what comes back through the
+    /// retry queues (which dead-letter to `ready_routing_key`) with more.
     pub ready_queue: String,
     pub ready_routing_key: String,
+    /// Every ready queue (`RELAYOPS_READY_SHARDS`), `<ns>.ready` first.
+    pub ready_shards: ReadyShards,
     pub retry_exchange: String,
     pub retry_buckets: Vec<RetryBucket>,
     pub dead_exchange: String,
@@ -68,10 +76,12 @@ impl Topology {
                 routing_key: format!("{ms}ms"),
             })
             .collect();
+        let ready_shards = ReadyShards::new(ns, config.ready_shards);
         Self {
             exchange: format!("{ns}.work"),
-            ready_queue: format!("{ns}.ready"),
-            ready_routing_key: "ready".to_owned(),
+            ready_queue: ready_shards.returns().queue.clone(),
+            ready_routing_key: ready_shards.returns().routing_key.clone(),
+            ready_shards,
             retry_exchange: format!("{ns}.retry"),
             retry_buckets,
             dead_exchange: format!("{ns}.dead"),
@@ -135,10 +145,12 @@ impl Topology {
     /// Declares everything; safe to call from every process at every start.
     pub async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
         self.exchange(channel, &self.exchange, ExchangeKind::Direct).await?;
-        let mut ready_arguments = self.quorum_arguments();
-        ready_arguments.insert(ShortString::from("x-delivery-limit"), AMQPValue::LongLongInt(DELIVERY_LIMIT));
-        self.queue(channel, &self.ready_queue, ready_arguments).await?;
-        self.bind(channel, &self.ready_queue, &self.exchange, &self.ready_routing_key).await?;
+        for shard in self.ready_shards.all() {
+            let mut ready_arguments = self.quorum_arguments();
+            ready_arguments.insert(ShortString::from("x-delivery-limit"), AMQPValue::LongLongInt(DELIVERY_LIMIT));
+            self.queue(channel, &shard.queue, ready_arguments).await?;
+            self.bind(channel, &shard.queue, &self.exchange, &shard.routing_key).await?;
+        }
 
         self.exchange(channel, &self.retry_exchange, ExchangeKind::Direct).await?;
         for bucket in &self.retry_buckets {
@@ -167,8 +179,9 @@ impl Topology {
     /// hundreds of quorum queues expiring together through `x-expires` stall
     /// RabbitMQ 3.10 for up to a minute (see ARCHITECTURE.md, "Queue topology").
     pub async fn delete(&self, channel: &Channel) -> Result<(), BrokerError> {
-        let queues = [self.ready_queue.clone(), self.dead_queue.clone(), self.alert_queue()]
+        let queues = [self.dead_queue.clone(), self.alert_queue()]
             .into_iter()
+            .chain(self.ready_shards.all().iter().map(|shard| shard.queue.clone()))
             .chain(self.retry_buckets.iter().map(|bucket| bucket.queue.clone()));
         for queue in queues {
             channel.queue_delete(&queue, QueueDeleteOptions::default()).await.map_err(BrokerError::Topology)?;
@@ -190,6 +203,7 @@ mod tests {
             namespace: "t".into(),
             queue_expires_ms: None,
             retry_delays_ms: RETRY_DELAYS_MS.to_vec(),
+            ready_shards: 1,
         })
     }
 

@@ -1,4 +1,4 @@
-//! Sampled gauges: the outbox backlog and the depth of every queue (ready,
+//! Sampled gauges: the outbox backlog and the depth of every queue (each ready shard,
 //! each retry delay, the operations DLQ), measured on an interval by a
 //! background task — never per request. A measurement that cannot be taken
 //! leaves the gauge at its last value and is logged at debug level; readiness,
@@ -17,7 +17,13 @@ use crate::repo::outbox;
 pub fn spawn_queue_gauges(pool: Pool, broker: BrokerConfig, interval: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let topology = Topology::new(&broker);
-        let mut queues = vec![("ready".to_owned(), topology.ready_queue.clone())];
+        // `ready` is `<ns>.ready`; first-attempt shards are `ready_<i>`.
+        let mut queues: Vec<(String, String)> = topology
+            .ready_shards
+            .all()
+            .iter()
+            .map(|shard| (shard.routing_key.replace('.', "_"), shard.queue.clone()))
+            .collect();
         for bucket in &topology.retry_buckets {
             queues.push((format!("retry_{}", bucket.routing_key), bucket.queue.clone()));
         }

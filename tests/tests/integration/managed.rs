@@ -151,6 +151,7 @@ fn test_broker() -> BrokerConfig {
         namespace: format!("test.{}", uuid::Uuid::new_v4().simple()),
         queue_expires_ms: Some(60_000),
         retry_delays_ms: vec![250],
+        ready_shards: 1,
     }
 }
 

@@ -1,0 +1,208 @@
+//! The worker's delivery slots (`RELAYOPS_WORKER_CONCURRENCY`), shared fairly
+//! between tenants: a freed slot goes to the waiting tenant that holds the
+//! fewest, and no tenant holds more than [`TenantShare`] of them while
+//! others may come (SPEC §12). A tenant alone still gets all but the
+//! reserve, so a lone busy tenant is not held back; a tenant whose receiver
+//! is slow (each slot held for seconds) leaves the reserve free for every
+//! other tenant's next delivery, and among tenants waiting, the one with
+//! the least under way goes first — not whoever queued first.
+//!
+//! A slot is held from before the claim until the delivery is settled; a
+//! [`SlotPermit`] gives it back when dropped (also when a task is aborted).
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use relayops_shared::ids::TenantId;
+use tokio::sync::oneshot;
+
+/// The most slots one tenant may hold: all but an eighth (at least one kept
+/// for the others, when there are two or more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantShare(usize);
+
+impl TenantShare {
+    pub fn of(capacity: usize) -> Self {
+        let reserve = (capacity / 8).max(usize::from(capacity > 1));
+        Self(capacity.saturating_sub(reserve).max(1))
+    }
+}
+
+pub struct FairSlots {
+    state: Mutex<State>,
+    share: TenantShare,
+}
+
+#[derive(Default)]
+struct State {
+    free: usize,
+    held: HashMap<TenantId, usize>,
+    /// Per tenant, its waiters in arrival order.
+    waiting: HashMap<TenantId, VecDeque<oneshot::Sender<SlotPermit>>>,
+}
+
+/// One slot, held for `tenant` until dropped.
+pub struct SlotPermit {
+    slots: Arc<FairSlots>,
+    tenant: TenantId,
+    /// False once its slot was taken back without running `Drop`'s release.
+    live: bool,
+}
+
+impl Drop for SlotPermit {
+    fn drop(&mut self) {
+        if self.live {
+            self.slots.release(self.tenant);
+        }
+    }
+}
+
+impl FairSlots {
+    pub fn new(capacity: usize) -> Arc<Self> {
+        let state = State { free: capacity, ..State::default() };
+        Arc::new(Self { state: Mutex::new(state), share: TenantShare::of(capacity) })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A slot for one of `tenant`'s deliveries: at once if one is free and
+    /// the tenant is under its share, else when the fair order gives it one.
+    pub async fn acquire(self: &Arc<Self>, tenant: TenantId) -> SlotPermit {
+        loop {
+            let receiver = {
+                let mut state = self.lock();
+                let held = state.held.get(&tenant).copied().unwrap_or(0);
+                if state.free > 0 && held < self.share.0 {
+                    state.free -= 1;
+                    *state.held.entry(tenant).or_insert(0) += 1;
+                    return SlotPermit { slots: Arc::clone(self), tenant, live: true };
+                }
+                let (sender, receiver) = oneshot::channel();
+                state.waiting.entry(tenant).or_default().push_back(sender);
+                receiver
+            };
+            // A sender is only dropped unsent with the whole state; then ask again.
+            if let Ok(permit) = receiver.await {
+                return permit;
+            }
+        }
+    }
+
+    /// Slots held now, by `tenant`.
+    #[cfg(test)]
+    fn held_by(&self, tenant: TenantId) -> usize {
+        self.lock().held.get(&tenant).copied().unwrap_or(0)
+    }
+
+    fn release(self: &Arc<Self>, tenant: TenantId) {
+        let mut state = self.lock();
+        if let Some(held) = state.held.get_mut(&tenant) {
+            *held -= 1;
+            if *held == 0 {
+                state.held.remove(&tenant);
+            }
+        }
+        state.free += 1;
+        self.grant(&mut state);
+    }
+
+    /// Hands free slots to waiters: each to the waiting tenant holding the
+    /// fewest (under its share), oldest waiter first within a tenant.
+    fn grant(self: &Arc<Self>, state: &mut State) {
+        while state.free > 0 {
+            let next = state
+                .waiting
+                .keys()
+                .map(|tenant| (*tenant, state.held.get(tenant).copied().unwrap_or(0)))
+                .filter(|(_, held)| *held < self.share.0)
+                .min_by_key(|(_, held)| *held);
+            let Some((tenant, _)) = next else { return };
+            let Some(queue) = state.waiting.get_mut(&tenant) else { return };
+            let Some(sender) = queue.pop_front() else {
+                state.waiting.remove(&tenant);
+                continue;
+            };
+            if queue.is_empty() {
+                state.waiting.remove(&tenant);
+            }
+            state.free -= 1;
+            *state.held.entry(tenant).or_insert(0) += 1;
+            let permit = SlotPermit { slots: Arc::clone(self), tenant, live: true };
+            if let Err(mut unsent) = sender.send(permit) {
+                // Its waiter went away: take the slot back here, under the lock.
+                unsent.live = false;
+                state.free += 1;
+                if let Some(held) = state.held.get_mut(&tenant) {
+                    *held -= 1;
+                    if *held == 0 {
+                        state.held.remove(&tenant);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_tenant_keeps_a_reserve_free_for_the_others() {
+        assert_eq!(TenantShare::of(256), TenantShare(224));
+        assert_eq!(TenantShare::of(16), TenantShare(14));
+        assert_eq!(TenantShare::of(2), TenantShare(1));
+        assert_eq!(TenantShare::of(1), TenantShare(1));
+    }
+
+    #[tokio::test]
+    async fn a_busy_tenant_cannot_take_the_reserve_and_a_quiet_one_goes_first() {
+        let slots = FairSlots::new(8);
+        let (busy, quiet) = (TenantId::new(), TenantId::new());
+        let mut held: Vec<SlotPermit> = Vec::new();
+        for _ in 0..7 {
+            held.push(slots.acquire(busy).await);
+        }
+        // The busy tenant's eighth waits, though a slot is free: the reserve.
+        let mut busy_waiting = Box::pin(slots.acquire(busy));
+        assert!(tokio::time::timeout(Duration::from_millis(20), &mut busy_waiting).await.is_err());
+        let quiet_first = slots.acquire(quiet).await;
+        assert_eq!(slots.held_by(quiet), 1, "the quiet tenant got the reserve at once");
+        // All eight taken; a second quiet delivery queues behind the busy one's waiter…
+        let quiet_second = tokio::spawn({
+            let slots = Arc::clone(&slots);
+            async move { slots.acquire(quiet).await }
+        });
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // …yet the next freed slot goes to the quiet tenant, which holds fewer.
+        drop(held.pop());
+        let quiet_second = tokio::time::timeout(Duration::from_secs(1), quiet_second).await.unwrap().unwrap();
+        assert_eq!(slots.held_by(quiet), 2);
+        assert_eq!(slots.held_by(busy), 6);
+        drop((quiet_first, quiet_second));
+        // Freed slots now reach the busy tenant's waiter.
+        let busy_eighth = tokio::time::timeout(Duration::from_secs(1), busy_waiting).await.unwrap();
+        assert_eq!(slots.held_by(busy), 7);
+        drop(busy_eighth);
+        drop(held);
+        assert_eq!(slots.held_by(busy), 0);
+        assert_eq!(slots.lock().free, 8, "every slot back");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_went_away_does_not_lose_its_slot() {
+        let slots = FairSlots::new(2);
+        let tenant = TenantId::new();
+        let first = slots.acquire(tenant).await;
+        let abandoned = tokio::time::timeout(Duration::from_millis(10), slots.acquire(tenant)).await;
+        assert!(abandoned.is_err(), "over its share: waits");
+        drop(first);
+        assert_eq!(slots.lock().free, 2);
+        let again = tokio::time::timeout(Duration::from_secs(1), slots.acquire(tenant)).await;
+        assert!(again.is_ok());
+    }
+}

@@ -1,0 +1,151 @@
+//! Which ready queue a tenant's first attempts go to: shuffle sharding over a
+//! fixed set of queues, so that one tenant's backlog fills its own queues and
+//! not everyone's (SPEC §12; ARCHITECTURE.md, "Fair delivery").
+//!
+//! With `n` ready queues, `<ns>.ready` (shard 0) carries what comes back
+//! through the retry queues (their dead-letter routing key is fixed, and
+//! queue arguments cannot change on an existing queue) and `<ns>.ready.1` …
+//! `<ns>.ready.<n-1>` carry first attempts. Each tenant has two of those,
+//! chosen by a hash of its id; a message goes to the one with fewer messages
+//! waiting (depths sampled by the publisher a few times a second). A tenant
+//! with a backlog fills both of its shards; another tenant waits behind it
+//! only if both of its own shards are those two: one chance in
+//! `(n-1)(n-2)/2` (21 with the default 8), instead of every tenant behind
+//! every other in one queue. Workers consume every shard, each with its own
+//! prefetch, so a full shard never holds back the others.
+//!
+//! With one queue (`RELAYOPS_READY_SHARDS=1`) everything goes to
+//! `<ns>.ready`, as before shards existed.
+use crate::ids::TenantId;
+
+/// `RELAYOPS_READY_SHARDS`'s default.
+pub const DEFAULT_READY_SHARDS: u16 = 8;
+/// More shards than this buys nothing but broker memory.
+pub const MAX_READY_SHARDS: u16 = 64;
+
+/// One ready queue and the routing key that reaches it on `<ns>.work`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyShard {
+    pub queue: String,
+    pub routing_key: String,
+}
+
+/// The ready queues of one namespace: `[0]` is `<ns>.ready`.
+#[derive(Debug, Clone)]
+pub struct ReadyShards {
+    shards: Vec<ReadyShard>,
+}
+
+impl ReadyShards {
+    /// `count` ready queues (at least one) for namespace `ns`; `<ns>.ready`
+    /// keeps its routing key `ready`, which the retry queues dead-letter to.
+    pub fn new(ns: &str, count: u16) -> Self {
+        let shards = (0..count.max(1))
+            .map(|index| match index {
+                0 => ReadyShard { queue: format!("{ns}.ready"), routing_key: "ready".to_owned() },
+                i => ReadyShard { queue: format!("{ns}.ready.{i}"), routing_key: format!("ready.{i}") },
+            })
+            .collect();
+        Self { shards }
+    }
+
+    /// Every ready queue, `<ns>.ready` first.
+    pub fn all(&self) -> &[ReadyShard] {
+        &self.shards
+    }
+
+    /// `<ns>.ready`: where messages coming back (retries, postponements,
+    /// re-publications) go.
+    pub fn returns(&self) -> &ReadyShard {
+        &self.shards[0]
+    }
+
+    /// The two shards (indexes into [`all`](Self::all)) a tenant's first
+    /// attempts may go to; the same one twice when there is one to choose from.
+    pub fn candidates(&self, tenant: TenantId) -> (usize, usize) {
+        let fresh = self.shards.len().saturating_sub(1);
+        if fresh <= 1 {
+            let only = self.shards.len() - 1;
+            return (only, only);
+        }
+        let hash = mix(tenant.as_uuid().as_u128());
+        let first = (hash % fresh as u64) as usize;
+        let offset = 1 + ((hash / fresh as u64) % (fresh as u64 - 1)) as usize;
+        let second = (first + offset) % fresh;
+        (first + 1, second + 1)
+    }
+
+    /// Where a tenant's next first attempt goes, given the sampled depth of
+    /// each shard (indexed like [`all`](Self::all); missing or unsampled: 0).
+    /// Ties go to the first candidate, so without samples a tenant keeps to one queue.
+    pub fn for_tenant(&self, tenant: TenantId, depths: &[u32]) -> &ReadyShard {
+        &self.shards[self.choose(tenant, depths)]
+    }
+
+    /// [`for_tenant`](Self::for_tenant)'s choice as an index into [`all`](Self::all).
+    pub fn choose(&self, tenant: TenantId, depths: &[u32]) -> usize {
+        let (first, second) = self.candidates(tenant);
+        let depth = |index: usize| depths.get(index).copied().unwrap_or(0);
+        if depth(second) < depth(first) {
+            second
+        } else {
+            first
+        }
+    }
+}
+
+/// A 64-bit mix of a 128-bit id (SplitMix64's finaliser over both halves), so
+/// that time-ordered ids spread evenly.
+fn mix(value: u128) -> u64 {
+    let mut z = (value as u64) ^ ((value >> 64) as u64).rotate_left(32);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn one_shard_is_the_ready_queue_for_everything() {
+        let shards = ReadyShards::new("t", 1);
+        assert_eq!(shards.all().len(), 1);
+        let tenant = TenantId::new();
+        assert_eq!(shards.for_tenant(tenant, &[]).queue, "t.ready");
+        assert_eq!(shards.returns().routing_key, "ready");
+    }
+
+    #[test]
+    fn a_tenant_has_two_distinct_first_attempt_shards_and_takes_the_shallower() {
+        let shards = ReadyShards::new("t", 8);
+        assert_eq!(shards.all()[3].queue, "t.ready.3");
+        assert_eq!(shards.all()[3].routing_key, "ready.3");
+        for _ in 0..1000 {
+            let tenant = TenantId::new();
+            let (first, second) = shards.candidates(tenant);
+            assert_ne!(first, second);
+            assert!((1..8).contains(&first) && (1..8).contains(&second), "never the returns queue");
+            assert_eq!(shards.candidates(tenant), (first, second), "stable");
+            let mut depths = [0u32; 8];
+            assert_eq!(shards.for_tenant(tenant, &depths).queue, shards.all()[first].queue);
+            depths[first] = 500;
+            depths[second] = 10;
+            assert_eq!(shards.for_tenant(tenant, &depths).queue, shards.all()[second].queue);
+        }
+    }
+
+    #[test]
+    fn tenants_spread_over_every_pair() {
+        let shards = ReadyShards::new("t", 8);
+        let pairs: HashSet<(usize, usize)> = (0..5000)
+            .map(|_| {
+                let (a, b) = shards.candidates(TenantId::new());
+                (a.min(b), a.max(b))
+            })
+            .collect();
+        assert_eq!(pairs.len(), 21, "7 shards give 21 pairs, each used");
+    }
+}
