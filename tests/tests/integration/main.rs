@@ -15,6 +15,7 @@ mod endpoint_health;
 mod endpoints;
 mod exclusive;
 mod failover;
+mod fairness;
 mod faults;
 mod flow;
 mod history;

@@ -1,0 +1,182 @@
+//! Fair delivery between tenants (SPEC §12) with the production's eight
+//! ready shards: a tenant's first attempts land only in its own two shards;
+//! a quiet tenant is delivered at once while another has a backlog to a slow
+//! receiver (its own shards, and a reserve of the worker's slots the busy
+//! tenant cannot take); and a worker killed while many tenants' deliveries
+//! wait in their shards loses none of them.
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use relayops_shared::broker::DEFAULT_READY_SHARDS;
+use relayops_shared::ids::TenantId;
+use relayops_tests::{eventually, TestConfig, TestEnv, WAIT};
+use serde_json::{json, Value};
+
+fn sharded() -> TestConfig {
+    TestConfig { ready_shards: DEFAULT_READY_SHARDS, ..Default::default() }
+}
+
+/// The two shards a tenant's first attempts may go to.
+fn shards_of(env: &TestEnv, tenant: TenantId) -> HashSet<usize> {
+    let (first, second) = env.topology().ready_shards.candidates(tenant);
+    HashSet::from([first, second])
+}
+
+/// Another tenant whose two shards are not both the env tenant's (one
+/// chance in 21 that they are: then it would share the busy tenant's queues,
+/// the case shuffle sharding makes rare, not impossible).
+async fn tenant_beside(env: &TestEnv) -> (TenantId, String) {
+    let busy = shards_of(env, env.tenant_id);
+    loop {
+        let (tenant, key) = env.second_tenant().await;
+        if shards_of(env, tenant) != busy {
+            return (tenant, key);
+        }
+    }
+}
+
+/// Creates an endpoint for the tenant with `key` at a simulator path.
+async fn endpoint_for(env: &TestEnv, key: &str, path: &str, event_types: &[&str], extra: Value) -> String {
+    let mut body = json!({ "url": format!("{}{path}", env.simulator_url), "event_types": event_types });
+    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let answer = env.request(reqwest::Method::POST, "/v1/endpoints", Some(key), Some(body)).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    env.simulator.register_secret(answer.body["secret"].as_str().unwrap()).unwrap();
+    answer.body["id"].as_str().unwrap().to_owned()
+}
+
+/// Posts `count` events of `event_type` for the env tenant, in batches of 500.
+async fn post_many(env: &TestEnv, event_type: &str, count: usize) {
+    for start in (0..count).step_by(500) {
+        let events: Vec<Value> = (start..(start + 500).min(count))
+            .map(|n| json!({ "event_type": event_type, "payload": { "n": n } }))
+            .collect();
+        let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+    }
+}
+
+async fn queue_depths(env: &TestEnv) -> Vec<u32> {
+    let mut depths = Vec::new();
+    for shard in env.topology().ready_shards.all() {
+        depths.push(env.queue_depth(&shard.queue).await);
+    }
+    depths
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_first_attempts_go_only_to_its_own_two_shards() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..sharded() }).await;
+    env.create_endpoint("/sim/ok", &["a.b"], json!({})).await;
+    let (other, other_key) = tenant_beside(&env).await;
+    endpoint_for(&env, &other_key, "/sim/ok", &["a.b"], json!({})).await;
+    post_many(&env, "a.b", 300).await;
+    for n in 0..20 {
+        let body = json!({ "event_type": "a.b", "payload": { "n": n } });
+        assert_eq!(env.request(reqwest::Method::POST, "/v1/events", Some(&other_key), Some(body)).await.status, 201);
+    }
+    let depths = eventually(WAIT, || async {
+        let depths = queue_depths(&env).await;
+        let published = env.count("outbox_messages").await == 0;
+        if published && depths.iter().sum::<u32>() > 0 {
+            Ok(depths)
+        } else {
+            Err(format!("outbox not published yet; depths {depths:?}"))
+        }
+    })
+    .await;
+    let used: HashSet<usize> = (0..depths.len()).filter(|index| depths[*index] > 0).collect();
+    let allowed: HashSet<usize> = shards_of(&env, env.tenant_id).union(&shards_of(&env, other)).copied().collect();
+    assert!(used.is_subset(&allowed), "messages only in the tenants' shards: {depths:?}, allowed {allowed:?}");
+    assert_eq!(depths[0], 0, "first attempts never go to the returns queue: {depths:?}");
+    assert!(used.len() >= 2, "both tenants' messages are queued: {depths:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_tenant_is_delivered_at_once_while_another_has_a_backlog_to_a_slow_receiver() {
+    let env = TestEnv::start_with(sharded()).await;
+    // The busy tenant: 1,000 deliveries to a receiver that takes a second
+    // each, allowed as many requests at once as the worker has slots (16):
+    // over a minute of work for the worker whatever happens.
+    env.create_endpoint("/sim/slow/1000", &["busy.flood"], json!({ "max_in_flight": 1000 })).await;
+    let (_, quiet_key) = tenant_beside(&env).await;
+    endpoint_for(&env, &quiet_key, "/sim/ok", &["quiet.ping"], json!({})).await;
+    post_many(&env, "busy.flood", 1000).await;
+    // The backlog is under way: the slow receiver holds many requests.
+    eventually(WAIT, || async {
+        let open = env.simulator.max_in_flight("/sim/slow/1000");
+        if open >= 8 {
+            Ok(())
+        } else {
+            Err(format!("{open} requests in flight at the slow receiver"))
+        }
+    })
+    .await;
+
+    let mut latencies = Vec::new();
+    for n in 0..5 {
+        let started = Instant::now();
+        let body = json!({ "event_type": "quiet.ping", "payload": { "n": n } });
+        let answer = env.request(reqwest::Method::POST, "/v1/events", Some(&quiet_key), Some(body)).await;
+        assert_eq!(answer.status, 201, "{:?}", answer.body);
+        env.simulator
+            .wait_until(Duration::from_secs(30), |received| received.iter().filter(|r| r.path == "/sim/ok").count() > n)
+            .await;
+        latencies.push(started.elapsed());
+    }
+    let busy_tenant = env.tenant_id.as_uuid();
+    let backlog = env
+        .query_i64(&format!(
+            "SELECT count(*) FROM relayops.deliveries WHERE status <> 'delivered' AND tenant_id = '{busy_tenant}'"
+        ))
+        .await;
+    assert!(
+        backlog >= 500,
+        "the busy tenant still had a backlog ({backlog} undelivered) while the quiet one was served"
+    );
+    // Behind the backlog it would be over a minute; a busy CI machine gets
+    // generous room above the ~10 ms it takes on a quiet one.
+    let slowest = latencies.iter().max().unwrap();
+    assert!(*slowest < Duration::from_secs(5), "the quiet tenant's deliveries took {latencies:?}");
+    let received = env.simulator.received();
+    let quiet: Vec<_> = received.iter().filter(|r| r.path == "/sim/ok").collect();
+    assert!(quiet.iter().all(|r| r.signature_valid == Some(true)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_while_many_tenants_deliveries_wait_in_their_shards_loses_none() {
+    let mut config = TestConfig { run_worker: false, ..sharded() };
+    config.worker.request_timeout = Duration::from_secs(5);
+    config.worker.lease = Duration::from_secs(6);
+    let env = TestEnv::start_with(config).await;
+    // Six tenants, 40 events each, to a receiver that answers in 300 ms.
+    let mut keys = vec![env.api_key.clone()];
+    env.create_endpoint("/sim/slow/300", &["a.b"], json!({ "max_in_flight": 50 })).await;
+    for _ in 0..5 {
+        let (_, key) = env.second_tenant().await;
+        endpoint_for(&env, &key, "/sim/slow/300", &["a.b"], json!({ "max_in_flight": 50 })).await;
+        keys.push(key);
+    }
+    for key in &keys {
+        let events: Vec<Value> = (0..40).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
+        let body = json!({ "events": events });
+        let answer = env.request(reqwest::Method::POST, "/v1/events/batch", Some(key), Some(body)).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+    }
+    let mut doomed = env.spawn_role("worker", &[]);
+    env.simulator.wait_until(WAIT, |received| received.len() >= 20).await;
+    doomed.kill();
+
+    let _survivor = env.spawn_role("worker", &[]);
+    env.wait_for_sql(
+        "every delivery delivered",
+        "SELECT count(*) = 240 FROM relayops.deliveries WHERE status = 'delivered'",
+    )
+    .await;
+    let received = env.simulator.received();
+    let distinct: HashSet<_> = received.iter().filter_map(|r| r.delivery_id.clone()).collect();
+    assert_eq!(distinct.len(), 240, "every delivery reached the receiver");
+    assert!(received.iter().all(|r| r.signature_valid == Some(true)));
+    let depths = queue_depths(&env).await;
+    assert!(depths.iter().all(|depth| *depth == 0), "nothing left in any shard: {depths:?}");
+}
