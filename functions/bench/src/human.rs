@@ -100,6 +100,9 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
             }
         }
     }
+    if let Some(n) = report.get("noisy_neighbour") {
+        print_noisy_neighbour(n);
+    }
     if let Some(r) = report.get("ratios") {
         println!("ratios     {r}");
     }
@@ -120,5 +123,65 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
                 f(&p["rss_mib"])
             );
         }
+    }
+}
+
+/// The noisy-neighbour table: B's end-to-end latency per phase beside B's
+/// alone, and A's throughput; a line per phase below on A's side.
+fn print_noisy_neighbour(phases: &serde_json::Value) {
+    let ms = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+    let ran = || crate::noisy::PHASES.iter().filter_map(|name| Some((*name, phases.get(*name)?)));
+    let Some(b) = ran().find_map(|(_, p)| p["b"].as_object()) else {
+        println!("noisy      A alone only (no phase measured B)");
+        return print_noisy_sides(ran());
+    };
+    println!(
+        "noisy      B {} events/s for {} s per phase, end-to-end ms (first send → first arrival); A a fresh tenant per phase",
+        b["offered_events_per_sec"], b["seconds"]
+    );
+    println!(
+        "           {:<20} {:>8} {:>8} {:>8} {:>8} {:>13} {:>14} {:>13}",
+        "phase", "B p50", "B p95", "B p99", "B max", "B deliv/post", "A deliveries/s", "B p99/alone"
+    );
+    for (name, p) in ran() {
+        let e = &p["b"]["end_to_end"];
+        let b_count = match (&p["b"]["delivered"], &p["b"]["posted"]) {
+            (delivered, posted) if posted.is_u64() => format!("{delivered}/{posted}"),
+            _ => "-".into(),
+        };
+        println!(
+            "           {name:<20} {:>8} {:>8} {:>8} {:>8} {b_count:>13} {:>14} {:>13}",
+            ms(&e["p50_ms"]),
+            ms(&e["p95_ms"]),
+            ms(&e["p99_ms"]),
+            ms(&e["max_ms"]),
+            ms(&p["a"]["deliveries_per_sec"]),
+            p["b_p99_vs_alone"].as_f64().map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
+        );
+    }
+    print_noisy_sides(ran());
+}
+
+/// A line per phase with a noisy side: what A did, how its rate was measured, how it settled.
+fn print_noisy_sides<'r>(phases: impl Iterator<Item = (&'static str, &'r serde_json::Value)>) {
+    for (name, p) in phases {
+        let a = &p["a"];
+        if a.is_null() {
+            continue;
+        }
+        let drain = match (a["drain_secs"].as_f64(), a["complete"].as_bool()) {
+            (Some(secs), Some(complete)) => {
+                format!("drained in {secs:.1} s{}", if complete { "" } else { " INCOMPLETE" })
+            }
+            _ => format!("{} arrivals while B posted", a["arrivals_while_b_posted"]),
+        };
+        let vs = a["vs_burst_alone"].as_f64().map(|x| format!(", {x:.2}x burst-alone's rate")).unwrap_or_default();
+        let settle = p["settle"]["secs"].as_f64().unwrap_or(0.0);
+        let settle = match p["settle"]["drained"] == true {
+            true => format!("settled in {settle:.1} s"),
+            false => format!("NOT settled within {settle:.0} s"),
+        };
+        let load = a["load"].as_str().unwrap_or_default();
+        println!("           {name}: A {load} ({} accepted); {drain}{vs}; {settle}", a["accepted"]);
     }
 }

@@ -11,6 +11,8 @@ mod console;
 mod cost;
 mod human;
 mod memory;
+mod noisy;
+mod noisy_tenant;
 mod paced;
 mod proc_cpu;
 mod protocol;
@@ -52,7 +54,7 @@ struct Args {
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
     /// delivery-batched, fanout, fanout-batched, ordered, paced, slow, backlog,
-    /// queueing, console. `fanout` and `fanout-batched` run once per
+    /// queueing, console, noisy-neighbour (not run unless named). `fanout` and `fanout-batched` run once per
     /// `--fanout-endpoints` count, `ordered` once per `--ordered-keys` count,
     /// `queueing` once per `--queueing-subscribers` count.
     /// `backlog` and `queueing` need `--relayops-bin` and a target running
@@ -107,6 +109,27 @@ struct Args {
     /// Requests per page in the `console` scenario.
     #[arg(long, default_value_t = 30)]
     console_rounds: usize,
+    /// `noisy-neighbour`: the quiet tenant's (B's) offered rate, events/s.
+    #[arg(long, default_value_t = 20)]
+    noisy_quiet_rate: u32,
+    /// `noisy-neighbour`: how long B posts in each phase, seconds.
+    #[arg(long, default_value_t = 20)]
+    noisy_secs: u64,
+    /// `noisy-neighbour`: the noisy tenant's (A's) burst, events (a tenth of it
+    /// in the `fanout` phase, to 50 endpoints).
+    #[arg(long, default_value_t = 20_000)]
+    noisy_burst_events: usize,
+    /// `noisy-neighbour`: A's flood to a slow or failing endpoint, events.
+    #[arg(long, default_value_t = 5000)]
+    noisy_flood_events: usize,
+    /// `noisy-neighbour` phases, comma-separated (run in this order): alone,
+    /// burst-alone, burst, slow, slow-default, failing, fanout, same-tenant-failing.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "alone,burst-alone,burst,slow,slow-default,failing,fanout,same-tenant-failing"
+    )]
+    noisy_phases: Vec<String>,
     /// Print one JSON document instead of the human report.
     #[arg(long)]
     json: bool,
@@ -232,6 +255,19 @@ async fn main() -> anyhow::Result<()> {
             timeout,
         };
         report.insert("console".into(), serde_json::to_value(run.run().await?)?);
+    }
+    if scenarios.contains(&"noisy-neighbour") {
+        let run = noisy::NoisyRun {
+            target: &target,
+            pool: &pool,
+            quiet_rate: args.noisy_quiet_rate,
+            seconds: args.noisy_secs,
+            burst_events: args.noisy_burst_events,
+            flood_events: args.noisy_flood_events,
+            phases: &args.noisy_phases,
+            timeout,
+        };
+        report.insert("noisy_neighbour".into(), run.run().await?);
     }
     report.insert("processes".into(), serde_json::to_value(memory::relayops_processes())?);
     add_ratios(&mut report);

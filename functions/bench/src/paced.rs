@@ -49,17 +49,18 @@ pub struct SlowEndpointFigures {
 
 /// What a paced run accepted: event id -> when the client first sent it.
 #[derive(Default)]
-struct Offered {
-    sent: HashMap<String, Instant>,
-    latencies: Vec<f64>,
-    refused: usize,
-    retried: usize,
+pub(crate) struct Offered {
+    pub sent: HashMap<String, Instant>,
+    /// The accepted posts' own latencies.
+    pub latencies: Vec<f64>,
+    pub refused: usize,
+    pub retried: usize,
 }
 
 impl Target {
     /// Posts `rate` events/s of `event_type` for `seconds`, each on its own task
     /// so a slow answer does not lower the offered rate.
-    async fn offer(&self, event_type: &str, rate: u32, seconds: u64) -> Offered {
+    pub(crate) async fn offer(&self, event_type: &str, rate: u32, seconds: u64) -> Offered {
         let offered = Arc::new(Mutex::new(Offered::default()));
         let total = rate as u64 * seconds;
         let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
@@ -87,7 +88,7 @@ impl Target {
     }
 
     /// Waits until `expected` deliveries reached hooks named `prefix…`.
-    async fn await_arrivals(&self, prefix: &str, expected: usize, timeout: Duration) -> bool {
+    pub(crate) async fn await_arrivals(&self, prefix: &str, expected: usize, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while self.receiver.delivered_to(prefix) < expected {
             if Instant::now() > deadline {
@@ -100,7 +101,7 @@ impl Target {
 
     /// End-to-end latencies (first send → arrival) of the deliveries that
     /// reached hooks named `prefix…`.
-    fn end_to_end(&self, prefix: &str, sent: &HashMap<String, Instant>) -> (usize, Percentiles) {
+    pub(crate) fn end_to_end(&self, prefix: &str, sent: &HashMap<String, Instant>) -> (usize, Percentiles) {
         let arrivals = self.receiver.arrivals.lock().unwrap_or_else(|p| p.into_inner());
         let latencies: Vec<f64> = arrivals
             .by_delivery

@@ -1,13 +1,14 @@
 //! The bench's own webhook receiver on loopback: answers 200 at once (or, on
-//! `/slow/{ms}/{name}`, after `ms` milliseconds) and records when each
-//! delivery arrived (first arrival per delivery id, with the hook it came to,
-//! and how many requests each delivery took).
+//! `/slow/{ms}/{name}`, after `ms` milliseconds; on `/status/{code}/{name}`,
+//! with that status and no `Retry-After`) and records when each delivery
+//! arrived (first arrival per delivery id, with the hook it came to, and how
+//! many requests each delivery took).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
 
@@ -74,12 +75,24 @@ async fn receive_slowly(
     "ok"
 }
 
+/// Arrival is recorded as on the other routes; the answer is `code` (500 if
+/// `code` is no status).
+async fn receive_with_status(
+    State(receiver): State<Receiver>,
+    Path((code, hook)): Path<(u16, String)>,
+    headers: HeaderMap,
+) -> StatusCode {
+    record(&receiver, &headers, format!("status-{hook}"));
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
 /// Serves on an OS-chosen loopback port; returns the receiver and its base URL.
 pub async fn start() -> anyhow::Result<(Receiver, String)> {
     let receiver = Receiver::default();
     let app = Router::new()
         .route("/hook/{name}", post(receive))
         .route("/slow/{ms}/{name}", post(receive_slowly))
+        .route("/status/{code}/{name}", post(receive_with_status))
         .with_state(receiver.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;

@@ -1,0 +1,168 @@
+//! The noisy-neighbour scenario's tenants and endpoints: B (the quiet
+//! tenant, one for the run, with a receiver of its own), a fresh A per phase
+//! (so one phase's leftovers do not load the next), each with an ingest limit
+//! that measures capacity, not policy; the noisy side's endpoints per phase;
+//! and, after a phase, disabling them and waiting until the noisy tenant has
+//! nothing pending or being sent and the ready queue has emptied.
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::json;
+
+use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
+use relayops_shared::repo::tenants;
+
+use crate::noisy::{Noise, NoisyRun};
+use crate::scenarios::Target;
+
+/// The most `max_in_flight` the API accepts (functions/manage, endpoint validation).
+pub const MAX_IN_FLIGHT_LIMIT: u32 = 1000;
+/// How long the slow endpoint takes to answer.
+const SLOW_MS: u64 = 2000;
+/// A's endpoints in the `fanout` phase.
+const FANOUT_ENDPOINTS: usize = 50;
+/// The `max_in_flight` of the fast endpoints, as the other scenarios give theirs.
+const FAST_MAX_IN_FLIGHT: u32 = 256;
+/// The longest wait for the noisy side to settle after a phase.
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+/// Ready-queue depth counted as empty (the depth is sampled, and other
+/// tenants may have a few messages in it).
+const SETTLED_READY_DEPTH: u64 = 10;
+
+/// The noisy side of a phase: who posts what, to which endpoints.
+pub struct NoisySide {
+    pub noise: Noise,
+    /// A's (or, in `same-tenant-failing`, B's) key, at the bench's receiver.
+    pub target: Target,
+    /// The endpoints' ids, disabled after the phase.
+    pub endpoints: Vec<String>,
+    pub event_type: String,
+    pub events: usize,
+    pub load: String,
+}
+
+/// How the noisy side settled after its endpoints were disabled.
+#[derive(Debug, Serialize)]
+pub struct Settled {
+    pub secs: f64,
+    /// Nothing pending or being sent, and the ready queue empty, within the limit.
+    pub drained: bool,
+}
+
+impl NoisyRun<'_> {
+    /// A fresh tenant named `name`; returns its API key.
+    async fn tenant(&self, name: &str) -> anyhow::Result<String> {
+        let email = format!("{name}-{}@example.com", uuid::Uuid::new_v4().simple());
+        let password = uuid::Uuid::new_v4().to_string();
+        let request = BootstrapRequest { tenant_name: name, admin_email: &email, admin_password: &password };
+        let tenant = bootstrap_tenant(self.pool, &request).await?;
+        tenants::set_ingest_limit(&self.pool.get().await?, tenant.tenant_id, Some(1_000_000), Some(1_000_000)).await?;
+        Ok(tenant.api_key.expose().to_owned())
+    }
+
+    /// Tenant B, with a receiver of its own.
+    pub(crate) async fn quiet_tenant(&self) -> anyhow::Result<Target> {
+        let key = self.tenant("noisy-b").await?;
+        let (receiver, receiver_url) = crate::receiver::start().await?;
+        Ok(Target { key, receiver, receiver_url, ..self.target.clone() })
+    }
+
+    /// The noisy side of `phase`, its endpoints created (at the bench's
+    /// receiver); `None` in `alone`.
+    pub(crate) async fn noisy_side(
+        &self,
+        phase: &str,
+        noise: Noise,
+        quiet: &Target,
+    ) -> anyhow::Result<Option<NoisySide>> {
+        let target = match noise {
+            Noise::Quiet => return Ok(None),
+            Noise::SameTenantFailing => Target { key: quiet.key.clone(), ..self.target.clone() },
+            _ => Target { key: self.tenant(&format!("noisy-a-{phase}")).await?, ..self.target.clone() },
+        };
+        let event_type = match noise {
+            Noise::SameTenantFailing => "noisy.failing".to_owned(),
+            _ => "noisy.loud".to_owned(),
+        };
+        let url = |path: &str| format!("{}/{path}", target.receiver_url);
+        let subscribed = |path: &str| json!({ "url": url(path), "event_types": [event_type] });
+        let (bodies, events, load) = match noise {
+            Noise::Quiet => unreachable!("no noisy side"),
+            Noise::Burst => {
+                let mut body = subscribed(&format!("hook/a-{phase}"));
+                body["max_in_flight"] = json!(FAST_MAX_IN_FLIGHT);
+                (vec![body], self.burst_events, format!("{} events to a fast endpoint", self.burst_events))
+            }
+            Noise::Slow(max_in_flight) => {
+                let mut body = subscribed(&format!("slow/{SLOW_MS}/a-{phase}"));
+                if let Some(max_in_flight) = max_in_flight {
+                    body["max_in_flight"] = json!(max_in_flight);
+                }
+                let limit = max_in_flight.map_or("the default".to_owned(), |n| n.to_string());
+                let load = format!("{} events to a {SLOW_MS} ms endpoint, max_in_flight {limit}", self.flood_events);
+                (vec![body], self.flood_events, load)
+            }
+            Noise::Failing | Noise::SameTenantFailing => {
+                let (who, whose) =
+                    if noise == Noise::Failing { ("a", "") } else { ("b", " (B's own, a second endpoint)") };
+                let body = subscribed(&format!("status/503/{who}-{phase}"));
+                let load = format!("{} events to an endpoint answering 503{whose}", self.flood_events);
+                (vec![body], self.flood_events, load)
+            }
+            Noise::Fanout => {
+                let events = (self.burst_events / 10).max(1);
+                let bodies = (0..FANOUT_ENDPOINTS)
+                    .map(|n| {
+                        let mut body = subscribed(&format!("hook/a-{phase}-{n}"));
+                        body["max_in_flight"] = json!(FAST_MAX_IN_FLIGHT);
+                        body
+                    })
+                    .collect();
+                (bodies, events, format!("{events} events to {FANOUT_ENDPOINTS} fast endpoints"))
+            }
+        };
+        let mut endpoints = Vec::with_capacity(bodies.len());
+        for body in &bodies {
+            endpoints.push(target.create_endpoint(body).await?);
+        }
+        Ok(Some(NoisySide { noise, target, endpoints, event_type, events, load }))
+    }
+
+    /// Disables the noisy side's endpoints (their backlog then fails without
+    /// an attempt), then waits until it has settled.
+    pub(crate) async fn quieten(&self, side: &NoisySide) -> anyhow::Result<Settled> {
+        let target = &side.target;
+        for id in &side.endpoints {
+            let url = format!("{}/v1/endpoints/{id}", target.api);
+            let disable = json!({ "enabled": false });
+            target.http.patch(url).bearer_auth(&target.key).json(&disable).send().await?.error_for_status()?;
+        }
+        let started = Instant::now();
+        loop {
+            if self.settled(target).await? {
+                return Ok(Settled { secs: started.elapsed().as_secs_f64(), drained: true });
+            }
+            if started.elapsed() > SETTLE_LIMIT {
+                eprintln!("[noisy-neighbour] the noisy side did not settle within {} s", SETTLE_LIMIT.as_secs());
+                return Ok(Settled { secs: started.elapsed().as_secs_f64(), drained: false });
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Whether `target`'s tenant has no delivery pending or being sent, and
+    /// the ready queue (as `/health/ready` last sampled it) is empty.
+    async fn settled(&self, target: &Target) -> anyhow::Result<bool> {
+        for status in ["pending", "in_progress"] {
+            let url = format!("{}/v1/deliveries?status={status}&limit=1", target.api);
+            let page: serde_json::Value =
+                target.http.get(&url).bearer_auth(&target.key).send().await?.error_for_status()?.json().await?;
+            if page["data"].as_array().is_some_and(|data| !data.is_empty()) {
+                return Ok(false);
+            }
+        }
+        let ready: serde_json::Value =
+            target.http.get(format!("{}/health/ready", target.api)).send().await?.json().await?;
+        Ok(ready["backpressure"]["ready_depth"].as_u64().is_none_or(|depth| depth <= SETTLED_READY_DEPTH))
+    }
+}
