@@ -13,6 +13,7 @@
 //! Invariant: the publisher knows nothing of HTTP, endpoints or tenants'
 //! payloads; it moves opaque envelopes from Postgres to RabbitMQ.
 pub mod figures;
+mod handed;
 pub mod lambda;
 mod session;
 
@@ -32,6 +33,7 @@ use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch, Mutex, MutexGuard, Notify};
 
+use handed::HandedRows;
 pub use session::PublishError;
 use session::Session;
 
@@ -306,10 +308,19 @@ impl Publisher {
     /// finish before `deadline` (the Lambda tick: nothing wakes it for what is
     /// committed meanwhile).
     pub async fn drain(&self, deadline: Option<Instant>) -> Result<PublishReport, PublishError> {
-        self.drain_until(deadline, DrainStop::WhenEmpty).await
+        Ok(self.drain_until(deadline, DrainStop::WhenEmpty, None).await?.0)
     }
 
-    async fn drain_until(&self, deadline: Option<Instant>, stop: DrainStop) -> Result<PublishReport, PublishError> {
+    /// [`drain`](Self::drain) as `stop` says; also returns early, saying
+    /// the outbox may hold more, as soon as a batch ends while rows ingest
+    /// handed over wait in `handed`: a lone event's row is never held behind
+    /// a long drain (another tenant's fan-out being written and published).
+    async fn drain_until(
+        &self,
+        deadline: Option<Instant>,
+        stop: DrainStop,
+        handed: Option<&HandedRows>,
+    ) -> Result<(PublishReport, bool), PublishError> {
         let inline_recovery = !self.housekeeping_in_own_tasks.load(Ordering::Relaxed);
         let mut report = if inline_recovery && take_if_due(&self.last_recovery, RECOVERY_INTERVAL) {
             self.recover().await?
@@ -357,6 +368,9 @@ impl Publisher {
             if batch.released > 0 {
                 break;
             }
+            if handed.is_some_and(HandedRows::any_waiting) && !handed_held() {
+                return Ok((report, true));
+            }
             if more_deferred || wrote_some {
                 continue;
             }
@@ -367,7 +381,7 @@ impl Publisher {
                 break;
             }
         }
-        Ok(report)
+        Ok((report, false))
     }
 
     /// Writes the deliveries of events whose ingest left them to a publisher
@@ -506,12 +520,16 @@ impl Publisher {
         self.housekeeping_in_own_tasks.store(true, Ordering::Relaxed);
         let _history = AbortOnDrop(tokio::spawn(Arc::clone(&self).maintain_history_forever()));
         let _recovery = AbortOnDrop(tokio::spawn(Arc::clone(&self).recover_forever(Arc::clone(&wakeup))));
-        let mut handed = self.handed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let mut handed = HandedRows::new(self.handed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take());
         let mut failures: u32 = 0;
+        // The outbox may hold more than the last tick took (it stopped for
+        // handed rows, or left rows over).
+        let mut drain_owed = false;
         let mut next = Next::Drain;
         loop {
+            let drained = matches!(next, Next::Drain);
             let tick = match next {
-                Next::Drain => self.drain_until(None, DrainStop::WhenShort).await.map(|report| (report, false)),
+                Next::Drain => self.drain_until(None, DrainStop::WhenShort, Some(&handed)).await,
                 Next::Publish(messages) => self.publish_handed(messages).await,
                 Next::Stop => return self.finish_handed(handed).await,
             };
@@ -525,7 +543,14 @@ impl Publisher {
                     if report != PublishReport::default() {
                         tracing::debug!(?report, "outbox published");
                     }
-                    if left_over {
+                    // Handed rows and the outbox take turns: after a
+                    // drain (which stops as soon as rows are handed over),
+                    // the rows waiting; after those, the rest of the drain.
+                    drain_owed |= left_over;
+                    let waiting = if drained { self.waiting_handed(&mut handed) } else { None };
+                    if let Some(rows) = waiting {
+                        Next::Publish(rows)
+                    } else if std::mem::take(&mut drain_owed) {
                         Next::Drain
                     } else {
                         self.next_work(&wakeup, &mut handed, &mut stopping).await
@@ -551,13 +576,8 @@ impl Publisher {
     /// pending again at once, for whichever publisher gets there first,
     /// instead of waiting for their claims to expire. Best effort: rows it
     /// cannot release (the database is away too) wait for the expiry.
-    async fn give_back_handed(&self, handed: &mut Option<mpsc::Receiver<OutboxMessage>>) {
-        let Some(receiver) = handed.as_mut() else { return };
-        let mut ids = Vec::new();
-        while let Ok(message) = receiver.try_recv() {
-            ids.push(message.id);
-        }
-        self.give_back(ids).await;
+    async fn give_back_handed(&self, handed: &mut HandedRows) {
+        self.give_back(handed.take_all().iter().map(|message| message.id).collect()).await;
     }
 
     /// Makes handed rows this publisher cannot publish now pending again (see
@@ -583,53 +603,55 @@ impl Publisher {
     /// left to its claims. The process waits only so long for this
     /// (`task::STOP_GRACE`); rows still here then wait for their claims to
     /// expire, as after a crash.
-    async fn finish_handed(&self, handed: Option<mpsc::Receiver<OutboxMessage>>) {
-        let Some(mut receiver) = handed else { return };
+    async fn finish_handed(&self, mut handed: HandedRows) {
         let limit = self.config.batch_size.max(1) as usize;
-        let mut rows = Vec::new();
-        while receiver.recv_many(&mut rows, limit).await > 0 {
-            if let Err(error) = self.publish_handed(std::mem::take(&mut rows)).await {
+        while let Some(rows) = handed.next(limit).await {
+            if let Err(error) = self.publish_handed(rows).await {
                 tracing::warn!(error = %error_chain(&error), "publishing handed rows while stopping failed");
             }
         }
     }
 
+    /// Rows handed over that wait now (up to a batch, one of each tenant in
+    /// turn), without waiting.
+    fn waiting_handed(&self, handed: &mut HandedRows) -> Option<Vec<OutboxMessage>> {
+        if handed_held() {
+            return None;
+        }
+        handed.take_now(self.config.batch_size.max(1) as usize)
+    }
+
     /// Waits for work: rows handed over (a batch of what has come), a
     /// wake-up, or the idle interval. When both kinds wait, either may go
     /// first (`select!` picks at random), so neither starves the other.
-    async fn next_work(
-        &self,
-        wakeup: &Notify,
-        handed: &mut Option<mpsc::Receiver<OutboxMessage>>,
-        stopping: &mut watch::Receiver<bool>,
-    ) -> Next {
+    async fn next_work(&self, wakeup: &Notify, handed: &mut HandedRows, stopping: &mut watch::Receiver<bool>) -> Next {
         let idle = tokio::time::sleep(self.config.idle_interval);
         let stop = stop_requested(stopping);
-        let receiver = handed.as_mut().filter(|_| !relayops_shared::failpoint::is_armed(HOLD_HANDED));
-        let Some(receiver) = receiver else {
+        if handed_held() || !handed.is_open() {
             tokio::select! {
                 _ = wakeup.notified() => {}
                 _ = idle => {}
                 _ = stop => return Next::Stop,
             }
             return Next::Drain;
-        };
-        let mut rows = Vec::new();
+        }
         let limit = self.config.batch_size.max(1) as usize;
         tokio::select! {
             _ = stop => Next::Stop,
-            received = receiver.recv_many(&mut rows, limit) => {
-                if received == 0 {
-                    // Ingest's end is gone: only wake-ups from now on.
-                    *handed = None;
-                    return Next::Drain;
-                }
-                Next::Publish(rows)
-            }
+            rows = handed.next(limit) => match rows {
+                Some(rows) => Next::Publish(rows),
+                // Ingest's end is gone: only wake-ups from now on.
+                None => Next::Drain,
+            },
             _ = wakeup.notified() => Next::Drain,
             _ = idle => Next::Drain,
         }
     }
+}
+
+/// The test hook [`HOLD_HANDED`] is armed: handed rows stay where they are.
+fn handed_held() -> bool {
+    relayops_shared::failpoint::is_armed(HOLD_HANDED)
 }
 
 /// Logs a failed write of deferred deliveries (counted as a failed tick);

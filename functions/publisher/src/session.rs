@@ -1,8 +1,9 @@
 //! One AMQP connection and confirm-mode channel, and pipelined publishing;
 //! each message to a ready queue goes to one of its tenant's shards, the
-//! shallower (depths sampled on a channel of their own a few times a second,
-//! plus what this session published since: `ShardDepths`).
-use std::sync::Mutex;
+//! shallower (depths sampled a few times a second by a task of the session's
+//! own, on a channel of its own, never in a publish's way; plus what this
+//! session published since: `ShardDepths`).
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
@@ -14,6 +15,7 @@ use relayops_shared::config::BrokerConfig;
 use relayops_shared::db::DbError;
 use relayops_shared::failpoint;
 use relayops_shared::repo::outbox_fanout::Outgoing;
+use relayops_shared::task::AbortOnDrop;
 use serde::Deserialize;
 
 #[derive(Debug, thiserror::Error)]
@@ -28,10 +30,9 @@ pub struct Session {
     connection: Connection,
     channel: Channel,
     topology: Topology,
-    /// For sampling the ready shards' depths (a passive declare that fails
-    /// closes its channel: never the publishing one).
-    sampling: Channel,
-    depths: Mutex<ShardDepths>,
+    depths: Arc<Mutex<ShardDepths>>,
+    /// Samples the depths while the session lives.
+    _sampler: Option<AbortOnDrop>,
 }
 
 /// How often the ready shards' depths are sampled, at most.
@@ -41,7 +42,6 @@ const DEPTH_SAMPLE_EVERY: Duration = Duration::from_millis(200);
 /// sent each since: where a tenant's next message goes.
 #[derive(Debug)]
 struct ShardDepths {
-    sampled_at: Option<Instant>,
     messages: Vec<u32>,
 }
 
@@ -77,35 +77,18 @@ impl Session {
         let channel = broker::open_confirming_channel(&connection).await?;
         let topology = Topology::new(config);
         topology.declare(&channel).await?;
-        let sampling = broker::open_channel(&connection).await?;
-        let depths = Mutex::new(ShardDepths { sampled_at: None, messages: vec![0; topology.ready_shards.all().len()] });
-        Ok(Self { connection, channel, topology, sampling, depths })
-    }
-
-    /// Samples the ready shards' depths if the last sample is older than
-    /// [`DEPTH_SAMPLE_EVERY`] (only with first-attempt shards to choose
-    /// between). A failure keeps the previous figures: the choice is a
-    /// preference, never a condition for publishing.
-    async fn sample_depths(&self) {
-        let shards = self.topology.ready_shards.all();
-        if shards.len() <= 2 {
-            return;
-        }
-        let due = self.depths.lock().map(|d| d.sampled_at.is_none_or(|at| at.elapsed() >= DEPTH_SAMPLE_EVERY));
-        if !due.unwrap_or(false) || !self.sampling.status().connected() {
-            return;
-        }
-        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-        let declared =
-            join_all(shards.iter().map(|shard| self.sampling.queue_declare(&shard.queue, passive, Default::default())));
-        let Ok(declared) = tokio::time::timeout(Duration::from_secs(1), declared).await else { return };
-        let Ok(mut depths) = self.depths.lock() else { return };
-        depths.sampled_at = Some(Instant::now());
-        for (slot, declared) in depths.messages.iter_mut().zip(declared) {
-            if let Ok(queue) = declared {
-                *slot = queue.message_count();
+        let depths = Arc::new(Mutex::new(ShardDepths { messages: vec![0; topology.ready_shards.all().len()] }));
+        // Only with first-attempt shards to choose between.
+        let sampler = match topology.ready_shards.all().len() > 2 {
+            true => {
+                // A passive declare that fails closes its channel: never the publishing one.
+                let sampling = broker::open_channel(&connection).await?;
+                let task = sample_depths(sampling, topology.clone(), Arc::clone(&depths));
+                Some(AbortOnDrop(tokio::spawn(task)))
             }
-        }
+            false => None,
+        };
+        Ok(Self { connection, channel, topology, depths, _sampler: sampler })
     }
 
     /// Publishes on a new channel from now on, after the broker refused
@@ -142,7 +125,6 @@ impl Session {
 
     /// Sends every message, then awaits the confirms together.
     pub async fn publish_confirmed(&self, messages: &[Outgoing], confirm_timeout: Duration) -> BatchResults {
-        self.sample_depths().await;
         let mut results = BatchResults::default();
         let mut pending = Vec::with_capacity(messages.len());
         for (index, message) in messages.iter().enumerate() {
@@ -191,5 +173,34 @@ impl Session {
             }
         }
         results
+    }
+}
+
+/// Samples the ready shards' depths every [`DEPTH_SAMPLE_EVERY`] on
+/// `channel` until it closes (the session's connection went away; the
+/// session's own drop ends it sooner). A failed or slow sample keeps the
+/// previous figures: the choice of shard is a preference, never a condition
+/// for publishing.
+async fn sample_depths(channel: Channel, topology: Topology, depths: Arc<Mutex<ShardDepths>>) {
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    while channel.status().connected() {
+        let started = Instant::now();
+        let declared = join_all(
+            topology
+                .ready_shards
+                .all()
+                .iter()
+                .map(|shard| channel.queue_declare(&shard.queue, passive, Default::default())),
+        );
+        if let Ok(declared) = tokio::time::timeout(Duration::from_secs(1), declared).await {
+            if let Ok(mut depths) = depths.lock() {
+                for (slot, declared) in depths.messages.iter_mut().zip(declared) {
+                    if let Ok(queue) = declared {
+                        *slot = queue.message_count();
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(DEPTH_SAMPLE_EVERY.saturating_sub(started.elapsed())).await;
     }
 }

@@ -28,17 +28,25 @@ use crate::repo::{sql, GenericClient};
 /// the partition through `(tenant_id, endpoint_id, created_at)` on most runs
 /// of a bench: BENCHMARKS.md, session 7). It was a statement of its own after the
 /// claim: a round trip and ~0.3 ms of Postgres per lone event more (issue 18).
+///
+/// The rows are picked by `= ANY(ARRAY(…))`, which Postgres runs once (an
+/// init plan), never `IN (…)`: as a semi-join, the planner may run the
+/// locking sub-select again for each row it tests, and every run skips the
+/// rows the previous ones locked and takes the next `LIMIT` — one claim
+/// took thousands of rows in 27–31 s under a burst of ingest (the stalled
+/// publisher of ARCHITECTURE.md, "Fair delivery"), then released most of
+/// them as "left for the next batch".
 const CLAIM_BATCH: &str = "WITH claimed AS (
          UPDATE relayops.outbox_messages o
          SET status = 'claimed', claimed_by = $1,
              claim_expires_at = now() + $3::bigint * interval '1 millisecond',
              publish_attempts = o.publish_attempts + 1
-         WHERE o.id IN (
+         WHERE o.id = ANY(ARRAY(
              SELECT id FROM relayops.outbox_messages
              WHERE status = 'pending' AND available_at <= now()
              ORDER BY id
              LIMIT $2
-             FOR UPDATE SKIP LOCKED)
+             FOR UPDATE SKIP LOCKED))
          RETURNING o.id, o.envelope, o.tenant_id, o.event_id)
      SELECT c.id, c.envelope, c.tenant_id, c.event_id, d.id AS delivery_id, d.endpoint_id
      FROM claimed c
