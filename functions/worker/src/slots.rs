@@ -15,15 +15,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use relayops_shared::ids::TenantId;
 use tokio::sync::oneshot;
 
-/// The most slots one tenant may hold: all but an eighth (at least one kept
-/// for the others, when there are two or more).
+/// The most slots one tenant may hold: all but an eighth (rounded down, so
+/// a worker with fewer than eight slots keeps none back).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TenantShare(usize);
 
 impl TenantShare {
     pub fn of(capacity: usize) -> Self {
-        let reserve = (capacity / 8).max(usize::from(capacity > 1));
-        Self(capacity.saturating_sub(reserve).max(1))
+        Self(capacity.saturating_sub(capacity / 8).max(1))
     }
 }
 
@@ -154,7 +153,8 @@ mod tests {
     fn a_tenant_keeps_a_reserve_free_for_the_others() {
         assert_eq!(TenantShare::of(256), TenantShare(224));
         assert_eq!(TenantShare::of(16), TenantShare(14));
-        assert_eq!(TenantShare::of(2), TenantShare(1));
+        assert_eq!(TenantShare::of(8), TenantShare(7));
+        assert_eq!(TenantShare::of(7), TenantShare(7));
         assert_eq!(TenantShare::of(1), TenantShare(1));
     }
 
@@ -195,13 +195,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_that_went_away_does_not_lose_its_slot() {
-        let slots = FairSlots::new(2);
+        let slots = FairSlots::new(1);
         let tenant = TenantId::new();
         let first = slots.acquire(tenant).await;
         let abandoned = tokio::time::timeout(Duration::from_millis(10), slots.acquire(tenant)).await;
-        assert!(abandoned.is_err(), "over its share: waits");
+        assert!(abandoned.is_err(), "none free: waits");
         drop(first);
-        assert_eq!(slots.lock().free, 2);
+        assert_eq!(slots.lock().free, 1);
         let again = tokio::time::timeout(Duration::from_secs(1), slots.acquire(tenant)).await;
         assert!(again.is_ok());
     }
