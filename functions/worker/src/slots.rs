@@ -15,14 +15,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use relayops_shared::ids::TenantId;
 use tokio::sync::oneshot;
 
-/// The most slots one tenant may hold: all but an eighth (rounded down, so
-/// a worker with fewer than eight slots keeps none back).
+/// The most slots one tenant may hold: all but a sixteenth (rounded down,
+/// so a worker with fewer than sixteen slots keeps none back).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TenantShare(usize);
 
 impl TenantShare {
     pub fn of(capacity: usize) -> Self {
-        Self(capacity.saturating_sub(capacity / 8).max(1))
+        Self(capacity.saturating_sub(capacity / 16).max(1))
     }
 }
 
@@ -151,27 +151,26 @@ mod tests {
 
     #[test]
     fn a_tenant_keeps_a_reserve_free_for_the_others() {
-        assert_eq!(TenantShare::of(256), TenantShare(224));
-        assert_eq!(TenantShare::of(16), TenantShare(14));
-        assert_eq!(TenantShare::of(8), TenantShare(7));
-        assert_eq!(TenantShare::of(7), TenantShare(7));
+        assert_eq!(TenantShare::of(256), TenantShare(240));
+        assert_eq!(TenantShare::of(16), TenantShare(15));
+        assert_eq!(TenantShare::of(15), TenantShare(15));
         assert_eq!(TenantShare::of(1), TenantShare(1));
     }
 
     #[tokio::test]
     async fn a_busy_tenant_cannot_take_the_reserve_and_a_quiet_one_goes_first() {
-        let slots = FairSlots::new(8);
+        let slots = FairSlots::new(16);
         let (busy, quiet) = (TenantId::new(), TenantId::new());
         let mut held: Vec<SlotPermit> = Vec::new();
-        for _ in 0..7 {
+        for _ in 0..15 {
             held.push(slots.acquire(busy).await);
         }
-        // The busy tenant's eighth waits, though a slot is free: the reserve.
+        // The busy tenant's sixteenth waits, though a slot is free: the reserve.
         let mut busy_waiting = Box::pin(slots.acquire(busy));
         assert!(tokio::time::timeout(Duration::from_millis(20), &mut busy_waiting).await.is_err());
         let quiet_first = slots.acquire(quiet).await;
         assert_eq!(slots.held_by(quiet), 1, "the quiet tenant got the reserve at once");
-        // All eight taken; a second quiet delivery queues behind the busy one's waiter…
+        // All sixteen taken; a second quiet delivery queues behind the busy one's waiter…
         let quiet_second = tokio::spawn({
             let slots = Arc::clone(&slots);
             async move { slots.acquire(quiet).await }
@@ -182,15 +181,15 @@ mod tests {
         drop(held.pop());
         let quiet_second = tokio::time::timeout(Duration::from_secs(1), quiet_second).await.unwrap().unwrap();
         assert_eq!(slots.held_by(quiet), 2);
-        assert_eq!(slots.held_by(busy), 6);
+        assert_eq!(slots.held_by(busy), 14);
         drop((quiet_first, quiet_second));
         // Freed slots now reach the busy tenant's waiter.
-        let busy_eighth = tokio::time::timeout(Duration::from_secs(1), busy_waiting).await.unwrap();
-        assert_eq!(slots.held_by(busy), 7);
-        drop(busy_eighth);
+        let busy_last = tokio::time::timeout(Duration::from_secs(1), busy_waiting).await.unwrap();
+        assert_eq!(slots.held_by(busy), 15);
+        drop(busy_last);
         drop(held);
         assert_eq!(slots.held_by(busy), 0);
-        assert_eq!(slots.lock().free, 8, "every slot back");
+        assert_eq!(slots.lock().free, 16, "every slot back");
     }
 
     #[tokio::test]
