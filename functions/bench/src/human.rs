@@ -103,6 +103,9 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
     if let Some(n) = report.get("noisy_neighbour") {
         print_noisy_neighbour(n);
     }
+    if let Some(r) = report.get("recovery") {
+        print_recovery(r);
+    }
     if let Some(r) = report.get("ratios") {
         println!("ratios     {r}");
     }
@@ -184,4 +187,92 @@ fn print_noisy_sides<'r>(phases: impl Iterator<Item = (&'static str, &'r serde_j
         let load = a["load"].as_str().unwrap_or_default();
         println!("           {name}: A {load} ({} accepted); {drain}{vs}; {settle}", a["accepted"]);
     }
+}
+
+/// The recovery table: events, normal throughput, backlog and drain beside
+/// its target, latency of all events and of the outage's, the broker's
+/// publishes per delivery (each counter) and the receiver's requests per delivery.
+fn print_recovery(r: &serde_json::Value) {
+    let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+    println!(
+        "recovery   {} events/s for {} s; RabbitMQ stopped after 10 s for {} s (stop_app {} s, start_app {} s)",
+        r["offered_events_per_sec"],
+        r["seconds"],
+        f(&r["outage_secs"]),
+        f(&r["stop_app_secs"]),
+        f(&r["start_app_secs"])
+    );
+    println!(
+        "           events    posted {}  accepted {}  refused {} {}  (503/429 retried {})  delivered {}  lost {}{}",
+        r["posted"],
+        r["accepted"],
+        r["refused"],
+        r["refused_by_status"],
+        r["retried"],
+        r["delivered"],
+        r["lost"],
+        if r["complete"] == true { "" } else { "  INCOMPLETE (300 s)" }
+    );
+    println!("           normal    {} deliveries/s (first 10 s)", f(&r["normal_deliveries_per_sec"]));
+    let drain = match r["drain_secs"].as_f64() {
+        Some(secs) => format!("drained in {secs:.1} s"),
+        None => "NOT drained within 300 s".into(),
+    };
+    println!(
+        "           backlog   {} events when start_app returned; {drain}   target 1.5 × backlog / normal + 10 s = {} s: {}",
+        r["backlog_at_broker_back"],
+        f(&r["drain_target_secs"]),
+        if r["drain_within_target"] == true { "within" } else { "OVER" }
+    );
+    println!("           end-to-end ms          {:>8} {:>8} {:>8} {:>8}", "p50", "p95", "p99", "max");
+    for (label, key) in [
+        (format!("all {}", r["delivered"]), "end_to_end"),
+        (format!("outage {}", r["posted_during_outage"]), "end_to_end_posted_during_outage"),
+    ] {
+        let p = &r[key];
+        println!(
+            "           {label:<22} {:>8} {:>8} {:>8} {:>8}",
+            f(&p["p50_ms"]),
+            f(&p["p95_ms"]),
+            f(&p["p99_ms"]),
+            f(&p["max_ms"])
+        );
+    }
+    println!(
+        "           ingest    p50 {} ms  p99 {} ms  max {} ms",
+        f(&r["ingest_latency"]["p50_ms"]),
+        f(&r["ingest_latency"]["p99_ms"]),
+        f(&r["ingest_latency"]["max_ms"])
+    );
+    let b = &r["broker_messages"];
+    if b.is_object() {
+        let list = |v: &serde_json::Value| {
+            let counters = v.as_object().into_iter().flatten();
+            counters.map(|(name, n)| format!("{name} {}", f(n))).collect::<Vec<_>>().join(" + ")
+        };
+        println!(
+            "           broker    {} publishes per delivery ({} over {} deliveries in {} s, stop_app to the end)",
+            b["per_delivery"].as_f64().map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
+            f(&b["published_to_broker"]),
+            b["deliveries"],
+            f(&b["window_secs"])
+        );
+        println!("                     summed: {}", list(&b["summed"]));
+        println!("                     minus:  {}", list(&b["subtracted"]));
+        println!("                     shown:  {}", list(&b["shown"]).replace(" + ", ", "));
+        println!("                     NOTE: {}", b["note"].as_str().unwrap_or_default());
+        if b["absent"].as_array().is_some_and(|a| !a.is_empty()) {
+            println!(
+                "                     absent from /metrics (never counted, or not in this build; 0): {}",
+                b["absent"]
+            );
+        }
+    } else {
+        println!("           broker    - (/metrics not read)");
+    }
+    println!(
+        "           receiver  {} requests per delivery ({} requests)",
+        r["requests_per_delivery"].as_f64().map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
+        r["receiver_requests"]
+    );
 }

@@ -3,9 +3,12 @@
 //! end-to-end latency (to a receiver the bench runs itself on loopback), the
 //! machine's own Postgres and RabbitMQ ceilings measured in the same run, the
 //! ratios between them, the RelayOps processes' memory, and beside each
-//! throughput figure its cost in CPU seconds per 1,000 deliveries (`cost`).
+//! throughput figure its cost in CPU seconds per 1,000 deliveries (`cost`),
+//! and, asked for, a broker outage under steady load (`recovery`).
 //! `--json` for machines.
 mod backlog;
+mod broker_messages;
+mod broker_outage;
 mod ceilings;
 mod console;
 mod cost;
@@ -18,6 +21,7 @@ mod proc_cpu;
 mod protocol;
 mod queueing;
 mod receiver;
+mod recovery;
 mod scenarios;
 mod stats;
 mod worker_process;
@@ -54,7 +58,7 @@ struct Args {
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
     /// delivery-batched, fanout, fanout-batched, ordered, paced, slow, backlog,
-    /// queueing, console, noisy-neighbour (not run unless named). `fanout` and `fanout-batched` run once per
+    /// queueing, console, noisy-neighbour, recovery (not run unless named). `fanout` and `fanout-batched` run once per
     /// `--fanout-endpoints` count, `ordered` once per `--ordered-keys` count,
     /// `queueing` once per `--queueing-subscribers` count.
     /// `backlog` and `queueing` need `--relayops-bin` and a target running
@@ -130,6 +134,20 @@ struct Args {
         default_value = "alone,burst-alone,burst,slow,slow-default,failing,fanout,same-tenant-failing"
     )]
     noisy_phases: Vec<String>,
+    /// `recovery`: the offered rate, events/s (one post at a time).
+    #[arg(long, default_value_t = 100)]
+    recovery_rate: u32,
+    /// `recovery`: how long events are posted, seconds (the broker stops after 10).
+    #[arg(long, default_value_t = 45)]
+    recovery_secs: u64,
+    /// `recovery`: how long RabbitMQ is stopped (`rabbitmqctl stop_app`), seconds.
+    #[arg(long, default_value_t = 15)]
+    recovery_outage_secs: u64,
+    /// `recovery`: the broker's other users, comma-separated: the broker is not
+    /// stopped while a process whose executable path contains one of these
+    /// runs (waited for up to 30 min); `""` for none.
+    #[arg(long, value_delimiter = ',', default_value = "cargo-nextest,/deps/")]
+    recovery_yield_to: Vec<String>,
     /// Print one JSON document instead of the human report.
     #[arg(long)]
     json: bool,
@@ -268,6 +286,17 @@ async fn main() -> anyhow::Result<()> {
             timeout,
         };
         report.insert("noisy_neighbour".into(), run.run().await?);
+    }
+    if scenarios.contains(&"recovery") {
+        let run = recovery::RecoveryRun {
+            target: &target,
+            pool: &pool,
+            rate: args.recovery_rate,
+            seconds: args.recovery_secs,
+            outage_secs: args.recovery_outage_secs,
+            yield_to: &args.recovery_yield_to,
+        };
+        report.insert("recovery".into(), serde_json::to_value(run.run().await?)?);
     }
     report.insert("processes".into(), serde_json::to_value(memory::relayops_processes())?);
     add_ratios(&mut report);

@@ -5,7 +5,7 @@
 //! suffer; the slow one is held to its `max_in_flight`). End-to-end is from
 //! the moment the client first sent the event (a refusal it retried
 //! included) to the receiver's arrival, as a user of the API sees it.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,8 @@ pub(crate) struct Offered {
     /// The accepted posts' own latencies.
     pub latencies: Vec<f64>,
     pub refused: usize,
+    /// The refusals' final answers: a status, or `transport`.
+    pub refused_by_status: BTreeMap<String, usize>,
     pub retried: usize,
 }
 
@@ -62,6 +64,14 @@ impl Target {
     /// so a slow answer does not lower the offered rate.
     pub(crate) async fn offer(&self, event_type: &str, rate: u32, seconds: u64) -> Offered {
         let offered = Arc::new(Mutex::new(Offered::default()));
+        self.offer_into(event_type, rate, seconds, &offered).await;
+        let mut offered = offered.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *offered)
+    }
+
+    /// [`offer`](Self::offer), recording into `offered` as each answer comes
+    /// (for a scenario that looks at what was accepted while it posts).
+    pub(crate) async fn offer_into(&self, event_type: &str, rate: u32, seconds: u64, offered: &Arc<Mutex<Offered>>) {
         let total = rate as u64 * seconds;
         let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -78,13 +88,14 @@ impl Target {
                         offered.sent.insert(posted.id, posted.first_sent);
                         offered.latencies.push(posted.latency_ms);
                     }
-                    Err(_) => offered.refused += 1,
+                    Err(status) => {
+                        offered.refused += 1;
+                        *offered.refused_by_status.entry(status).or_insert(0) += 1;
+                    }
                 }
             });
         }
         while posts.join_next().await.is_some() {}
-        let mut offered = offered.lock().unwrap_or_else(|p| p.into_inner());
-        std::mem::take(&mut *offered)
     }
 
     /// Waits until `expected` deliveries reached hooks named `prefix…`.

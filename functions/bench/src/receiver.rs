@@ -37,6 +37,14 @@ impl Receiver {
             .unwrap_or(0)
     }
 
+    /// Deliveries that first arrived from `from` to `to` (both included).
+    pub fn delivered_between(&self, from: Instant, to: Instant) -> usize {
+        self.arrivals
+            .lock()
+            .map(|a| a.by_delivery.values().filter(|(_, at, _)| (from..=to).contains(at)).count())
+            .unwrap_or(0)
+    }
+
     /// When the last delivery so far first arrived.
     pub fn last_arrival(&self) -> Option<Instant> {
         self.arrivals.lock().ok()?.by_delivery.values().map(|(_, at, _)| *at).max()
