@@ -8,7 +8,8 @@
 use relayops_shared::domain::AttemptOutcome;
 use relayops_shared::observe::names::{
     DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_NOT_SENT_ROUND, DELIVERIES_POSTPONED, DELIVERIES_REPUBLISHED,
-    DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION, ENDPOINT_HEALTH_WRITES,
+    DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERIES_WAITED_FOR_SLOT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION,
+    ENDPOINT_HEALTH_WRITES,
 };
 use relayops_shared::repo::deliveries::DeliveryJob;
 
@@ -71,6 +72,12 @@ pub fn deferred() {
 /// saturated (see [`crate::saturation`]).
 pub fn postponed() {
     metrics::counter!(DELIVERIES_POSTPONED).increment(1);
+}
+
+/// A delivery for a full endpoint waited in the worker for a slot this
+/// process freed, instead of going round through the broker.
+pub fn waited_for_slot() {
+    metrics::counter!(DELIVERIES_WAITED_FOR_SLOT).increment(1);
 }
 
 /// A message kept through a database failure, before its next try.

@@ -24,6 +24,7 @@ pub const DELIVERIES_DEFERRED: &str = "relayops_deliveries_deferred_total";
 /// Messages sent round again without claiming their row, because flow control
 /// had just turned their endpoint away; no labels.
 pub const DELIVERIES_POSTPONED: &str = "relayops_deliveries_postponed_total";
+pub const DELIVERIES_WAITED_FOR_SLOT: &str = "relayops_deliveries_waited_for_slot_total";
 /// Pauses of messages held through a failure of the worker's database (each
 /// held message counts once per pause); no labels.
 pub const DELIVERIES_HELD: &str = "relayops_deliveries_held_total";
@@ -93,6 +94,10 @@ pub fn describe_all() {
     describe_counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "Deliveries settled without an attempt, by reason.");
     describe_counter!(DELIVERIES_DEFERRED, "Deliveries put back by endpoint flow control.");
     describe_counter!(DELIVERIES_POSTPONED, "Messages sent round again unclaimed: their endpoint was just saturated.");
+    describe_counter!(
+        DELIVERIES_WAITED_FOR_SLOT,
+        "Deliveries for a full endpoint that waited in the worker for a slot it freed, instead of going round."
+    );
     describe_counter!(DELIVERIES_HELD, "Pauses of messages held (not requeued) while the database was failing.");
     describe_counter!(DELIVERIES_REPUBLISHED, "Messages published afresh near the ready queue's delivery limit.");
     describe_counter!(
