@@ -176,6 +176,10 @@ async fn main() -> anyhow::Result<()> {
     let scenarios: Vec<&str> = args.scenarios.split(',').map(str::trim).collect();
     let database = DatabaseConfig { pool_size: args.concurrency.max(4) + 2, ..DatabaseConfig::from_env()? };
     let pool = relayops_shared::db::connect_pool(&database)?;
+    // The target migrates its database as it starts (`make bench` starts
+    // both at once): nothing is written before it answers ready.
+    let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
+    wait_until_ready(&http, &args.api).await?;
 
     // A tenant of its own, with an ingest limit that measures capacity, not policy.
     let email = format!("bench-{}@example.com", uuid::Uuid::new_v4().simple());
@@ -185,8 +189,6 @@ async fn main() -> anyhow::Result<()> {
     tenants::set_ingest_limit(&pool.get().await?, tenant.tenant_id, Some(1_000_000), Some(1_000_000)).await?;
 
     let (receiver, receiver_url) = receiver::start().await?;
-    let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
-    wait_until_ready(&http, &args.api).await?;
     let target = scenarios::Target {
         http,
         api: args.api.clone(),
