@@ -13,7 +13,6 @@
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use lapin::options::QueueDeclareOptions;
 use serde::Serialize;
 
 use crate::broker::{self, Topology};
@@ -189,11 +188,9 @@ impl ReadyQueue {
         }
         let (_, channel) = self.channel.as_ref()?;
         // Every ready shard counts: together they are the work waiting.
-        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
         let mut depth = 0u32;
         for shard in Topology::new(&self.broker).ready_shards.all() {
-            let declared = channel.queue_declare(&shard.queue, passive, Default::default()).await.ok()?;
-            depth = depth.saturating_add(declared.message_count());
+            depth = depth.saturating_add(broker::queue_depth(channel, &shard.queue).await.ok()?);
         }
         Some(depth)
     }

@@ -98,9 +98,7 @@ impl TestEnv {
     /// Messages ready in a queue (passive declare: the queue must exist).
     pub async fn queue_depth(&self, queue: &str) -> u32 {
         let (_connection, channel) = self.channel().await;
-        let options = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
-        let declared = channel.queue_declare(queue, options, Default::default()).await.expect("queue exists");
-        declared.message_count()
+        relayops_shared::broker::queue_depth(&channel, queue).await.expect("queue exists")
     }
 
     /// Deletes a queue: what the broker is then sent for it comes back

@@ -29,10 +29,10 @@
 //! a bundle's deliveries sent round to be requeued, and the broker's
 //! redeliveries of messages requeued or unacknowledged when a channel closed
 //! (no publish; the receiver's requests per delivery show their effect).
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
-use relayops_shared::observe::names;
+use relayops_shared::observe::{names, series_sum};
 use serde::Serialize;
 
 /// How a counter enters the sum.
@@ -68,44 +68,23 @@ const COUNTERS: &[Counter] = &[
     counter(names::DELIVERY_ATTEMPTS, Some(("outcome", "delivered")), Role::Shown),
 ];
 
-/// One read of `/metrics`: series (`name{labels}` as written) and values.
+/// One read of `/metrics` (Prometheus text) and when it was taken.
 pub struct Scrape {
     pub at: Instant,
-    series: HashMap<String, f64>,
+    text: String,
 }
 
 /// Reads `{api}/metrics`.
 pub async fn scrape(http: &reqwest::Client, api: &str) -> anyhow::Result<Scrape> {
     let response = http.get(format!("{api}/metrics")).send().await?.error_for_status()?;
     let at = Instant::now();
-    let text = response.text().await?;
-    let series = text
-        .lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, rest) = match line.rfind('}') {
-                Some(end) => line.split_at(end + 1),
-                None => line.split_once(' ')?,
-            };
-            Some((series.trim().to_owned(), rest.split_whitespace().next()?.parse().ok()?))
-        })
-        .collect();
-    Ok(Scrape { at, series })
+    Ok(Scrape { at, text: response.text().await? })
 }
 
 impl Scrape {
     /// The sum of `name`'s series (those with `label` if given); `None` if it has none.
     fn value(&self, name: &str, label: Option<(&str, &str)>) -> Option<f64> {
-        let label = label.map(|(key, value)| format!("{key}=\"{value}\""));
-        let matching: Vec<f64> = self
-            .series
-            .iter()
-            .filter(|(series, _)| {
-                series.split('{').next() == Some(name) && label.as_ref().is_none_or(|l| series.contains(l.as_str()))
-            })
-            .map(|(_, value)| *value)
-            .collect();
-        (!matching.is_empty()).then(|| matching.iter().sum())
+        series_sum(&self.text, name, label.as_slice())
     }
 }
 

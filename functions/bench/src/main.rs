@@ -24,6 +24,7 @@ mod receiver;
 mod recovery;
 mod scenarios;
 mod stats;
+mod tenant;
 mod worker_process;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,10 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_shared::config::{BrokerConfig, DatabaseConfig};
 use relayops_shared::db::partitions;
-use relayops_shared::repo::tenants;
 use scenarios::Feed;
 use serde_json::json;
 
@@ -181,21 +180,10 @@ async fn main() -> anyhow::Result<()> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
     wait_until_ready(&http, &args.api).await?;
 
-    // A tenant of its own, with an ingest limit that measures capacity, not policy.
-    let email = format!("bench-{}@example.com", uuid::Uuid::new_v4().simple());
-    let password = uuid::Uuid::new_v4().to_string();
-    let request = BootstrapRequest { tenant_name: "bench", admin_email: &email, admin_password: &password };
-    let tenant = bootstrap_tenant(&pool, &request).await?;
-    tenants::set_ingest_limit(&pool.get().await?, tenant.tenant_id, Some(1_000_000), Some(1_000_000)).await?;
+    let tenant::BenchTenant { api_key, email, password } = tenant::fresh(&pool, "bench").await?;
 
     let (receiver, receiver_url) = receiver::start().await?;
-    let target = scenarios::Target {
-        http,
-        api: args.api.clone(),
-        key: tenant.api_key.expose().to_owned(),
-        receiver,
-        receiver_url,
-    };
+    let target = scenarios::Target { http, api: args.api.clone(), key: api_key, receiver, receiver_url };
     let timeout = Duration::from_secs(300);
     let mut report = serde_json::Map::new();
     // What the figures were measured against: a fresh database has the

@@ -9,10 +9,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
-use relayops_shared::db::Pool;
-use relayops_shared::repo::tenants;
-
 use crate::noisy::{Noise, NoisyRun};
 use crate::scenarios::Target;
 
@@ -50,21 +46,10 @@ pub struct Settled {
     pub drained: bool,
 }
 
-/// A fresh tenant named `name`, with an ingest limit that measures capacity,
-/// not policy; returns its API key.
-pub(crate) async fn fresh_tenant(pool: &Pool, name: &str) -> anyhow::Result<String> {
-    let email = format!("{name}-{}@example.com", uuid::Uuid::new_v4().simple());
-    let password = uuid::Uuid::new_v4().to_string();
-    let request = BootstrapRequest { tenant_name: name, admin_email: &email, admin_password: &password };
-    let tenant = bootstrap_tenant(pool, &request).await?;
-    tenants::set_ingest_limit(&pool.get().await?, tenant.tenant_id, Some(1_000_000), Some(1_000_000)).await?;
-    Ok(tenant.api_key.expose().to_owned())
-}
-
 impl NoisyRun<'_> {
-    /// A fresh tenant named `name`; returns its API key.
+    /// A fresh tenant named `name` (`crate::tenant`); returns its API key.
     async fn tenant(&self, name: &str) -> anyhow::Result<String> {
-        fresh_tenant(self.pool, name).await
+        Ok(crate::tenant::fresh(self.pool, name).await?.api_key)
     }
 
     /// Tenant B, with a receiver of its own.

@@ -100,7 +100,7 @@ impl RecoveryRun<'_> {
         );
         broker_outage::check_local(&BrokerConfig::from_env()?.url)?;
         broker_outage::wait_for_other_users(self.yield_to).await?;
-        let key = crate::noisy_tenant::fresh_tenant(self.pool, "recovery").await?;
+        let key = crate::tenant::fresh(self.pool, "recovery").await?.api_key;
         let (receiver, receiver_url) = crate::receiver::start().await?;
         let target = Target { key, receiver, receiver_url, ..self.target.clone() };
         target.endpoint(&format!("hook/{HOOK}"), EVENT_TYPE, 256).await?;

@@ -6,14 +6,6 @@
 //! for slot misses, a wait that grows with each miss. While Redis cannot be
 //! asked, `flow` decides with this process' own caps and buckets: delivery
 //! goes on, each worker within its share of the limits.
-//!
-//! A slot this process frees is signalled per endpoint
-//! ([`Gate::wait_for_release`]): a delivery for a full endpoint waits here a
-//! moment for one, where waiting costs nothing, instead of going round
-//! through the broker — for a fast receiver a slot frees within
-//! milliseconds.
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
@@ -21,7 +13,6 @@ use relayops_shared::config::{FlowConfig, WorkerConfig};
 use relayops_shared::flow::{FlowControl, FlowError, Limit, Slot, TokenDecision};
 use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::deliveries::DeliveryJob;
-use tokio::sync::Notify;
 
 use crate::saturation::Busy;
 
@@ -36,34 +27,6 @@ pub struct Gate {
     flow: Option<FlowControl>,
     default_max_in_flight: u32,
     default_timeout: Duration,
-    releases: Arc<Releases>,
-}
-
-/// Per endpoint, a signal for each slot this process frees.
-#[derive(Default)]
-struct Releases {
-    signals: Mutex<HashMap<EndpointId, Arc<Notify>>>,
-}
-
-/// Past this many endpoints with a signal, those nobody waits on are dropped.
-const PRUNE_SIGNALS_ABOVE: usize = 1_024;
-
-impl Releases {
-    fn signal(&self, endpoint: EndpointId) -> Arc<Notify> {
-        let mut signals = self.signals.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if signals.len() > PRUNE_SIGNALS_ABOVE {
-            signals.retain(|_, signal| Arc::strong_count(signal) > 1);
-        }
-        Arc::clone(signals.entry(endpoint).or_default())
-    }
-
-    /// Wakes one waiter for `endpoint`, if any waits.
-    fn released(&self, endpoint: EndpointId) {
-        let signals = self.signals.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(signal) = signals.get(&endpoint) {
-            signal.notify_one();
-        }
-    }
 }
 
 pub enum Admission {
@@ -89,7 +52,7 @@ impl Gate {
 
     /// `flow: None` turns flow control off (a worker without Redis configured).
     pub fn new(flow: Option<FlowControl>, default_max_in_flight: u32, default_timeout: Duration) -> Self {
-        Self { flow, default_max_in_flight, default_timeout, releases: Arc::default() }
+        Self { flow, default_max_in_flight, default_timeout }
     }
 
     /// The flow control this gate asks (for readiness), if any.
@@ -113,7 +76,7 @@ impl Gate {
         match flow.take_token(BUCKET_KIND, &endpoint, limit).await {
             TokenDecision::Taken => Admission::Go(Some(slot)),
             TokenDecision::Wait(wait) => {
-                self.release(job.endpoint_id, Some(slot)).await;
+                self.release(Some(slot)).await;
                 Admission::Defer { wait, busy: Busy::Rate { wait } }
             }
         }
@@ -127,19 +90,9 @@ impl Gate {
     }
 
     /// Frees the slot; if Redis cannot be told, its lease simply expires.
-    /// One delivery waiting in [`wait_for_release`](Self::wait_for_release)
-    /// for `endpoint` is woken.
-    pub async fn release(&self, endpoint: EndpointId, slot: Option<Slot>) {
+    pub async fn release(&self, slot: Option<Slot>) {
         if let (Some(flow), Some(slot)) = (&self.flow, slot) {
             flow.release_slot(slot).await;
-            self.releases.released(endpoint);
         }
-    }
-
-    /// Waits up to `limit` for this process to free a slot of `endpoint`;
-    /// whether one was freed (another process's frees are not seen here).
-    pub async fn wait_for_release(&self, endpoint: EndpointId, limit: Duration) -> bool {
-        let signal = self.releases.signal(endpoint);
-        tokio::time::timeout(limit, signal.notified()).await.is_ok()
     }
 }

@@ -217,7 +217,7 @@ impl Processor {
                 if !self.gate.is_full(endpoint, max_in_flight).await {
                     return false;
                 }
-                if !self.gate.wait_for_release(endpoint, WAIT_FOR_SLOT).await {
+                if !self.saturation.wait_for_freed_slot(endpoint, WAIT_FOR_SLOT).await {
                     return true;
                 }
                 report::waited_for_slot();
@@ -273,7 +273,8 @@ impl Processor {
         let started_at = Utc::now();
         let exchange = self.send_holding_lease(&job, claim_asked).await;
         relayops_shared::hop!("worker.answered", event_id = %job.event_id);
-        self.gate.release(job.endpoint_id, slot).await;
+        self.gate.release(slot).await;
+        self.saturation.slot_freed(job.endpoint_id);
         let verdict = classify(&exchange.result);
         let policy = RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
         let (outcome, wait) = decide(&verdict, &policy, job.attempt_number as u32);

@@ -14,11 +14,18 @@
 //! deferral), which refreshes a `scheduled` row's due time well inside the
 //! recovery grace (waits are capped at 8 s: at most ~32 s between full rounds,
 //! the default grace is 60 s), so recovery does not duplicate it.
+//!
+//! A remembered endpoint also carries a signal for each slot this process
+//! frees ([`Saturation::slot_freed`]): a delivery for a full endpoint waits a
+//! moment for one ([`Saturation::wait_for_freed_slot`]), where waiting costs
+//! nothing, instead of going round through the broker — a fast receiver's
+//! slots free within milliseconds.
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use relayops_shared::ids::EndpointId;
+use tokio::sync::Notify;
 
 /// How long after its last deferral an endpoint is remembered.
 pub const MEMORY: Duration = Duration::from_secs(10);
@@ -47,11 +54,13 @@ pub enum Recall {
     WasFull { max_in_flight: u32 },
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Entry {
     max_in_flight: Option<u32>,
     rate_until: Option<Instant>,
     seen: Instant,
+    /// Notified once per slot of the endpoint this process frees.
+    freed: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -67,12 +76,38 @@ impl Saturation {
         if map.len() > PRUNE_ABOVE {
             map.retain(|_, entry| now.duration_since(entry.seen) < MEMORY);
         }
-        let entry = map.entry(endpoint).or_insert(Entry { max_in_flight: None, rate_until: None, seen: now });
+        let entry = map.entry(endpoint).or_insert_with(|| Entry {
+            max_in_flight: None,
+            rate_until: None,
+            seen: now,
+            freed: Arc::default(),
+        });
         entry.seen = now;
         match busy {
             Busy::Full { max_in_flight } => entry.max_in_flight = Some(max_in_flight),
             Busy::Rate { wait } => entry.rate_until = Some(now + wait),
         }
+    }
+
+    /// This process freed a slot of `endpoint`: one delivery waiting in
+    /// [`wait_for_freed_slot`](Self::wait_for_freed_slot) for it is woken
+    /// (nothing, for an endpoint not remembered).
+    pub fn slot_freed(&self, endpoint: EndpointId) {
+        let map = self.endpoints.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(entry) = map.get(&endpoint) {
+            entry.freed.notify_one();
+        }
+    }
+
+    /// Waits up to `limit` for this process to free a slot of a remembered
+    /// `endpoint`; whether one was freed (another process's are not seen).
+    pub async fn wait_for_freed_slot(&self, endpoint: EndpointId, limit: Duration) -> bool {
+        let freed = {
+            let map = self.endpoints.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let Some(entry) = map.get(&endpoint) else { return false };
+            Arc::clone(&entry.freed)
+        };
+        tokio::time::timeout(limit, freed.notified()).await.is_ok()
     }
 
     /// What to do with a message for `endpoint` that went round `throttles`
@@ -113,6 +148,24 @@ mod tests {
             [was_full, was_full, was_full, Recall::Claim, was_full, was_full, was_full, Recall::Claim]
         );
         assert_eq!(saturation.recall(other, 0), Recall::Claim, "only the endpoint turned away");
+    }
+
+    #[tokio::test]
+    async fn a_delivery_waiting_for_a_full_endpoint_wakes_when_this_process_frees_a_slot() {
+        let saturation = Arc::new(Saturation::default());
+        let (full, forgotten) = (EndpointId::new(), EndpointId::new());
+        let short = Duration::from_millis(20);
+        assert!(!saturation.wait_for_freed_slot(forgotten, short).await, "not remembered: no wait");
+        saturation.remember(full, Busy::Full { max_in_flight: 1 });
+        assert!(!saturation.wait_for_freed_slot(full, short).await, "nothing freed: the wait runs out");
+        let waiting = tokio::spawn({
+            let saturation = Arc::clone(&saturation);
+            async move { saturation.wait_for_freed_slot(full, Duration::from_secs(5)).await }
+        });
+        tokio::task::yield_now().await;
+        saturation.slot_freed(forgotten);
+        saturation.slot_freed(full);
+        assert!(waiting.await.unwrap(), "woken by the freed slot");
     }
 
     #[test]

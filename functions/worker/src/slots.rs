@@ -39,6 +39,19 @@ struct State {
     waiting: HashMap<TenantId, VecDeque<oneshot::Sender<SlotPermit>>>,
 }
 
+impl State {
+    /// One of `tenant`'s slots is free again.
+    fn give_back(&mut self, tenant: TenantId) {
+        if let Some(held) = self.held.get_mut(&tenant) {
+            *held -= 1;
+            if *held == 0 {
+                self.held.remove(&tenant);
+            }
+        }
+        self.free += 1;
+    }
+}
+
 /// One slot, held for `tenant` until dropped.
 pub struct SlotPermit {
     slots: Arc<FairSlots>,
@@ -96,13 +109,7 @@ impl FairSlots {
 
     fn release(self: &Arc<Self>, tenant: TenantId) {
         let mut state = self.lock();
-        if let Some(held) = state.held.get_mut(&tenant) {
-            *held -= 1;
-            if *held == 0 {
-                state.held.remove(&tenant);
-            }
-        }
-        state.free += 1;
+        state.give_back(tenant);
         self.grant(&mut state);
     }
 
@@ -131,13 +138,7 @@ impl FairSlots {
             if let Err(mut unsent) = sender.send(permit) {
                 // Its waiter went away: take the slot back here, under the lock.
                 unsent.live = false;
-                state.free += 1;
-                if let Some(held) = state.held.get_mut(&tenant) {
-                    *held -= 1;
-                    if *held == 0 {
-                        state.held.remove(&tenant);
-                    }
-                }
+                state.give_back(tenant);
             }
         }
     }

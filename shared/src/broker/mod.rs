@@ -95,6 +95,15 @@ pub async fn open_channel(connection: &Connection) -> Result<Channel, BrokerErro
     connection.create_channel().await.map_err(BrokerError::Channel)
 }
 
+/// How many messages `queue` holds ready (a passive declare). A queue that
+/// does not exist fails, and closes `channel` with it: sample on a channel
+/// that publishes nothing.
+pub async fn queue_depth(channel: &Channel, queue: &str) -> Result<u32, BrokerError> {
+    let passive = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
+    let declared = channel.queue_declare(queue, passive, Default::default()).await.map_err(BrokerError::Channel)?;
+    Ok(declared.message_count())
+}
+
 /// A new channel on `connection` with publisher confirms on, within
 /// [`SETUP_TIMEOUT`].
 pub async fn open_confirming_channel(connection: &Connection) -> Result<Channel, BrokerError> {

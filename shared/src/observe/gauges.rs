@@ -5,8 +5,6 @@
 //! not a gauge, is what reports an unreachable dependency.
 use std::time::Duration;
 
-use lapin::options::QueueDeclareOptions;
-
 use super::names::{OUTBOX_BACKLOG, QUEUE_DEPTH};
 use crate::broker::{self, Topology};
 use crate::config::BrokerConfig;
@@ -42,15 +40,9 @@ pub fn spawn_queue_gauges(pool: Pool, broker: BrokerConfig, interval: Duration) 
             }
             if let Some((_, open_channel)) = &channel {
                 for (label, queue) in &queues {
-                    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-                    let declared = tokio::time::timeout(
-                        Duration::from_secs(2),
-                        open_channel.queue_declare(queue, passive, Default::default()),
-                    )
-                    .await;
-                    match declared {
-                        Ok(Ok(declared)) => metrics::gauge!(QUEUE_DEPTH, "queue" => label.clone())
-                            .set(f64::from(declared.message_count())),
+                    let depth = tokio::time::timeout(Duration::from_secs(2), broker::queue_depth(open_channel, queue));
+                    match depth.await {
+                        Ok(Ok(depth)) => metrics::gauge!(QUEUE_DEPTH, "queue" => label.clone()).set(f64::from(depth)),
                         _ => {
                             // A failed passive declare closes the channel; reopen next round.
                             tracing::debug!(queue = %queue, "queue depth not sampled");

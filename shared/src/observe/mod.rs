@@ -12,4 +12,4 @@ pub mod lambda;
 pub mod names;
 mod prometheus;
 
-pub use prometheus::{install_prometheus, metrics_handler, render};
+pub use prometheus::{install_prometheus, metrics_handler, render, series_sum};

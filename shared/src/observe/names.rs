@@ -24,6 +24,8 @@ pub const DELIVERIES_DEFERRED: &str = "relayops_deliveries_deferred_total";
 /// Messages sent round again without claiming their row, because flow control
 /// had just turned their endpoint away; no labels.
 pub const DELIVERIES_POSTPONED: &str = "relayops_deliveries_postponed_total";
+/// Deliveries for a full endpoint that waited in the worker for a slot this
+/// process freed, instead of going round through the broker; no labels.
 pub const DELIVERIES_WAITED_FOR_SLOT: &str = "relayops_deliveries_waited_for_slot_total";
 /// Pauses of messages held through a failure of the worker's database (each
 /// held message counts once per pause); no labels.

@@ -1,6 +1,7 @@
 //! The process-wide Prometheus recorder and the `/metrics` handler. The
 //! exporter only renders text; we serve it on our own axum routes, so there is
-//! no second listener to secure.
+//! no second listener to secure. [`series_sum`] reads such text back (the
+//! tests and the bench read a process's figures with it).
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -54,4 +55,30 @@ pub async fn metrics_handler() -> Response {
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     response
+}
+
+/// From Prometheus text exposition: the sum of the samples of `name` whose
+/// labels include every `(label, value)` given; `None` when no sample of it
+/// matches (a counter never incremented is not rendered at all).
+pub fn series_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut total = None;
+    for line in text.lines().filter(|line| !line.starts_with('#') && !line.trim().is_empty()) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let (series_name, series_labels) = match series.split_once('{') {
+            Some((series_name, rest)) => (series_name, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if series_name != name {
+            continue;
+        }
+        let present: Vec<(&str, &str)> = series_labels
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(key, value)| (key.trim(), value.trim().trim_matches('"')))
+            .collect();
+        if let (true, Ok(value)) = (labels.iter().all(|wanted| present.contains(wanted)), value.parse::<f64>()) {
+            total = Some(total.unwrap_or(0.0) + value);
+        }
+    }
+    total
 }

@@ -246,7 +246,7 @@ async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
 
     // (role, settings beside the valid ones, the variable the error names)
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 7] = [
+    let cases: [Case; 9] = [
         ("all", &[], "RELAYOPS_REDIS_URL: is required"),
         (
             "all",
@@ -269,6 +269,12 @@ async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
             "api",
             &[("RELAYOPS_REDIS_URL", "redis://127.0.0.1:6379"), ("RELAYOPS_INGEST_LANES", "0")],
             "RELAYOPS_INGEST_LANES",
+        ),
+        ("publisher", &[("RELAYOPS_READY_SHARDS", "0")], "RELAYOPS_READY_SHARDS: must be greater than zero"),
+        (
+            "worker",
+            &[("RELAYOPS_REDIS_URL", "redis://127.0.0.1:6379"), ("RELAYOPS_READY_SHARDS", "65")],
+            "RELAYOPS_READY_SHARDS: must be at most 64",
         ),
     ];
     for (role, extra, named) in cases {
