@@ -143,8 +143,8 @@ pub struct BrokerConfig {
     pub retry_delays_ms: Vec<u64>,
     /// `RELAYOPS_READY_SHARDS` (default 8, at most 64): ready queues. With 1,
     /// every message goes to `<ns>.ready`. With more, first attempts go to
-    /// `<ns>.ready.1` … `<ns>.ready.<n-1>`, each tenant to the shallower of
-    /// its two (shuffle sharding), and `<ns>.ready` carries what comes back
+    /// `<ns>.ready.1` … `<ns>.ready.<n-1>`, each tenant to the less loaded
+    /// of its two (shuffle sharding), and `<ns>.ready` carries what comes back
     /// (retries, postponements); workers consume them all, each with its own
     /// prefetch. See ARCHITECTURE.md, "Fair delivery".
     pub ready_shards: u16,

@@ -1,13 +1,13 @@
 //! One AMQP connection and confirm-mode channel, and pipelined publishing;
 //! each message to a ready queue goes to one of its tenant's shards, the
-//! shallower (depths sampled a few times a second by a task of the session's
-//! own, on a channel of its own, never in a publish's way; plus what this
-//! session published since: `ShardDepths`).
+//! less loaded (`ShardLoad`: depths sampled a few times a second by a task of
+//! the session's own, on a channel of its own, never in a publish's way; plus
+//! what this session published to each lately).
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::Confirmation;
 use lapin::{BasicProperties, Channel, Connection};
 use relayops_shared::broker::{self, BrokerError, Destination, QueueMessage, Topology};
@@ -30,19 +30,53 @@ pub struct Session {
     connection: Connection,
     channel: Channel,
     topology: Topology,
-    depths: Arc<Mutex<ShardDepths>>,
+    load: Arc<Mutex<ShardLoad>>,
     /// Samples the depths while the session lives.
     _sampler: Option<AbortOnDrop>,
 }
 
 /// How often the ready shards' depths are sampled, at most.
 const DEPTH_SAMPLE_EVERY: Duration = Duration::from_millis(200);
+/// What remains of a delivery's weight in `ShardLoad::recent` after each
+/// sample: a half-life of ~7 s.
+const RECENT_DECAY: f64 = 0.98;
 
-/// The ready shards' depths as last sampled, plus the messages this session
-/// sent each since: where a tenant's next message goes.
+/// How loaded each ready shard is (indexed like `Topology::ready_shards`):
+/// its ready messages as last sampled, plus the deliveries this session
+/// sent it lately. The depth alone misses a shard whose messages all sit in
+/// a worker's prefetch window, unacknowledged (a bundle is acknowledged only
+/// when all its deliveries are settled, which at a slow receiver takes
+/// seconds): it reads 0 while a message sent there waits behind the whole
+/// window. What was sent lately still counts such a shard as busy; counted
+/// in deliveries, another tenant's backlog outweighs a quiet tenant's own
+/// steady trickle (20 events/s settle near 200).
 #[derive(Debug)]
-struct ShardDepths {
-    messages: Vec<u32>,
+struct ShardLoad {
+    recent: Vec<f64>,
+    /// Sampled depth + `recent`, kept up to date by both.
+    score: Vec<f64>,
+    sampled: Vec<u32>,
+}
+
+impl ShardLoad {
+    fn new(shards: usize) -> Self {
+        Self { recent: vec![0.0; shards], score: vec![0.0; shards], sampled: vec![0; shards] }
+    }
+
+    fn sent(&mut self, shard: usize, deliveries: usize) {
+        self.recent[shard] += deliveries as f64;
+        self.score[shard] += deliveries as f64;
+    }
+
+    fn sampled(&mut self, depths: impl Iterator<Item = Option<u32>>) {
+        for (shard, depth) in depths.enumerate() {
+            if let Some(depth) = depth {
+                self.sampled[shard] = depth;
+            }
+            self.recent[shard] *= RECENT_DECAY;
+            self.score[shard] = f64::from(self.sampled[shard]) + self.recent[shard];
+        }
+    }
 }
 
 /// Crash point: half of a batch's messages sent and confirmed, the rest not
@@ -77,18 +111,18 @@ impl Session {
         let channel = broker::open_confirming_channel(&connection).await?;
         let topology = Topology::new(config);
         topology.declare(&channel).await?;
-        let depths = Arc::new(Mutex::new(ShardDepths { messages: vec![0; topology.ready_shards.all().len()] }));
+        let load = Arc::new(Mutex::new(ShardLoad::new(topology.ready_shards.all().len())));
         // Only with first-attempt shards to choose between.
         let sampler = match topology.ready_shards.all().len() > 2 {
             true => {
                 // A passive declare that fails closes its channel: never the publishing one.
                 let sampling = broker::open_channel(&connection).await?;
-                let task = sample_depths(sampling, topology.clone(), Arc::clone(&depths));
+                let task = sample_depths(sampling, topology.clone(), Arc::clone(&load));
                 Some(AbortOnDrop(tokio::spawn(task)))
             }
             false => None,
         };
-        Ok(Self { connection, channel, topology, depths, _sampler: sampler })
+        Ok(Self { connection, channel, topology, load, _sampler: sampler })
     }
 
     /// Publishes on a new channel from now on, after the broker refused
@@ -108,15 +142,13 @@ impl Session {
     /// to the operations DLQ. An envelope this version cannot read (a newer
     /// writer) goes to the DLQ too, where operators see it, rather than
     /// looping here.
-    fn route(&self, envelope: &serde_json::Value) -> (&str, &str) {
-        match QueueMessage::deserialize(envelope).map(|message| message.destination()) {
+    fn route(&self, message: &Outgoing) -> (&str, &str) {
+        match QueueMessage::deserialize(&message.envelope).map(|queued| queued.destination()) {
             Ok(Destination::Ready { tenant }) => {
                 let shards = &self.topology.ready_shards;
-                let Ok(mut depths) = self.depths.lock() else {
-                    return (&self.topology.exchange, &shards.for_tenant(tenant, &[]).routing_key);
-                };
-                let chosen = shards.choose(tenant, &depths.messages);
-                depths.messages[chosen] = depths.messages[chosen].saturating_add(1);
+                let mut load = self.load.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let chosen = shards.choose(tenant, &load.score);
+                load.sent(chosen, message.rows.iter().map(|(_, deliveries)| deliveries).sum());
                 (&self.topology.exchange, &shards.all()[chosen].routing_key)
             }
             Ok(Destination::DeadLetters) | Err(_) => (&self.topology.dead_exchange, ""),
@@ -142,7 +174,7 @@ impl Session {
                 .with_message_id(message.rows.first().map_or(0, |(row, _)| *row).to_string().into());
             // mandatory: an unroutable message comes back instead of vanishing.
             let options = BasicPublishOptions { mandatory: true, ..Default::default() };
-            let (exchange, routing_key) = self.route(&message.envelope);
+            let (exchange, routing_key) = self.route(message);
             match self.channel.basic_publish(exchange, routing_key, options, &body, properties).await {
                 Ok(confirm) => pending.push((index, confirm)),
                 Err(error) => {
@@ -181,26 +213,33 @@ impl Session {
 /// session's own drop ends it sooner). A failed or slow sample keeps the
 /// previous figures: the choice of shard is a preference, never a condition
 /// for publishing.
-async fn sample_depths(channel: Channel, topology: Topology, depths: Arc<Mutex<ShardDepths>>) {
-    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+async fn sample_depths(channel: Channel, topology: Topology, load: Arc<Mutex<ShardLoad>>) {
     while channel.status().connected() {
         let started = Instant::now();
-        let declared = join_all(
-            topology
-                .ready_shards
-                .all()
-                .iter()
-                .map(|shard| channel.queue_declare(&shard.queue, passive, Default::default())),
-        );
-        if let Ok(declared) = tokio::time::timeout(Duration::from_secs(1), declared).await {
-            if let Ok(mut depths) = depths.lock() {
-                for (slot, declared) in depths.messages.iter_mut().zip(declared) {
-                    if let Ok(queue) = declared {
-                        *slot = queue.message_count();
-                    }
-                }
-            }
+        let shards = topology.ready_shards.all();
+        let sampled = join_all(shards.iter().map(|shard| broker::queue_depth(&channel, &shard.queue)));
+        if let Ok(sampled) = tokio::time::timeout(Duration::from_secs(1), sampled).await {
+            let mut load = load.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            load.sampled(sampled.into_iter().map(Result::ok));
         }
         tokio::time::sleep(DEPTH_SAMPLE_EVERY.saturating_sub(started.elapsed())).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_read_empty_still_counts_what_was_sent_it_lately() {
+        let mut load = ShardLoad::new(3);
+        load.sent(1, 1_000);
+        load.sent(2, 1);
+        // The busy shard's messages all sit in a worker's prefetch window: 0 ready.
+        load.sampled([Some(0), Some(0), Some(0)].into_iter());
+        assert!(load.score[1] > 900.0 && load.score[2] < 1.0, "{:?}", load.score);
+        load.sampled([Some(0), None, Some(7)].into_iter());
+        assert_eq!(load.sampled, [0, 0, 7], "an unread shard keeps its last depth");
+        assert!(load.score[2] > 7.0 && load.score[2] < 8.0, "{:?}", load.score);
     }
 }

@@ -6,8 +6,9 @@
 //! through the retry queues (their dead-letter routing key is fixed, and
 //! queue arguments cannot change on an existing queue) and `<ns>.ready.1` …
 //! `<ns>.ready.<n-1>` carry first attempts. Each tenant has two of those,
-//! chosen by a hash of its id; a message goes to the one with fewer messages
-//! waiting (depths sampled by the publisher a few times a second). A tenant
+//! chosen by a hash of its id; a message goes to the less loaded (depths
+//! sampled by the publisher a few times a second, plus what it sent each
+//! lately: `publisher::session`). A tenant
 //! with a backlog fills both of its shards; another tenant waits behind it
 //! only if both of its own shards are those two: one chance in
 //! `(n-1)(n-2)/2` (21 with the default 8), instead of every tenant behind
@@ -75,17 +76,13 @@ impl ReadyShards {
         (first + 1, second + 1)
     }
 
-    /// Where a tenant's next first attempt goes, given the sampled depth of
-    /// each shard (indexed like [`all`](Self::all); missing or unsampled: 0).
-    /// Ties go to the first candidate, so without samples a tenant keeps to one queue.
-    pub fn for_tenant(&self, tenant: TenantId, depths: &[u32]) -> &ReadyShard {
-        &self.shards[self.choose(tenant, depths)]
-    }
-
-    /// [`for_tenant`](Self::for_tenant)'s choice as an index into [`all`](Self::all).
-    pub fn choose(&self, tenant: TenantId, depths: &[u32]) -> usize {
+    /// Where a tenant's next first attempt goes (an index into
+    /// [`all`](Self::all)), given the load of each shard (indexed alike;
+    /// missing or unmeasured: 0): the less loaded of its two. Ties go to the
+    /// first candidate, so without figures a tenant keeps to one queue.
+    pub fn choose<L: PartialOrd + Copy + Default>(&self, tenant: TenantId, loads: &[L]) -> usize {
         let (first, second) = self.candidates(tenant);
-        let depth = |index: usize| depths.get(index).copied().unwrap_or(0);
+        let depth = |index: usize| loads.get(index).copied().unwrap_or_default();
         if depth(second) < depth(first) {
             second
         } else {
@@ -114,7 +111,7 @@ mod tests {
         let shards = ReadyShards::new("t", 1);
         assert_eq!(shards.all().len(), 1);
         let tenant = TenantId::new();
-        assert_eq!(shards.for_tenant(tenant, &[]).queue, "t.ready");
+        assert_eq!(shards.all()[shards.choose::<u32>(tenant, &[])].queue, "t.ready");
         assert_eq!(shards.returns().routing_key, "ready");
     }
 
@@ -130,10 +127,10 @@ mod tests {
             assert!((1..8).contains(&first) && (1..8).contains(&second), "never the returns queue");
             assert_eq!(shards.candidates(tenant), (first, second), "stable");
             let mut depths = [0u32; 8];
-            assert_eq!(shards.for_tenant(tenant, &depths).queue, shards.all()[first].queue);
+            assert_eq!(shards.choose(tenant, &depths), first);
             depths[first] = 500;
             depths[second] = 10;
-            assert_eq!(shards.for_tenant(tenant, &depths).queue, shards.all()[second].queue);
+            assert_eq!(shards.choose(tenant, &depths), second);
         }
     }
 
