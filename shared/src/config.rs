@@ -325,6 +325,44 @@ pub struct WorkerConfig {
     /// automatically (and `endpoint.disabled` goes to the tenant's
     /// operational endpoints).
     pub endpoint_disable_after: Duration,
+    /// Endpoint circuits: when a failing endpoint's deliveries park.
+    pub circuit: CircuitConfig,
+}
+
+/// Endpoint circuits (`repo::circuits`, the worker's `circuit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircuitConfig {
+    /// `RELAYOPS_CIRCUIT_FAILURES` (default 20; 0 turns circuits off): failed
+    /// attempts in a row (5xx, timeout, no connection) one worker sees at an
+    /// endpoint before it opens the endpoint's circuit.
+    pub failures: u32,
+    /// `RELAYOPS_CIRCUIT_COOLDOWN_MS` (default 5000): how long a circuit stays
+    /// open before its first probe; each failed probe doubles it.
+    pub cooldown: Duration,
+    /// `RELAYOPS_CIRCUIT_MAX_COOLDOWN_MS` (default 60000): the longest
+    /// cooldown, so a dead endpoint is probed at least this often.
+    pub max_cooldown: Duration,
+}
+
+impl Default for CircuitConfig {
+    fn default() -> Self {
+        Self { failures: 20, cooldown: Duration::from_secs(5), max_cooldown: Duration::from_secs(60) }
+    }
+}
+
+impl CircuitConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let defaults = Self::default();
+        let cooldown = millis("CIRCUIT_COOLDOWN_MS", defaults.cooldown.as_millis() as u64)?;
+        let max_cooldown = millis("CIRCUIT_MAX_COOLDOWN_MS", defaults.max_cooldown.as_millis() as u64)?;
+        if max_cooldown < cooldown {
+            return Err(ConfigError {
+                key: key("CIRCUIT_MAX_COOLDOWN_MS"),
+                message: "must be at least RELAYOPS_CIRCUIT_COOLDOWN_MS".into(),
+            });
+        }
+        Ok(Self { failures: parsed("CIRCUIT_FAILURES", defaults.failures)?, cooldown, max_cooldown })
+    }
 }
 
 impl Default for WorkerConfig {
@@ -342,6 +380,7 @@ impl Default for WorkerConfig {
             batch_size: 128,
             batch_lanes: 2,
             endpoint_disable_after: DEFAULT_ENDPOINT_DISABLE_AFTER,
+            circuit: CircuitConfig::default(),
         }
     }
 }
@@ -386,6 +425,7 @@ impl WorkerConfig {
                 "ENDPOINT_DISABLE_AFTER_SECS",
                 DEFAULT_ENDPOINT_DISABLE_AFTER.as_secs(),
             )?),
+            circuit: CircuitConfig::from_env()?,
         })
     }
 }

@@ -32,8 +32,8 @@ use relayops_shared::api::{ApiState, IngestLimiter, LoginThrottle, Wakeups};
 use relayops_shared::backpressure::Backpressure;
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapRequest};
 use relayops_shared::config::{
-    AuthConfig, BackpressureConfig, BrokerConfig, DatabaseConfig, FlowConfig, IngestConfig, LoginThrottleConfig,
-    PublisherConfig, WorkerConfig,
+    AuthConfig, BackpressureConfig, BrokerConfig, CircuitConfig, DatabaseConfig, FlowConfig, IngestConfig,
+    LoginThrottleConfig, PublisherConfig, WorkerConfig,
 };
 use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::{self, Pool};
@@ -140,6 +140,11 @@ impl Default for TestConfig {
                 lease: Duration::from_secs(3),
                 // The simulator listens on loopback, which production refuses.
                 outbound_allow: AllowList::nets(vec!["127.0.0.0/8".parse().expect("cidr")]),
+                // Endpoint circuits off unless a test is about them
+                // (`circuits.rs`): tests of retry schedules and crashes count
+                // every attempt their receivers' failures cause. Processes a
+                // test starts from the binary run with the production default.
+                circuit: CircuitConfig { failures: 0, ..CircuitConfig::default() },
                 ..WorkerConfig::default()
             },
             backpressure: None,

@@ -22,7 +22,7 @@ use crate::filters::{self, DeliveryQuery, PAGE_SIZE};
 use crate::layout::{self, Section};
 use crate::session::Session;
 
-const STATUSES: [&str; 6] = ["pending", "in_progress", "scheduled", "delivered", "failed", "dead"];
+const STATUSES: [&str; 7] = ["pending", "in_progress", "scheduled", "parked", "delivered", "failed", "dead"];
 
 /// A page of deliveries for the filters, and the cursor of the next page.
 pub struct DeliveryPage {

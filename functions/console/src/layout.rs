@@ -101,7 +101,7 @@ pub fn status_badge(status: &str) -> Markup {
     let class = match status {
         "delivered" => "badge ok",
         "failed" | "dead" => "badge bad",
-        "scheduled" | "in_progress" => "badge warn",
+        "scheduled" | "in_progress" | "parked" => "badge warn",
         _ => "badge",
     };
     html! { span class=(class) { (status.replace('_', " ")) } }

@@ -140,7 +140,7 @@ impl EndpointView {
         Self {
             id: endpoint.id,
             kind: KindView::of(endpoint.kind),
-            health: HealthView::new(endpoint.enabled, endpoint.health),
+            health: HealthView::new(endpoint.enabled, endpoint.health, endpoint.circuit_open_until),
             url: endpoint.url,
             description: endpoint.description,
             enabled: endpoint.enabled,

@@ -85,10 +85,43 @@ pub struct HealthView {
     failing_since: Option<DateTime<Utc>>,
     last_success_at: Option<DateTime<Utc>>,
     last_failure_at: Option<DateTime<Utc>>,
+    circuit: CircuitView,
+}
+
+/// `closed` (deliveries are sent), `open` (a run of failed attempts opened
+/// it: new and retried deliveries wait `parked`, without attempts, until
+/// `open_until`) or `half_open` (one parked delivery is being sent as a
+/// probe: its success closes the circuit and the parked deliveries are sent;
+/// its failure opens it again, for twice as long, up to a minute by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CircuitState {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+/// The endpoint's circuit.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CircuitView {
+    state: CircuitState,
+    /// While `open`: when the next probe may go.
+    open_until: Option<DateTime<Utc>>,
+}
+
+impl CircuitView {
+    fn new(open_until: Option<DateTime<Utc>>) -> Self {
+        let state = match open_until {
+            None => CircuitState::Closed,
+            Some(until) if until > Utc::now() => CircuitState::Open,
+            Some(_) => CircuitState::HalfOpen,
+        };
+        Self { state, open_until: open_until.filter(|_| state == CircuitState::Open) }
+    }
 }
 
 impl HealthView {
-    pub fn new(enabled: bool, health: EndpointHealth) -> Self {
+    pub fn new(enabled: bool, health: EndpointHealth, circuit_open_until: Option<DateTime<Utc>>) -> Self {
         // Re-enabling clears `failing_since`; until the next attempt the last
         // failure is newer than the last success, and nothing is known yet.
         let succeeded_last = match (health.last_success_at, health.last_failure_at) {
@@ -106,6 +139,7 @@ impl HealthView {
             failing_since: health.failing_since,
             last_success_at: health.last_success_at,
             last_failure_at: health.last_failure_at,
+            circuit: CircuitView::new(circuit_open_until),
         }
     }
 }

@@ -26,7 +26,9 @@ pub(crate) fn deferred_written(deliveries: u64) {
 
 /// After a recovery pass.
 pub(crate) fn recovery(report: &PublishReport) {
-    for (action, count) in [("reclaimed", report.reclaimed), ("requeued", report.requeued)] {
+    for (action, count) in
+        [("reclaimed", report.reclaimed), ("requeued", report.requeued), ("unparked", report.unparked)]
+    {
         if count > 0 {
             metrics::counter!(RECOVERY_ACTIONS, "action" => action).increment(count);
         }
@@ -49,6 +51,7 @@ pub fn emit_invocation(report: &PublishReport, elapsed: Duration, failed: bool) 
             ("OutboxPublishErrors", f64::from(u8::from(failed)), Unit::Count),
             ("RecoveryReclaimed", report.reclaimed as f64, Unit::Count),
             ("RecoveryRequeued", report.requeued as f64, Unit::Count),
+            ("RecoveryUnparked", report.unparked as f64, Unit::Count),
             ("DeferredDeliveriesWritten", report.deliveries_written as f64, Unit::Count),
             ("PublishLatency", elapsed.as_secs_f64() * 1000.0, Unit::Milliseconds),
         ],

@@ -27,7 +27,7 @@ use relayops_shared::db::Pool;
 use relayops_shared::handoff::Handoff;
 use relayops_shared::history;
 use relayops_shared::repo::outbox::OutboxMessage;
-use relayops_shared::repo::{deferred_deliveries, outbox, outbox_fanout, recovery};
+use relayops_shared::repo::{circuits, deferred_deliveries, outbox, outbox_fanout, recovery};
 use relayops_shared::task::{stop_requested, AbortOnDrop};
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
@@ -53,6 +53,9 @@ pub struct PublishReport {
     /// Stranded deliveries (expired worker lease, overdue retry, pending
     /// whose message was lost) re-enqueued.
     pub requeued: u64,
+    /// Parked deliveries released: probes of half-open endpoint circuits, and
+    /// the deliveries of circuits that closed (`repo::circuits`).
+    pub unparked: u64,
     /// Deliveries written for events whose ingest left them to a publisher
     /// (`repo::deferred_deliveries`).
     pub deliveries_written: u64,
@@ -66,6 +69,7 @@ impl PublishReport {
         self.released += other.released;
         self.reclaimed += other.reclaimed;
         self.requeued += other.requeued;
+        self.unparked += other.unparked;
         self.deliveries_written += other.deliveries_written;
     }
 }
@@ -112,6 +116,11 @@ enum Next {
 const HOLD_HANDED: &str = "publisher.hold_handed";
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a half-open circuit's probe may go unanswered before another
+/// parked delivery is released as the probe: longer than a worker's lease
+/// (the probe's own message, if lost, comes back through recovery).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How long a drain writes deferred deliveries before its first batch while
 /// the broker is away (otherwise one statement beside each batch).
@@ -445,6 +454,15 @@ impl Publisher {
         let tx = client.transaction().await.map_err(DbError::from)?;
         let stranded = recovery::requeue_stranded(&tx, self.config.recovery_grace, self.config.batch_size).await?;
         tx.commit().await.map_err(DbError::from)?;
+        let tx = client.transaction().await.map_err(DbError::from)?;
+        let parked = circuits::release(&tx, PROBE_TIMEOUT).await?;
+        if parked != circuits::Released::default() {
+            relayops_shared::failpoint::crash_if_armed("publisher.before_release_commit");
+        }
+        tx.commit().await.map_err(DbError::from)?;
+        if parked != circuits::Released::default() {
+            tracing::info!(probes = parked.probes, released = parked.released, "parked deliveries released");
+        }
         let requeued = stranded.total();
         if requeued > 0 {
             tracing::info!(
@@ -459,7 +477,8 @@ impl Publisher {
         {
             self.maintain_history().await;
         }
-        let report = PublishReport { reclaimed, requeued, ..Default::default() };
+        let unparked = parked.probes + parked.released;
+        let report = PublishReport { reclaimed, requeued, unparked, ..Default::default() };
         figures::recovery(&report);
         Ok(report)
     }
@@ -485,7 +504,7 @@ impl Publisher {
         loop {
             ticks.tick().await;
             match self.recover().await {
-                Ok(report) if report.reclaimed + report.requeued > 0 => {
+                Ok(report) if report.reclaimed + report.requeued + report.unparked > 0 => {
                     tracing::debug!(?report, "recovery pass");
                     wakeup.notify_one();
                 }

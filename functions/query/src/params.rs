@@ -34,8 +34,9 @@ pub fn ordering_key(value: Option<&str>) -> Result<Option<OrderingKey>, ApiError
 pub fn status(value: Option<&str>) -> Result<Option<DeliveryStatus>, ApiError> {
     value
         .map(|text| {
-            DeliveryStatus::parse(text)
-                .ok_or_else(|| bad("status", "must be pending, in_progress, scheduled, delivered, failed or dead"))
+            DeliveryStatus::parse(text).ok_or_else(|| {
+                bad("status", "must be pending, in_progress, scheduled, parked, delivered, failed or dead")
+            })
         })
         .transpose()
 }
@@ -82,7 +83,7 @@ pub struct DeliveryListParams {
     /// `next_cursor` from the previous page; absent for the first page.
     pub cursor: Option<String>,
     /// Only deliveries in this status (`status=dead` is the dead-letter view).
-    #[param(pattern = "^(pending|in_progress|scheduled|delivered|failed|dead)$")]
+    #[param(pattern = "^(pending|in_progress|scheduled|parked|delivered|failed|dead)$")]
     pub status: Option<String>,
     /// Only deliveries to this endpoint (`ep_…`).
     pub endpoint_id: Option<String>,

@@ -162,6 +162,8 @@ pub enum DeliveryStatusDoc {
     Pending,
     InProgress,
     Scheduled,
+    /// Waiting without attempts while its endpoint's circuit is open.
+    Parked,
     Delivered,
     Failed,
     Dead,
@@ -173,6 +175,7 @@ pub struct StatusCounts {
     pub pending: i64,
     pub in_progress: i64,
     pub scheduled: i64,
+    pub parked: i64,
     pub delivered: i64,
     pub failed: i64,
     pub dead: i64,
@@ -184,6 +187,7 @@ impl StatusCounts {
             DeliveryStatus::Pending => &mut self.pending,
             DeliveryStatus::InProgress => &mut self.in_progress,
             DeliveryStatus::Scheduled => &mut self.scheduled,
+            DeliveryStatus::Parked => &mut self.parked,
             DeliveryStatus::Delivered => &mut self.delivered,
             DeliveryStatus::Failed => &mut self.failed,
             DeliveryStatus::Dead => &mut self.dead,
@@ -192,7 +196,7 @@ impl StatusCounts {
     }
 
     pub fn total(&self) -> i64 {
-        self.pending + self.in_progress + self.scheduled + self.delivered + self.failed + self.dead
+        self.pending + self.in_progress + self.scheduled + self.parked + self.delivered + self.failed + self.dead
     }
 }
 

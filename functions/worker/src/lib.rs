@@ -11,6 +11,8 @@
 //! - [`hold`]: keeping a message through a database outage instead of requeueing it.
 //! - [`saturation`]: endpoints flow control just turned away (skip their claims).
 //! - [`health`]: the endpoint's health after an attempt, and automatic disabling.
+//! - [`circuit`]: the endpoint's circuit after an attempt (a run of failures
+//!   opens it, and its deliveries park in Postgres until a probe succeeds).
 //! - [`lane`]: ordering lanes — a lane's head settles in a transaction that
 //!   moves the lane on; its send never outlives the lease.
 //!
@@ -20,6 +22,7 @@
 //! stored through `repo::operational::emit` in the transaction of the change
 //! it reports; and the outbox row that releases the next delivery of an
 //! ordering lane, in the transaction that makes the lane's head terminal.
+pub mod circuit;
 pub mod consumer;
 pub mod delay;
 pub mod gate;

@@ -37,6 +37,7 @@ use relayops_shared::repo::delivery_batches::{self, Deferral, DeliveryKey, Settl
 use relayops_shared::repo::{endpoints, operational, outbox};
 use relayops_shared::telemetry::error_chain;
 
+use crate::circuit::{self, FailureRuns};
 use crate::gate::{miss_wait, Admission, Gate};
 use crate::health;
 use crate::hold::Backoff;
@@ -126,6 +127,7 @@ pub struct Processor {
     deferrals: Batcher<Deferral, Settled>,
     saturation: Arc<Saturation>,
     health: Arc<health::HealthMemo>,
+    runs: Arc<FailureRuns>,
     /// Wakes the publisher after committing outbox rows (a lane's next
     /// delivery, an operational event): `NOTIFY relayops_outbox`, so a
     /// listening publisher sends them at once (in AWS the schedule picks them
@@ -162,9 +164,9 @@ impl Processor {
                 &client, partitions, &deferrals, worker
             )),
         );
-        let (saturation, health) = (Arc::default(), Arc::default());
+        let (saturation, health, runs) = (Arc::default(), Arc::default(), Arc::default());
         let wakeup = Arc::new(PgNotifier::new(pool.clone()));
-        Self { pool, sender, gate, config, claims, records, deferrals, saturation, health, wakeup }
+        Self { pool, sender, gate, config, claims, records, deferrals, saturation, health, runs, wakeup }
     }
 
     /// Wakes `publisher` too (the publisher loop of this process, `relayops
@@ -237,6 +239,12 @@ impl Processor {
             ClaimOutcome::Claimed(job) => {
                 relayops_shared::hop!("worker.claimed", event_id = %job.event_id);
                 job
+            }
+            ClaimOutcome::Parked { endpoint_id } => {
+                report::parked();
+                tracing::debug!(tenant_id = %tenant, delivery_id = %delivery, endpoint_id = %endpoint_id,
+                    "endpoint circuit open; delivery parked");
+                return Ok(Disposition::Ack);
             }
             ClaimOutcome::NotClaimable { status: Some(DeliveryStatus::Scheduled), next_attempt_at: Some(due) } => {
                 // Early (a shorter bucket, or a duplicate): wait out the rest.
@@ -501,6 +509,7 @@ impl Processor {
         let delivered = outcome == AttemptOutcome::Delivered;
         let window = self.config.endpoint_disable_after;
         health::after_attempt(&self.health, &self.pool, &*self.wakeup, job, delivered, window).await;
+        circuit::after_attempt(&self.runs, &self.config.circuit, &self.pool, job, &exchange.result).await;
         Ok(match wait {
             Some(wait) => Disposition::Delay { wait, throttled: false },
             None => Disposition::Ack,

@@ -7,9 +7,9 @@
 //! response body: the [`AttemptReport`] does not even hold them.
 use relayops_shared::domain::AttemptOutcome;
 use relayops_shared::observe::names::{
-    DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_NOT_SENT_ROUND, DELIVERIES_POSTPONED, DELIVERIES_REPUBLISHED,
-    DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERIES_WAITED_FOR_SLOT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION,
-    ENDPOINT_HEALTH_WRITES,
+    DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_NOT_SENT_ROUND, DELIVERIES_PARKED, DELIVERIES_POSTPONED,
+    DELIVERIES_REPUBLISHED, DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERIES_WAITED_FOR_SLOT, DELIVERY_ATTEMPTS,
+    DELIVERY_ATTEMPT_DURATION, ENDPOINT_CIRCUITS, ENDPOINT_HEALTH_WRITES,
 };
 use relayops_shared::repo::deliveries::DeliveryJob;
 
@@ -78,6 +78,16 @@ pub fn postponed() {
 /// process freed, instead of going round through the broker.
 pub fn waited_for_slot() {
     metrics::counter!(DELIVERIES_WAITED_FOR_SLOT).increment(1);
+}
+
+/// A delivery parked by its claim: its endpoint's circuit is open.
+pub fn parked() {
+    metrics::counter!(DELIVERIES_PARKED).increment(1);
+}
+
+/// An endpoint's circuit changed (`opened`, `reopened`, `closed`).
+pub fn circuit(change: &'static str) {
+    metrics::counter!(ENDPOINT_CIRCUITS, "change" => change).increment(1);
 }
 
 /// A message kept through a database failure, before its next try.

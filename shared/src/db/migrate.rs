@@ -55,6 +55,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0020_subscription_patterns_looked_up_by_key",
         include_str!("../../../migrations/0020_subscription_patterns_looked_up_by_key.sql"),
     ),
+    ("0021_endpoint_circuits", include_str!("../../../migrations/0021_endpoint_circuits.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -309,7 +309,7 @@ async fn ensure_unlocked(client: &Client, config: &HistoryConfig, report: &mut P
 }
 
 const HOLDS_UNFINISHED: &str = "SELECT EXISTS (SELECT 1 FROM relayops.{name}
-                                WHERE status IN ('pending', 'in_progress', 'scheduled'))";
+                                WHERE status IN ('pending', 'in_progress', 'scheduled', 'parked'))";
 
 async fn holds_unfinished(client: &Client, name: &str) -> Result<bool, DbError> {
     Ok(client.query_one(&HOLDS_UNFINISHED.replace("{name}", name), &[]).await?.get(0))

@@ -11,6 +11,9 @@ pub enum DeliveryStatus {
     InProgress,
     /// Waiting for a retry at `next_attempt_at`.
     Scheduled,
+    /// Waiting, without attempts, while its endpoint's circuit is open (the
+    /// endpoint kept failing); released when a probe succeeds.
+    Parked,
     /// The receiver answered 2xx.
     Delivered,
     /// Terminal: the receiver refused it (a 4xx other than 408, 425 and 429, or
@@ -26,6 +29,7 @@ impl DeliveryStatus {
             Self::Pending => "pending",
             Self::InProgress => "in_progress",
             Self::Scheduled => "scheduled",
+            Self::Parked => "parked",
             Self::Delivered => "delivered",
             Self::Failed => "failed",
             Self::Dead => "dead",
@@ -37,6 +41,7 @@ impl DeliveryStatus {
             "pending" => Self::Pending,
             "in_progress" => Self::InProgress,
             "scheduled" => Self::Scheduled,
+            "parked" => Self::Parked,
             "delivered" => Self::Delivered,
             "failed" => Self::Failed,
             "dead" => Self::Dead,

@@ -27,6 +27,11 @@ pub const DELIVERIES_POSTPONED: &str = "relayops_deliveries_postponed_total";
 /// Deliveries for a full endpoint that waited in the worker for a slot this
 /// process freed, instead of going round through the broker; no labels.
 pub const DELIVERIES_WAITED_FOR_SLOT: &str = "relayops_deliveries_waited_for_slot_total";
+/// Deliveries a claim parked because their endpoint's circuit was open; no labels.
+pub const DELIVERIES_PARKED: &str = "relayops_deliveries_parked_total";
+/// Endpoint circuits changed by a worker, by `change` (`opened`, `reopened`,
+/// `closed`).
+pub const ENDPOINT_CIRCUITS: &str = "relayops_endpoint_circuit_changes_total";
 /// Pauses of messages held through a failure of the worker's database (each
 /// held message counts once per pause); no labels.
 pub const DELIVERIES_HELD: &str = "relayops_deliveries_held_total";
@@ -96,6 +101,8 @@ pub fn describe_all() {
     describe_counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "Deliveries settled without an attempt, by reason.");
     describe_counter!(DELIVERIES_DEFERRED, "Deliveries put back by endpoint flow control.");
     describe_counter!(DELIVERIES_POSTPONED, "Messages sent round again unclaimed: their endpoint was just saturated.");
+    describe_counter!(DELIVERIES_PARKED, "Deliveries parked by a claim: their endpoint's circuit was open.");
+    describe_counter!(ENDPOINT_CIRCUITS, "Endpoint circuits opened, reopened after a failed probe, or closed.");
     describe_counter!(
         DELIVERIES_WAITED_FOR_SLOT,
         "Deliveries for a full endpoint that waited in the worker for a slot it freed, instead of going round."

@@ -21,6 +21,7 @@ macro_rules! claimed_columns {
          ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
          ep.rate_limit_per_sec, ep.rate_limit_burst, ep.max_in_flight,
          ep.kind, ep.failing_since, ep.last_success_at, ep.last_failure_at,
+         ep.circuit_open_until IS NOT NULL AS circuit_open, coalesce(ep.circuit_probe = d.id, false) AS circuit_probe,
          CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret"
     };
 }
@@ -128,11 +129,27 @@ pub struct DeliveryJob {
     pub previous_secret: Option<String>,
     /// The number this attempt will get.
     pub attempt_number: i32,
+    /// The endpoint's circuit as the claim read it.
+    pub circuit: CircuitSeen,
+}
+
+/// An endpoint's circuit as a claim read it (`repo::circuits`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CircuitSeen {
+    /// Open or half-open: deliveries other than the probe park.
+    pub open: bool,
+    /// This delivery is the half-open circuit's probe.
+    pub probe: bool,
 }
 
 #[derive(Debug)]
 pub enum ClaimOutcome {
     Claimed(Box<DeliveryJob>),
+    /// Due, but its endpoint's circuit is open: the row is `parked` (no
+    /// lease, no attempt) until the circuit closes (`repo::circuits`).
+    Parked {
+        endpoint_id: EndpointId,
+    },
     /// Not due, terminal, leased by a live worker, or gone (`None`).
     NotClaimable {
         status: Option<DeliveryStatus>,
@@ -164,6 +181,7 @@ pub(crate) fn job_from_row(tenant: TenantId, delivery: DeliveryId, row: &Row) ->
         secret: row.get("secret"),
         previous_secret: row.get("previous_secret"),
         attempt_number: attempt_count + 1,
+        circuit: CircuitSeen { open: row.get("circuit_open"), probe: row.get("circuit_probe") },
     }
 }
 

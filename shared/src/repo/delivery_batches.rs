@@ -24,7 +24,8 @@ use crate::db::partition_routes::{bound_prepared_statements, Part, PartitionRout
 use crate::db::partitions::event_id_range;
 use crate::db::DbError;
 use crate::domain::DeliveryStatus;
-use crate::ids::{AttemptId, DeliveryId, TenantId};
+use crate::ids::{AttemptId, DeliveryId, EndpointId, TenantId};
+use crate::repo::circuits::parks;
 use crate::repo::deliveries::{
     claimable, claimed_columns, heads_its_lane, in_its_partition, job_from_row, AttemptRecord, ClaimOutcome, Settled,
 };
@@ -85,7 +86,9 @@ macro_rules! locked_in_id_order {
 
 /// Rows are found by key only (so the plan is O(batch) whatever the
 /// statistics say about statuses), locked in id order if due (and, for an
-/// ordered delivery, the head of its lane), and updated.
+/// ordered delivery, the head of its lane), and updated: leased, or `parked`
+/// without a lease when the endpoint's circuit is open and the delivery is
+/// not its probe (`repo::circuits`; the endpoint row is read here anyway).
 /// Each delivery's event and endpoint are read by primary key (LATERAL with
 /// `OFFSET 0`: never turned into a join over the whole table; the event's
 /// and the endpoint's tenant are checked outside the fence, like the
@@ -99,15 +102,23 @@ const CLAIM_MANY: &str = concat!(
     locked_in_id_order!("wanted", "$5", "$6", concat!(claimable!(), " AND ", heads_its_lane!())),
     "
      UPDATE relayops.deliveries d
-     SET status = 'in_progress', lease_owner = $3,
-         lease_expires_at = now() + $4::bigint * interval '1 millisecond', updated_at = now()
+     SET status = CASE WHEN ",
+    parks!(),
+    " THEN 'parked' ELSE 'in_progress' END,
+         lease_owner = CASE WHEN ",
+    parks!(),
+    " THEN NULL ELSE $3 END,
+         lease_expires_at = CASE WHEN ",
+    parks!(),
+    " THEN NULL ELSE now() + $4::bigint * interval '1 millisecond' END,
+         updated_at = now()
      FROM locked l
      CROSS JOIN LATERAL (SELECT e.event_type, e.payload, e.tenant_id FROM relayops.events e
                          WHERE e.id = l.event_id OFFSET 0) e
      CROSS JOIN LATERAL (SELECT ep.* FROM relayops.webhook_endpoints ep
                          WHERE ep.id = l.endpoint_id OFFSET 0) ep
      WHERE d.id = l.id AND d.event_id = l.event_id AND e.tenant_id = l.tenant_id AND ep.tenant_id = l.tenant_id
-     RETURNING d.tenant_id, d.id, ",
+     RETURNING d.tenant_id, d.id, d.status AS claimed_status, ",
     claimed_columns!()
 );
 
@@ -268,6 +279,9 @@ pub async fn claim_many(
     let mut handed_out = HashSet::new();
     for key @ &(tenant, delivery) in keys {
         let outcome = match claimed.remove(&uuids(key)) {
+            Some(row) if row.get::<_, &str>("claimed_status") == DeliveryStatus::Parked.as_str() => {
+                ClaimOutcome::Parked { endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")) }
+            }
             Some(row) => {
                 handed_out.insert(uuids(key));
                 ClaimOutcome::Claimed(Box::new(job_from_row(tenant, delivery, row)))

@@ -11,7 +11,7 @@ use crate::repo::sql;
 
 const ENDPOINT_COLUMNS: &str = "id, kind, url, description, enabled, disabled_reason, rate_limit_per_sec,
      rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, created_at, updated_at,
-     failing_since, last_success_at, last_failure_at, dead_letter_lane";
+     failing_since, last_success_at, last_failure_at, dead_letter_lane, circuit_open_until";
 
 const INSERT_SUBSCRIPTION: &str =
     "INSERT INTO relayops.endpoint_subscriptions (id, tenant_id, endpoint_id, event_type_pattern)
@@ -41,6 +41,9 @@ pub struct EndpointRecord {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub health: EndpointHealth,
+    /// Its circuit ([`circuits`](super::circuits)): `None` while closed; open
+    /// until then, half-open (probing) after.
+    pub circuit_open_until: Option<DateTime<Utc>>,
 }
 
 /// An endpoint's health as recorded (see [`endpoint_health`](super::endpoint_health)).
@@ -84,6 +87,7 @@ impl EndpointRecord {
             created_at: row.get("created_at"),
             updated_at: row.get("updated_at"),
             health: EndpointHealth::from_row(row),
+            circuit_open_until: row.get("circuit_open_until"),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! a generic client so they work inside a caller's transaction.
 pub mod api_keys;
 pub mod attempts;
+pub mod circuits;
 pub mod deferred_deliveries;
 pub mod deliveries;
 pub mod delivery_batches;

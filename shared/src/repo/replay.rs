@@ -41,7 +41,7 @@ const REVIVE_ONE: &str = concat!(
              AND ordering_key IS NULL
            FOR UPDATE) previous
      WHERE d.tenant_id = $1 AND d.id = previous.id AND d.event_id = previous.event_id
-       AND previous.status IN ('dead', 'failed', 'pending', 'scheduled')
+       AND previous.status IN ('dead', 'failed', 'pending', 'scheduled', 'parked')
      RETURNING d.id, d.event_id, d.endpoint_id, previous.status AS previous_status"
 );
 

@@ -46,6 +46,7 @@ pub fn claimed(outcome: &ClaimOutcome) -> bool {
 fn status_of(outcome: &ClaimOutcome) -> Option<DeliveryStatus> {
     match outcome {
         ClaimOutcome::Claimed(_) => Some(DeliveryStatus::InProgress),
+        ClaimOutcome::Parked { .. } => Some(DeliveryStatus::Parked),
         ClaimOutcome::NotClaimable { status, .. } => *status,
     }
 }
@@ -416,7 +417,7 @@ async fn a_claim_runs_on_its_generic_plan_from_the_first_time() {
         let outcomes = claim_many(&client, &routes(), &[*key], "worker-a", LEASE).await.unwrap();
         assert!(claimed(&outcomes[0]), "{outcomes:?}");
     }
-    let plans = plans_of(&client, "WITH wanted AS%lease_owner = $3%").await;
+    let plans = plans_of(&client, "WITH wanted AS%lease_owner = CASE%").await;
     assert_eq!(plans, (2, 0), "both claims ran the generic plan, none was planned for its parameters");
 }
 

@@ -6,6 +6,7 @@ mod auth;
 mod backpressure;
 mod batching;
 mod bundles;
+mod circuits;
 mod console;
 mod console_browser;
 mod crashes;

@@ -1,0 +1,175 @@
+//! Endpoint circuits (SPEC §12): a receiver that keeps failing has its
+//! circuit opened, and its deliveries wait parked in Postgres (no attempts,
+//! no broker rounds) instead of retrying; probes go out after a cooldown;
+//! when a probe succeeds every parked delivery is delivered — also when the
+//! worker that parked them, or a publisher releasing them, was killed.
+use std::time::Duration;
+
+use relayops_shared::config::CircuitConfig;
+use relayops_tests::{eventually, TestConfig, TestEnv, WAIT};
+use serde_json::{json, Value};
+
+const EVENTS: usize = 200;
+
+fn with_circuits() -> TestConfig {
+    let mut config = TestConfig::default();
+    config.worker.circuit =
+        CircuitConfig { failures: 5, cooldown: Duration::from_millis(500), max_cooldown: Duration::from_secs(1) };
+    config
+}
+
+/// A failing endpoint (a 503 receiver, retried every second, up to 20
+/// attempts) and `EVENTS` events posted to it.
+async fn failing_endpoint_with_events(env: &TestEnv) -> String {
+    let endpoint = env
+        .create_endpoint("/sim/status/503", &["a.b"], json!({ "retry_schedule_secs": [1], "max_attempts": 20 }))
+        .await;
+    let events: Vec<Value> = (0..EVENTS).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
+    let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    endpoint["id"].as_str().unwrap().to_owned()
+}
+
+async fn count_status(env: &TestEnv, status: &str) -> i64 {
+    env.query_i64(&format!("SELECT count(*) FROM relayops.deliveries WHERE status = '{status}'")).await
+}
+
+/// Whether the endpoint's circuit meets `condition` (1) or not (0).
+async fn circuits(env: &TestEnv, endpoint: &str, condition: &str) -> i64 {
+    let id = endpoint.trim_start_matches("ep_");
+    env.query_i64(&format!("SELECT count(*) FROM relayops.webhook_endpoints WHERE id = '{id}'::uuid AND {condition}"))
+        .await
+}
+
+fn requests_to(env: &TestEnv, path: &str) -> usize {
+    env.simulator.received().iter().filter(|received| received.path == path).count()
+}
+
+/// Waits until nearly all deliveries are parked; returns the requests the
+/// failing receiver had by then.
+async fn wait_until_parked(env: &TestEnv) -> usize {
+    eventually(WAIT, || async {
+        let parked = count_status(env, "parked").await;
+        if parked >= EVENTS as i64 - 10 {
+            Ok(requests_to(env, "/sim/status/503"))
+        } else {
+            Err(format!("{parked} of {EVENTS} deliveries parked"))
+        }
+    })
+    .await
+}
+
+/// The receiver is fixed (the endpoint now points at one that answers 200).
+async fn fix_receiver(env: &TestEnv, endpoint: &str) {
+    let url = format!("{}/sim/ok", env.simulator_url);
+    let answer = env
+        .request(
+            reqwest::Method::PATCH,
+            &format!("/v1/endpoints/{endpoint}"),
+            Some(&env.api_key),
+            Some(json!({ "url": url })),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
+
+/// Every delivery delivered, each to the fixed receiver, none dead.
+async fn wait_until_all_delivered(env: &TestEnv) {
+    eventually(WAIT * 2, || async {
+        let delivered = count_status(env, "delivered").await;
+        if delivered == EVENTS as i64 {
+            Ok(())
+        } else {
+            Err(format!("{delivered} of {EVENTS} delivered; {} parked", count_status(env, "parked").await))
+        }
+    })
+    .await;
+    assert_eq!(count_status(env, "dead").await, 0);
+    let mut delivered_ids: Vec<String> = env
+        .simulator
+        .received()
+        .into_iter()
+        .filter(|received| received.path == "/sim/ok")
+        .filter_map(|received| received.delivery_id)
+        .collect();
+    delivered_ids.sort();
+    delivered_ids.dedup();
+    assert_eq!(delivered_ids.len(), EVENTS, "every delivery reached the fixed receiver");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_endpoints_deliveries_park_instead_of_retrying_and_all_arrive_once_it_answers() {
+    let env = TestEnv::start_with(with_circuits()).await;
+    let endpoint = failing_endpoint_with_events(&env).await;
+    let requests = wait_until_parked(&env).await;
+    // Without the circuit, every delivery would be attempted, and retried
+    // every second: at least EVENTS requests by now. With it, the run of 5
+    // failures, what was in flight (max_in_flight 10 per endpoint), and probes.
+    assert!(requests < EVENTS / 2, "{requests} requests reached the failing receiver for {EVENTS} deliveries");
+    assert_eq!(circuits(&env, &endpoint, "circuit_open_until IS NOT NULL").await, 1, "the endpoint's circuit is open");
+    // Parked deliveries wait in Postgres, not in the broker.
+    let queued = env.queue_depth(&env.topology().ready_shards.all()[0].queue).await;
+    assert!(queued < 20, "{queued} messages still in the ready queue");
+
+    fix_receiver(&env, &endpoint).await;
+    wait_until_all_delivered(&env).await;
+    assert_eq!(
+        circuits(&env, &endpoint, "circuit_open_until IS NULL").await,
+        1,
+        "the successful probe closed the circuit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_parked_by_a_worker_that_is_killed_are_all_delivered() {
+    let mut env = TestEnv::start_with(with_circuits()).await;
+    let endpoint = failing_endpoint_with_events(&env).await;
+    wait_until_parked(&env).await;
+    env.kill_worker().await;
+    fix_receiver(&env, &endpoint).await;
+    env.start_worker().await;
+    wait_until_all_delivered(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_endpoints_parked_deliveries_are_failed_not_stranded() {
+    let env = TestEnv::start_with(with_circuits()).await;
+    let endpoint = failing_endpoint_with_events(&env).await;
+    wait_until_parked(&env).await;
+    let answer = env
+        .request(
+            reqwest::Method::PATCH,
+            &format!("/v1/endpoints/{endpoint}"),
+            Some(&env.api_key),
+            Some(json!({ "enabled": false })),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    eventually(WAIT * 2, || async {
+        let (failed, parked) = (count_status(&env, "failed").await, count_status(&env, "parked").await);
+        if parked == 0 && failed == EVENTS as i64 {
+            Ok(())
+        } else {
+            Err(format!("{parked} parked, {failed} failed"))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_killed_while_releasing_parked_deliveries_leaves_them_parked_for_the_next() {
+    let mut env = TestEnv::start_with(TestConfig { run_publisher: false, ..with_circuits() }).await;
+    let endpoint = failing_endpoint_with_events(&env).await;
+    // A publisher process sends the events; the worker parks them; the
+    // process's recovery pass releases the first probe and dies before its
+    // commit.
+    let mut publisher = env.spawn_role("publisher", &[("RELAYOPS_FAILPOINTS", "publisher.before_release_commit")]);
+    let status = publisher.exited(WAIT).await.expect("the publisher reached its crash point");
+    assert!(!status.success(), "it crashed: {status:?}");
+    wait_until_parked(&env).await;
+    assert_eq!(circuits(&env, &endpoint, "circuit_probe IS NULL").await, 1, "the probe's release was rolled back");
+
+    fix_receiver(&env, &endpoint).await;
+    env.start_publisher();
+    wait_until_all_delivered(&env).await;
+}
