@@ -66,7 +66,8 @@ impl IntoResponse for ConsoleError {
     }
 }
 
-/// The console's answer to an unknown path under `/console/` (its Lambda's fallback).
+/// The console's answer to an unknown path under `/console/` (its routes'
+/// catch-all, and its Lambda's fallback).
 pub async fn not_found_page() -> Response {
     ConsoleError::NotFound("page").into_response()
 }

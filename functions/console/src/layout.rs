@@ -32,6 +32,7 @@ fn head(title: &str) -> Markup {
             meta name="viewport" content="width=device-width, initial-scale=1";
             title { (title) " · RelayOps" }
             link rel="stylesheet" href="/console/assets/console.css";
+            link rel="icon" type="image/svg+xml" href="/console/assets/favicon.svg";
         }
     }
 }

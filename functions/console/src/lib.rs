@@ -31,7 +31,7 @@ use axum::extract::Request;
 use axum::http::header::{self, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use relayops_shared::api::ApiState;
 
@@ -42,12 +42,15 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'none'
 
 const STYLESHEET: &str = include_str!("../assets/console.css");
 
+const FAVICON: &str = include_str!("../assets/favicon.svg");
+
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
     Router::new()
         .route("/console", get(|| async { Redirect::to("/console/endpoints") }))
         .route("/console/", get(|| async { Redirect::to("/console/endpoints") }))
         .route("/console/assets/console.css", get(stylesheet))
+        .route("/console/assets/favicon.svg", get(favicon))
         .route("/console/login", get(session::login_page).post(session::login))
         .route("/console/logout", post(session::logout))
         .route("/console/endpoints", get(endpoints::list))
@@ -65,6 +68,10 @@ pub fn routes() -> Router<ApiState> {
         .route("/console/events/{event_id}", get(events::show))
         .route("/console/api-keys", get(api_keys::list).post(api_keys::create))
         .route("/console/api-keys/{key_id}/revoke", post(api_keys::revoke))
+        // Any other path under /console/: the console's own 404 page, with
+        // its headers, wherever the routes are mounted (the local runner
+        // merges them with the API, whose fallback answers JSON).
+        .route("/console/{*unknown}", any(error::not_found_page))
         .layer(axum::middleware::from_fn(security_headers))
 }
 
@@ -79,6 +86,10 @@ pub fn router(state: ApiState) -> Router {
 async fn stylesheet() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8"), (header::CACHE_CONTROL, "max-age=300")], STYLESHEET)
         .into_response()
+}
+
+async fn favicon() -> Response {
+    ([(header::CONTENT_TYPE, "image/svg+xml"), (header::CACHE_CONTROL, "max-age=86400")], FAVICON).into_response()
 }
 
 /// The headers every console response carries: the CSP, no sniffing, no

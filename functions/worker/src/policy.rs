@@ -68,6 +68,8 @@ mod tests {
         let first = policy.next_wait(1, None).unwrap();
         assert!(first >= Duration::from_secs(4) && first <= Duration::from_secs(6), "{first:?}");
         assert!(policy.next_wait(8, None).is_none());
+        // The claim's parking condition writes the default in SQL.
+        assert_eq!(policy.max_attempts, relayops_shared::repo::circuits::DEFAULT_MAX_ATTEMPTS);
     }
 
     #[test]

@@ -32,14 +32,23 @@ use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::{outbox, sql, GenericClient};
 
 /// The claim's condition for parking instead of leasing (`ep`: the endpoint
-/// row, `d`: the delivery): the circuit is open or half-open and this is not
-/// its probe. A disabled endpoint's deliveries are never parked.
+/// row, `d`: the delivery): the circuit is open or half-open, this is not
+/// its probe, and this would not be its last attempt. A disabled endpoint's
+/// deliveries are never parked; nor is a last attempt (parking saves retries,
+/// and a last attempt has none left: held back, it would override the
+/// endpoint's "give up after `max_attempts`"). The 8 is
+/// [`DEFAULT_MAX_ATTEMPTS`].
 macro_rules! parks {
     () => {
-        "(ep.enabled AND ep.circuit_open_until IS NOT NULL AND ep.circuit_probe IS DISTINCT FROM d.id)"
+        "(ep.enabled AND ep.circuit_open_until IS NOT NULL AND ep.circuit_probe IS DISTINCT FROM d.id
+          AND d.attempt_count + 1 < coalesce(ep.max_attempts, 8))"
     };
 }
 pub(crate) use parks;
+
+/// The platform's default `max_attempts`, as [`parks`] writes it (the
+/// worker's retry policy checks that they agree).
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 
 /// The most of a releasing endpoint's deliveries pending or in flight at
 /// once: released deliveries join the endpoint's flow control like any

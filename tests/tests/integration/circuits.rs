@@ -173,3 +173,22 @@ async fn a_publisher_killed_while_releasing_parked_deliveries_leaves_them_parked
     env.start_publisher();
     wait_until_all_delivered(&env).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_attempt_is_never_parked_so_one_allowed_attempt_dead_letters_every_delivery() {
+    let env = TestEnv::start_with(with_circuits()).await;
+    env.create_endpoint("/sim/status/503", &["a.b"], json!({ "max_attempts": 1 })).await;
+    let events: Vec<Value> = (0..EVENTS).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
+    let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    eventually(WAIT, || async {
+        let dead = count_status(&env, "dead").await;
+        if dead == EVENTS as i64 {
+            Ok(())
+        } else {
+            Err(format!("{dead} of {EVENTS} dead; {} parked", count_status(&env, "parked").await))
+        }
+    })
+    .await;
+    assert_eq!(requests_to(&env, "/sim/status/503"), EVENTS, "each delivery had its one attempt");
+}

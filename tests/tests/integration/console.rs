@@ -297,3 +297,47 @@ async fn console_skip_of_another_tenants_or_an_unblocked_delivery_is_refused_and
     assert_eq!(status_of(&env, waiting_id).await, "scheduled");
     assert!(lane.receiver.arrivals().iter().all(|arrival| arrival.n == 0), "nothing sent past the dead delivery");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_console_path_answers_the_consoles_own_404_page_with_its_headers() {
+    let env = TestEnv::start().await;
+    let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let anonymous = no_redirects();
+    for (method, path, signed_in) in [
+        (reqwest::Method::GET, "/console/no-such-page", true),
+        (reqwest::Method::GET, "/console/endpoints/ep_1/no-such-view", true),
+        (reqwest::Method::POST, "/console/no-such-action", true),
+        (reqwest::Method::GET, "/console/no-such-page", false),
+    ] {
+        let response = if signed_in {
+            console.request(method.clone(), path, None).await
+        } else {
+            anonymous.request(method.clone(), format!("{}{path}", env.api_url)).send().await.unwrap()
+        };
+        assert_eq!(response.status(), 404, "{method} {path}");
+        let headers = response.headers();
+        let policy = headers[CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(policy.contains("script-src 'none'") && policy.contains("frame-ancestors 'none'"), "{path}: {policy}");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(headers["referrer-policy"], "same-origin", "{path}");
+        assert_eq!(headers["cache-control"], "no-store", "{path}");
+        assert!(headers["content-type"].to_str().unwrap().starts_with("text/html"), "{path}");
+        assert!(response.text().await.unwrap().contains("No such page"), "{path}");
+    }
+    // The API's own unknown paths still answer its JSON problem.
+    let api = anonymous.get(format!("{}/v1/no-such-thing", env.api_url)).send().await.unwrap();
+    assert_eq!(api.status(), 404);
+    assert!(api.headers()["content-type"].to_str().unwrap().contains("json"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_pages_name_a_favicon_that_is_served() {
+    let env = TestEnv::start().await;
+    let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let page = console.request(reqwest::Method::GET, "/console/endpoints", None).await.text().await.unwrap();
+    assert!(page.contains(r#"rel="icon""#) && page.contains("/console/assets/favicon.svg"), "{page}");
+    let icon = no_redirects().get(format!("{}/console/assets/favicon.svg", env.api_url)).send().await.unwrap();
+    assert_eq!(icon.status(), 200);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
+    assert!(icon.text().await.unwrap().starts_with("<svg"));
+}
