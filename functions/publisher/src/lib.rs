@@ -456,11 +456,12 @@ impl Publisher {
         tx.commit().await.map_err(DbError::from)?;
         let tx = client.transaction().await.map_err(DbError::from)?;
         let parked = circuits::release(&tx, PROBE_TIMEOUT).await?;
-        if parked != circuits::Released::default() {
+        let released_any = parked != circuits::Released::default();
+        if released_any {
             relayops_shared::failpoint::crash_if_armed("publisher.before_release_commit");
         }
         tx.commit().await.map_err(DbError::from)?;
-        if parked != circuits::Released::default() {
+        if released_any {
             tracing::info!(probes = parked.probes, released = parked.released, "parked deliveries released");
         }
         let requeued = stranded.total();

@@ -28,8 +28,8 @@ use tokio_postgres::Row;
 
 use crate::broker::DeliveryTask;
 use crate::db::DbError;
-use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
-use crate::repo::{outbox, sql, GenericClient};
+use crate::ids::{DeliveryId, EndpointId, TenantId};
+use crate::repo::{outbox, recovery, sql, GenericClient};
 
 /// The claim's condition for parking instead of leasing (`ep`: the endpoint
 /// row, `d`: the delivery): the circuit is open or half-open, this is not
@@ -108,18 +108,22 @@ const PROBE: &str = "WITH due AS (
      RETURNING d.tenant_id, d.id, d.event_id, d.endpoint_id";
 
 /// Closed (or disabled) endpoints that still have parked deliveries, locked;
-/// a disabled one's circuit is closed here.
+/// a disabled one whose circuit is still open has it closed here (the only
+/// row written: the others are read, not rewritten every pass). `settled`:
+/// closed for longer than `$2` (a circuit closed by this statement is not).
 const RELEASING: &str = "WITH releasing AS (
-         SELECT id FROM relayops.webhook_endpoints
+         SELECT id, tenant_id, circuit_open_until, circuit_closed_at FROM relayops.webhook_endpoints
          WHERE circuit_parked AND (circuit_open_until IS NULL OR NOT enabled)
          LIMIT $1
-         FOR UPDATE SKIP LOCKED)
-     UPDATE relayops.webhook_endpoints e
-     SET circuit_open_until = NULL, circuit_probe = NULL, circuit_probe_at = NULL,
-         circuit_closed_at = CASE WHEN e.circuit_open_until IS NULL THEN e.circuit_closed_at ELSE now() END
-     FROM releasing WHERE e.id = releasing.id
-     RETURNING e.tenant_id, e.id,
-               coalesce(e.circuit_closed_at < now() - $2::bigint * interval '1 millisecond', true) AS settled";
+         FOR UPDATE SKIP LOCKED),
+     closed AS (
+         UPDATE relayops.webhook_endpoints e
+         SET circuit_open_until = NULL, circuit_probe = NULL, circuit_probe_at = NULL, circuit_closed_at = now()
+         FROM releasing WHERE e.id = releasing.id AND releasing.circuit_open_until IS NOT NULL)
+     SELECT tenant_id, id,
+            circuit_open_until IS NULL
+              AND coalesce(circuit_closed_at < now() - $2::bigint * interval '1 millisecond', true) AS settled
+     FROM releasing";
 
 /// How many of the endpoint's deliveries are pending or in flight (at most `$3`).
 const OUTSTANDING: &str = "SELECT count(*) FROM (
@@ -209,14 +213,7 @@ pub async fn release(client: &impl GenericClient, probe_timeout: Duration) -> Re
 }
 
 fn tasks(rows: &[Row]) -> Vec<DeliveryTask> {
-    rows.iter()
-        .map(|row| DeliveryTask {
-            tenant_id: TenantId::from_uuid(row.get("tenant_id")),
-            delivery_id: DeliveryId::from_uuid(row.get("id")),
-            event_id: EventId::from_uuid(row.get("event_id")),
-            endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
-        })
-        .collect()
+    rows.iter().map(recovery::task).collect()
 }
 
 fn millis(duration: Duration) -> i64 {

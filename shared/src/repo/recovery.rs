@@ -144,7 +144,9 @@ pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i
     Ok(requeued)
 }
 
-fn task(row: &Row) -> DeliveryTask {
+/// The delivery a row with `tenant_id`, `id`, `event_id` and `endpoint_id`
+/// names, as a message (also the circuits' release, `repo::circuits`).
+pub(crate) fn task(row: &Row) -> DeliveryTask {
     DeliveryTask {
         tenant_id: TenantId::from_uuid(row.get("tenant_id")),
         delivery_id: DeliveryId::from_uuid(row.get("id")),

@@ -24,10 +24,15 @@ async fn failing_endpoint_with_events(env: &TestEnv) -> String {
     let endpoint = env
         .create_endpoint("/sim/status/503", &["a.b"], json!({ "retry_schedule_secs": [1], "max_attempts": 20 }))
         .await;
+    post_events(env).await;
+    endpoint["id"].as_str().unwrap().to_owned()
+}
+
+/// `EVENTS` events of type `a.b`, in one batch.
+async fn post_events(env: &TestEnv) {
     let events: Vec<Value> = (0..EVENTS).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
     let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
-    endpoint["id"].as_str().unwrap().to_owned()
 }
 
 async fn count_status(env: &TestEnv, status: &str) -> i64 {
@@ -59,31 +64,33 @@ async fn wait_until_parked(env: &TestEnv) -> usize {
     .await
 }
 
+async fn patch_endpoint(env: &TestEnv, endpoint: &str, changes: Value) {
+    let path = format!("/v1/endpoints/{endpoint}");
+    let answer = env.request(reqwest::Method::PATCH, &path, Some(&env.api_key), Some(changes)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
+
 /// The receiver is fixed (the endpoint now points at one that answers 200).
 async fn fix_receiver(env: &TestEnv, endpoint: &str) {
-    let url = format!("{}/sim/ok", env.simulator_url);
-    let answer = env
-        .request(
-            reqwest::Method::PATCH,
-            &format!("/v1/endpoints/{endpoint}"),
-            Some(&env.api_key),
-            Some(json!({ "url": url })),
-        )
-        .await;
-    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    patch_endpoint(env, endpoint, json!({ "url": format!("{}/sim/ok", env.simulator_url) })).await;
+}
+
+/// Waits until all `EVENTS` deliveries have `status`.
+async fn wait_until_all(env: &TestEnv, status: &str) {
+    eventually(WAIT * 2, || async {
+        let count = count_status(env, status).await;
+        if count == EVENTS as i64 {
+            Ok(())
+        } else {
+            Err(format!("{count} of {EVENTS} {status}; {} parked", count_status(env, "parked").await))
+        }
+    })
+    .await;
 }
 
 /// Every delivery delivered, each to the fixed receiver, none dead.
 async fn wait_until_all_delivered(env: &TestEnv) {
-    eventually(WAIT * 2, || async {
-        let delivered = count_status(env, "delivered").await;
-        if delivered == EVENTS as i64 {
-            Ok(())
-        } else {
-            Err(format!("{delivered} of {EVENTS} delivered; {} parked", count_status(env, "parked").await))
-        }
-    })
-    .await;
+    wait_until_all(env, "delivered").await;
     assert_eq!(count_status(env, "dead").await, 0);
     let mut delivered_ids: Vec<String> = env
         .simulator
@@ -136,24 +143,9 @@ async fn a_disabled_endpoints_parked_deliveries_are_failed_not_stranded() {
     let env = TestEnv::start_with(with_circuits()).await;
     let endpoint = failing_endpoint_with_events(&env).await;
     wait_until_parked(&env).await;
-    let answer = env
-        .request(
-            reqwest::Method::PATCH,
-            &format!("/v1/endpoints/{endpoint}"),
-            Some(&env.api_key),
-            Some(json!({ "enabled": false })),
-        )
-        .await;
-    assert_eq!(answer.status, 200, "{:?}", answer.body);
-    eventually(WAIT * 2, || async {
-        let (failed, parked) = (count_status(&env, "failed").await, count_status(&env, "parked").await);
-        if parked == 0 && failed == EVENTS as i64 {
-            Ok(())
-        } else {
-            Err(format!("{parked} parked, {failed} failed"))
-        }
-    })
-    .await;
+    patch_endpoint(&env, &endpoint, json!({ "enabled": false })).await;
+    // All failed: none is left parked.
+    wait_until_all(&env, "failed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,17 +170,24 @@ async fn a_publisher_killed_while_releasing_parked_deliveries_leaves_them_parked
 async fn a_last_attempt_is_never_parked_so_one_allowed_attempt_dead_letters_every_delivery() {
     let env = TestEnv::start_with(with_circuits()).await;
     env.create_endpoint("/sim/status/503", &["a.b"], json!({ "max_attempts": 1 })).await;
-    let events: Vec<Value> = (0..EVENTS).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
-    let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
-    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    post_events(&env).await;
+    wait_until_all(&env, "dead").await;
+    assert_eq!(requests_to(&env, "/sim/status/503"), EVENTS, "each delivery had its one attempt");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_probe_opens_the_circuit_again_for_twice_as_long_up_to_the_maximum() {
+    let env = TestEnv::start_with(with_circuits()).await;
+    let endpoint = failing_endpoint_with_events(&env).await;
+    wait_until_parked(&env).await;
+    // Cooldown 500 ms, at most 1 s: opening writes 500, and only a failed
+    // probe doubles it (to the maximum).
     eventually(WAIT, || async {
-        let dead = count_status(&env, "dead").await;
-        if dead == EVENTS as i64 {
-            Ok(())
-        } else {
-            Err(format!("{dead} of {EVENTS} dead; {} parked", count_status(&env, "parked").await))
+        match circuits(&env, &endpoint, "circuit_open_until IS NOT NULL AND circuit_cooldown_ms = 1000").await {
+            1 => Ok(()),
+            _ => Err("the circuit was not opened again for 1 s".to_owned()),
         }
     })
     .await;
-    assert_eq!(requests_to(&env, "/sim/status/503"), EVENTS, "each delivery had its one attempt");
+    assert!(count_status(&env, "parked").await >= EVENTS as i64 - 10, "the rest stay parked");
 }

@@ -246,7 +246,7 @@ async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
 
     // (role, settings beside the valid ones, the variable the error names)
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 9] = [
+    let cases: [Case; 11] = [
         ("all", &[], "RELAYOPS_REDIS_URL: is required"),
         (
             "all",
@@ -275,6 +275,20 @@ async fn a_configuration_error_stops_relayops_before_it_touches_the_database() {
             "worker",
             &[("RELAYOPS_REDIS_URL", "redis://127.0.0.1:6379"), ("RELAYOPS_READY_SHARDS", "65")],
             "RELAYOPS_READY_SHARDS: must be at most 64",
+        ),
+        (
+            "worker",
+            &[("RELAYOPS_REDIS_URL", "redis://127.0.0.1:6379"), ("RELAYOPS_CIRCUIT_FAILURES", "many")],
+            "RELAYOPS_CIRCUIT_FAILURES",
+        ),
+        (
+            "worker",
+            &[
+                ("RELAYOPS_REDIS_URL", "redis://127.0.0.1:6379"),
+                ("RELAYOPS_CIRCUIT_COOLDOWN_MS", "10000"),
+                ("RELAYOPS_CIRCUIT_MAX_COOLDOWN_MS", "5000"),
+            ],
+            "RELAYOPS_CIRCUIT_MAX_COOLDOWN_MS: must be at least RELAYOPS_CIRCUIT_COOLDOWN_MS",
         ),
     ];
     for (role, extra, named) in cases {
