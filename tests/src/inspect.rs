@@ -101,6 +101,17 @@ impl TestEnv {
         relayops_shared::broker::queue_depth(&channel, queue).await.expect("queue exists")
     }
 
+    /// Messages ready in every ready queue together (`<ns>.ready` and each
+    /// ready shard): where a first attempt waits, whichever shard took it.
+    pub async fn ready_depth(&self) -> u32 {
+        let (_connection, channel) = self.channel().await;
+        let mut depth = 0;
+        for shard in self.topology().ready_shards.all() {
+            depth += relayops_shared::broker::queue_depth(&channel, &shard.queue).await.expect("queue exists");
+        }
+        depth
+    }
+
     /// Deletes a queue: what the broker is then sent for it comes back
     /// unroutable (a refused publish) until the topology is declared again.
     pub async fn delete_queue(&self, queue: &str) {
@@ -144,6 +155,15 @@ impl TestEnv {
         {
             messages.push(serde_json::from_slice(&message.delivery.data).unwrap_or(Value::Null));
             message.delivery.acker.ack(Default::default()).await.expect("ack");
+        }
+        messages
+    }
+
+    /// [`take_messages`](Self::take_messages) from every ready queue.
+    pub async fn take_ready_messages(&self) -> Vec<Value> {
+        let mut messages = Vec::new();
+        for shard in self.topology().ready_shards.all() {
+            messages.extend(self.take_messages(&shard.queue).await);
         }
         messages
     }

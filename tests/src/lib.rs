@@ -83,9 +83,8 @@ pub struct TestConfig {
     pub admin_token: String,
     /// How ingest writes deliveries (the production default unless a test changes it).
     pub ingest: IngestConfig,
-    /// Ready queues (`RELAYOPS_READY_SHARDS`): one unless a test is about
-    /// shards, so the many parallel tests keep the broker's queue count low
-    /// and tests that read `<ns>.ready` find every message there.
+    /// Ready queues (`RELAYOPS_READY_SHARDS`): the production default (8),
+    /// so every test runs the shards production runs.
     pub ready_shards: u16,
 }
 
@@ -140,11 +139,8 @@ impl Default for TestConfig {
                 lease: Duration::from_secs(3),
                 // The simulator listens on loopback, which production refuses.
                 outbound_allow: AllowList::nets(vec!["127.0.0.0/8".parse().expect("cidr")]),
-                // Endpoint circuits off unless a test is about them
-                // (`circuits.rs`): tests of retry schedules and crashes count
-                // every attempt their receivers' failures cause. Processes a
-                // test starts from the binary run with the production default.
-                circuit: CircuitConfig { failures: 0, ..CircuitConfig::default() },
+                // Endpoint circuits as in production (on, 20 failures).
+                circuit: CircuitConfig::default(),
                 ..WorkerConfig::default()
             },
             backpressure: None,
@@ -170,7 +166,7 @@ impl Default for TestConfig {
             services: Services::default(),
             admin_token,
             ingest: IngestConfig::default(),
-            ready_shards: 1,
+            ready_shards: relayops_shared::broker::DEFAULT_READY_SHARDS,
         }
     }
 }

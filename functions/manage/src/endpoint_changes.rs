@@ -15,7 +15,7 @@ use relayops_shared::repo::operational;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
-use crate::endpoints::{in_range, parse_schedule, EndpointView};
+use crate::endpoints::{in_range, parse_schedule, EndpointView, MAX_CIRCUIT_HOLD_SECS};
 use crate::health_view::DeadLetterLaneView;
 
 /// Default and longest overlap of an old secret with its replacement.
@@ -61,6 +61,10 @@ pub struct UpdateEndpointRequest {
     timeout_ms: Option<Option<i32>>,
     #[serde(default)]
     dead_letter_lane: Option<DeadLetterLaneView>,
+    /// As at creation; `null` goes back to the retry policy alone.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i32>)]
+    circuit_hold_secs: Option<Option<i32>>,
 }
 
 fn checked(
@@ -114,6 +118,7 @@ pub async fn update(
         retry_schedule_secs: schedule,
         timeout_ms: checked("timeout_ms", request.timeout_ms, 100..=60_000)?,
         dead_letter_lane: request.dead_letter_lane.map(DeadLetterLaneView::domain),
+        circuit_hold_secs: checked("circuit_hold_secs", request.circuit_hold_secs, 1..=MAX_CIRCUIT_HOLD_SECS)?,
     };
     let endpoint =
         apply_changes(&state, caller.tenant_id, id, &changes).await?.ok_or(ApiError::NotFound("endpoint"))?;

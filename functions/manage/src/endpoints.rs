@@ -66,7 +66,16 @@ pub struct CreateEndpointRequest {
     retry_schedule_secs: Option<Vec<i32>>,
     #[serde(default)]
     dead_letter_lane: DeadLetterLaneView,
+    /// Hold deliveries parked behind an open circuit at least this many
+    /// seconds (1 to 2592000, 30 days) before they die; unset: they die
+    /// when the retry policy's time is up, as if tried on schedule.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 2592000)]
+    circuit_hold_secs: Option<i32>,
 }
+
+/// The longest `circuit_hold_secs`: 30 days.
+pub(crate) const MAX_CIRCUIT_HOLD_SECS: i32 = 30 * 24 * 3600;
 
 fn enabled_by_default() -> bool {
     true
@@ -129,6 +138,9 @@ pub struct EndpointView {
     timeout_ms: Option<i32>,
     retry_schedule_secs: Option<Vec<i32>>,
     dead_letter_lane: DeadLetterLaneView,
+    /// Parked deliveries are held at least this long while the circuit is
+    /// open (`null`: the retry policy decides when they die).
+    circuit_hold_secs: Option<i32>,
     event_types: Vec<String>,
     health: HealthView,
     created_at: DateTime<Utc>,
@@ -152,6 +164,7 @@ impl EndpointView {
             timeout_ms: endpoint.timeout_ms,
             retry_schedule_secs: endpoint.retry_schedule_secs,
             dead_letter_lane: DeadLetterLaneView::of(endpoint.dead_letter_lane),
+            circuit_hold_secs: endpoint.circuit_hold_secs,
             event_types: subscriptions.iter().map(|sub| sub.event_type_pattern.clone()).collect(),
             created_at: endpoint.created_at,
             updated_at: endpoint.updated_at,
@@ -218,6 +231,7 @@ pub async fn create(
         timeout_ms: in_range("timeout_ms", request.timeout_ms, 100..=60_000)?,
         retry_schedule_secs: parse_schedule(request.retry_schedule_secs)?,
         dead_letter_lane: request.dead_letter_lane.domain(),
+        circuit_hold_secs: in_range("circuit_hold_secs", request.circuit_hold_secs, 1..=MAX_CIRCUIT_HOLD_SECS)?,
     };
 
     let mut client = state.pool.get().await.map_err(DbError::from)?;

@@ -26,9 +26,12 @@ pub(crate) fn deferred_written(deliveries: u64) {
 
 /// After a recovery pass.
 pub(crate) fn recovery(report: &PublishReport) {
-    for (action, count) in
-        [("reclaimed", report.reclaimed), ("requeued", report.requeued), ("unparked", report.unparked)]
-    {
+    for (action, count) in [
+        ("reclaimed", report.reclaimed),
+        ("requeued", report.requeued),
+        ("unparked", report.unparked),
+        ("gave_up", report.gave_up),
+    ] {
         if count > 0 {
             metrics::counter!(RECOVERY_ACTIONS, "action" => action).increment(count);
         }
@@ -52,6 +55,7 @@ pub fn emit_invocation(report: &PublishReport, elapsed: Duration, failed: bool) 
             ("RecoveryReclaimed", report.reclaimed as f64, Unit::Count),
             ("RecoveryRequeued", report.requeued as f64, Unit::Count),
             ("RecoveryUnparked", report.unparked as f64, Unit::Count),
+            ("RecoveryGaveUp", report.gave_up as f64, Unit::Count),
             ("DeferredDeliveriesWritten", report.deliveries_written as f64, Unit::Count),
             ("PublishLatency", elapsed.as_secs_f64() * 1000.0, Unit::Milliseconds),
         ],

@@ -27,7 +27,7 @@ use relayops_shared::db::Pool;
 use relayops_shared::handoff::Handoff;
 use relayops_shared::history;
 use relayops_shared::repo::outbox::OutboxMessage;
-use relayops_shared::repo::{circuits, deferred_deliveries, outbox, outbox_fanout, recovery};
+use relayops_shared::repo::{circuits, deferred_deliveries, outbox, outbox_fanout, parked_expiry, recovery};
 use relayops_shared::task::{stop_requested, AbortOnDrop};
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
@@ -56,6 +56,9 @@ pub struct PublishReport {
     /// Parked deliveries released: probes of half-open endpoint circuits, and
     /// the deliveries of circuits that closed (`repo::circuits`).
     pub unparked: u64,
+    /// Parked deliveries whose retry policy's time ran out, made `dead`
+    /// (`repo::parked_expiry`).
+    pub gave_up: u64,
     /// Deliveries written for events whose ingest left them to a publisher
     /// (`repo::deferred_deliveries`).
     pub deliveries_written: u64,
@@ -70,6 +73,7 @@ impl PublishReport {
         self.reclaimed += other.reclaimed;
         self.requeued += other.requeued;
         self.unparked += other.unparked;
+        self.gave_up += other.gave_up;
         self.deliveries_written += other.deliveries_written;
     }
 }
@@ -116,6 +120,10 @@ enum Next {
 const HOLD_HANDED: &str = "publisher.hold_handed";
 
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The most parked deliveries one recovery pass gives up (each a dead letter
+/// and perhaps a `delivery.dead`, in the pass's transaction).
+const GIVE_UP_PER_PASS: i64 = 500;
 
 /// How long a half-open circuit's probe may go unanswered before another
 /// parked delivery is released as the probe: longer than a worker's lease
@@ -455,14 +463,16 @@ impl Publisher {
         let stranded = recovery::requeue_stranded(&tx, self.config.recovery_grace, self.config.batch_size).await?;
         tx.commit().await.map_err(DbError::from)?;
         let tx = client.transaction().await.map_err(DbError::from)?;
-        let parked = circuits::release(&tx, PROBE_TIMEOUT).await?;
-        let released_any = parked != circuits::Released::default();
-        if released_any {
-            relayops_shared::failpoint::crash_if_armed("publisher.before_release_commit");
-        }
+        let gave_up = parked_expiry::give_up_due(&tx, GIVE_UP_PER_PASS).await?;
         tx.commit().await.map_err(DbError::from)?;
-        if released_any {
-            tracing::info!(probes = parked.probes, released = parked.released, "parked deliveries released");
+        let parked = circuits::release(&mut client, PROBE_TIMEOUT).await?;
+        if parked != circuits::Released::default() || gave_up.dead > 0 {
+            tracing::info!(
+                probes = parked.probes,
+                released = parked.released,
+                gave_up = gave_up.dead,
+                "parked deliveries released or given up"
+            );
         }
         let requeued = stranded.total();
         if requeued > 0 {
@@ -479,7 +489,7 @@ impl Publisher {
             self.maintain_history().await;
         }
         let unparked = parked.probes + parked.released;
-        let report = PublishReport { reclaimed, requeued, unparked, ..Default::default() };
+        let report = PublishReport { reclaimed, requeued, unparked, gave_up: gave_up.dead, ..Default::default() };
         figures::recovery(&report);
         Ok(report)
     }
@@ -505,7 +515,7 @@ impl Publisher {
         loop {
             ticks.tick().await;
             match self.recover().await {
-                Ok(report) if report.reclaimed + report.requeued + report.unparked > 0 => {
+                Ok(report) if report.reclaimed + report.requeued + report.unparked + report.gave_up > 0 => {
                     tracing::debug!(?report, "recovery pass");
                     wakeup.notify_one();
                 }

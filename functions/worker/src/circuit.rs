@@ -5,59 +5,28 @@
 //!   (anything but a 5xx), and opens it again for twice as long when not;
 //! - any other answer while the circuit is open closes it too (a delivery
 //!   that was in flight when it opened);
-//! - a failure (5xx, timeout, no connection) counts towards this process's
-//!   run of failures at the endpoint, and the run reaching
-//!   [`CircuitConfig::failures`] opens the circuit; any answer ends the run.
+//! - a failure (5xx, timeout, no connection) counts towards the endpoint's
+//!   run of failures, kept on the endpoint row and so counted by every
+//!   worker alike, and the run reaching [`CircuitConfig::failures`] opens
+//!   the circuit (in the same statement); an answer ends the run — written
+//!   only when the claim saw a run under way, so a healthy endpoint's
+//!   deliveries write nothing here.
 //!
 //! 429 and other 4xx are answers: a receiver that says "not now" or "no" is
-//! up, and flow control or the retry policy handles it. Each worker counts
-//! its own run (no shared counter on the hot path); the circuit itself is
-//! shared through the endpoint row, which every claim reads.
+//! up, and flow control or the retry policy handles it. Failures are
+//! counted only while the circuit is closed, so a failing endpoint costs at
+//! most a run's worth of these writes per opening.
 //!
 //! Circuits are advice, like health: a failed write is logged, the attempt
 //! stays recorded, and the next attempt decides again.
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use relayops_shared::config::CircuitConfig;
 use relayops_shared::db::{DbError, Pool};
-use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::circuits;
-use relayops_shared::repo::deliveries::DeliveryJob;
+use relayops_shared::repo::deliveries::{CircuitSeen, DeliveryJob};
 use relayops_shared::telemetry::error_chain;
 
 use crate::report;
 use crate::verdict::SendResult;
-
-/// Past this many endpoints with a run of failures, the memory starts afresh.
-const RUNS_LIMIT: usize = 4_096;
-
-/// This process's run of failures at each endpoint.
-#[derive(Default)]
-pub struct FailureRuns {
-    runs: Mutex<HashMap<EndpointId, u32>>,
-}
-
-impl FailureRuns {
-    /// Counts a failure; `true` when the run reached `limit` (and starts again).
-    fn failed(&self, endpoint: EndpointId, limit: u32) -> bool {
-        let mut runs = self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if runs.len() >= RUNS_LIMIT && !runs.contains_key(&endpoint) {
-            runs.clear();
-        }
-        let run = runs.entry(endpoint).or_default();
-        *run += 1;
-        if *run >= limit {
-            runs.remove(&endpoint);
-            return true;
-        }
-        false
-    }
-
-    fn answered(&self, endpoint: EndpointId) {
-        self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&endpoint);
-    }
-}
 
 /// What an attempt's result says about the receiver.
 fn is_down(result: &SendResult) -> Option<bool> {
@@ -71,57 +40,56 @@ fn is_down(result: &SendResult) -> Option<bool> {
 /// What changes after an attempt at `job`'s endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
-    Open,
+    /// A failure more in the run (it may open the circuit).
+    Failed,
+    /// The probe failed: open again, for longer.
     Reopen,
+    /// An answer while open: closed.
     Close,
+    /// An answer ends the run under way.
+    EndRun,
 }
 
-fn change_after(runs: &FailureRuns, config: &CircuitConfig, job: &DeliveryJob, down: bool) -> Option<Change> {
+fn change_after(config: &CircuitConfig, circuit: CircuitSeen, down: bool) -> Option<Change> {
     if !down {
-        runs.answered(job.endpoint_id);
-        return job.circuit.open.then_some(Change::Close);
+        return if circuit.open { Some(Change::Close) } else { circuit.failing.then_some(Change::EndRun) };
     }
-    if job.circuit.probe {
+    if circuit.probe {
         return Some(Change::Reopen);
     }
-    let limit_reached = config.failures > 0 && runs.failed(job.endpoint_id, config.failures);
-    (limit_reached && !job.circuit.open).then_some(Change::Open)
+    (config.failures > 0 && !circuit.open).then_some(Change::Failed)
 }
 
 /// Updates the endpoint's circuit after a recorded attempt.
-pub async fn after_attempt(
-    runs: &FailureRuns,
-    config: &CircuitConfig,
-    pool: &Pool,
-    job: &DeliveryJob,
-    result: &SendResult,
-) {
+pub async fn after_attempt(config: &CircuitConfig, pool: &Pool, job: &DeliveryJob, result: &SendResult) {
     let Some(down) = is_down(result) else { return };
-    let Some(change) = change_after(runs, config, job, down) else { return };
+    let Some(change) = change_after(config, job.circuit, down) else { return };
+    let (tenant, endpoint) = (job.tenant_id, job.endpoint_id);
     let written = match pool.get().await {
         Ok(client) => match change {
-            Change::Open => circuits::open(&client, job.tenant_id, job.endpoint_id, config.cooldown).await,
+            Change::Failed => circuits::failed(&client, tenant, endpoint, config.failures, config.cooldown).await,
             Change::Reopen => {
                 let (first, max) = (config.cooldown, config.max_cooldown);
-                circuits::probe_failed(&client, job.tenant_id, job.endpoint_id, job.delivery_id, first, max).await
+                circuits::probe_failed(&client, tenant, endpoint, job.delivery_id, first, max).await
             }
-            Change::Close => circuits::close(&client, job.tenant_id, job.endpoint_id).await,
+            Change::Close => circuits::close(&client, tenant, endpoint).await,
+            Change::EndRun => circuits::answered(&client, tenant, endpoint).await.map(|_| false),
         },
         Err(error) => Err(DbError::from(error)),
     };
     let name = match change {
-        Change::Open => "opened",
+        Change::Failed => "opened",
         Change::Reopen => "reopened",
         Change::Close => "closed",
+        Change::EndRun => "run ended",
     };
     match written {
         Ok(true) => {
             report::circuit(name);
-            tracing::info!(tenant_id = %job.tenant_id, endpoint_id = %job.endpoint_id, change = name,
-                "endpoint circuit {name}");
+            tracing::info!(tenant_id = %tenant, endpoint_id = %endpoint, change = name, "endpoint circuit {name}");
         }
         Ok(false) => {}
-        Err(error) => tracing::warn!(tenant_id = %job.tenant_id, endpoint_id = %job.endpoint_id, change = name,
+        Err(error) => tracing::warn!(tenant_id = %tenant, endpoint_id = %endpoint, change = name,
             error = %error_chain(&error), "endpoint circuit not written"),
     }
 }
@@ -130,17 +98,21 @@ pub async fn after_attempt(
 mod tests {
     use super::*;
 
+    fn seen(open: bool, probe: bool, failing: bool) -> CircuitSeen {
+        CircuitSeen { open, probe, failing }
+    }
+
     #[test]
-    fn a_run_of_failures_opens_and_an_answer_ends_the_run() {
-        let runs = FailureRuns::default();
-        let endpoint = EndpointId::new();
-        assert!(!runs.failed(endpoint, 3));
-        assert!(!runs.failed(endpoint, 3));
-        runs.answered(endpoint);
-        assert!(!runs.failed(endpoint, 3));
-        assert!(!runs.failed(endpoint, 3));
-        assert!(runs.failed(endpoint, 3), "the third failure in a row reaches the limit");
-        assert!(!runs.failed(endpoint, 3), "and the run starts again");
+    fn failures_count_while_closed_and_an_answer_ends_a_run_or_closes() {
+        let config = CircuitConfig::default();
+        assert_eq!(change_after(&config, seen(false, false, false), true), Some(Change::Failed));
+        assert_eq!(change_after(&config, seen(true, false, true), true), None, "not counted while open");
+        assert_eq!(change_after(&config, seen(true, true, false), true), Some(Change::Reopen));
+        assert_eq!(change_after(&config, seen(true, false, false), false), Some(Change::Close));
+        assert_eq!(change_after(&config, seen(false, false, true), false), Some(Change::EndRun));
+        assert_eq!(change_after(&config, seen(false, false, false), false), None, "a healthy endpoint writes nothing");
+        let off = CircuitConfig { failures: 0, ..CircuitConfig::default() };
+        assert_eq!(change_after(&off, seen(false, false, false), true), None);
     }
 
     #[test]

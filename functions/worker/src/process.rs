@@ -37,7 +37,7 @@ use relayops_shared::repo::delivery_batches::{self, Deferral, DeliveryKey, Settl
 use relayops_shared::repo::{endpoints, operational, outbox};
 use relayops_shared::telemetry::error_chain;
 
-use crate::circuit::{self, FailureRuns};
+use crate::circuit;
 use crate::gate::{miss_wait, Admission, Gate};
 use crate::health;
 use crate::hold::Backoff;
@@ -127,7 +127,6 @@ pub struct Processor {
     deferrals: Batcher<Deferral, Settled>,
     saturation: Arc<Saturation>,
     health: Arc<health::HealthMemo>,
-    runs: Arc<FailureRuns>,
     /// Wakes the publisher after committing outbox rows (a lane's next
     /// delivery, an operational event): `NOTIFY relayops_outbox`, so a
     /// listening publisher sends them at once (in AWS the schedule picks them
@@ -164,9 +163,9 @@ impl Processor {
                 &client, partitions, &deferrals, worker
             )),
         );
-        let (saturation, health, runs) = (Arc::default(), Arc::default(), Arc::default());
+        let (saturation, health) = (Arc::default(), Arc::default());
         let wakeup = Arc::new(PgNotifier::new(pool.clone()));
-        Self { pool, sender, gate, config, claims, records, deferrals, saturation, health, runs, wakeup }
+        Self { pool, sender, gate, config, claims, records, deferrals, saturation, health, wakeup }
     }
 
     /// Wakes `publisher` too (the publisher loop of this process, `relayops
@@ -509,7 +508,7 @@ impl Processor {
         let delivered = outcome == AttemptOutcome::Delivered;
         let window = self.config.endpoint_disable_after;
         health::after_attempt(&self.health, &self.pool, &*self.wakeup, job, delivered, window).await;
-        circuit::after_attempt(&self.runs, &self.config.circuit, &self.pool, job, &exchange.result).await;
+        circuit::after_attempt(&self.config.circuit, &self.pool, job, &exchange.result).await;
         Ok(match wait {
             Some(wait) => Disposition::Delay { wait, throttled: false },
             None => Disposition::Ack,

@@ -56,6 +56,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/0020_subscription_patterns_looked_up_by_key.sql"),
     ),
     ("0021_endpoint_circuits", include_str!("../../../migrations/0021_endpoint_circuits.sql")),
+    (
+        "0022_parked_deliveries_keep_their_policy",
+        include_str!("../../../migrations/0022_parked_deliveries_keep_their_policy.sql"),
+    ),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

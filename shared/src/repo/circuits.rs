@@ -1,22 +1,28 @@
 //! Endpoint circuits (SPEC §12): where a failing endpoint's deliveries wait.
 //!
 //! - **Closed** (`circuit_open_until` NULL): deliveries are claimed and sent.
-//! - **Open** (until `circuit_open_until`): a worker that saw the endpoint fail
-//!   many times in a row opened it ([`open`]); every claim of one of its
+//! - **Open** (until `circuit_open_until`): the endpoint failed many times in
+//!   a row, counted on its row by every worker ([`failed`]; an answer resets
+//!   the run, [`answered`]), and the failure that completed the run opened
+//!   it; every claim of one of its
 //!   deliveries parks it instead (`status = 'parked'`, no lease, no attempt:
 //!   the claim statement's [`parks`] condition), and the message is acked.
 //!   A parked delivery costs nothing while it waits: no broker message, no
-//!   retry-queue round, no recovery pass looks at it.
+//!   retry-queue round, no recovery pass re-enqueues it. It keeps its retry
+//!   policy's promise: its `next_attempt_at` is when the policy gives it up
+//!   ([`gives_up_at`]), and then it dies as if its attempts had been made
+//!   ([`parked_expiry`](super::parked_expiry)), unless released first.
 //! - **Half-open** (its time passed): the recovery pass releases the oldest
 //!   parked delivery as the probe ([`release`]: pending, with an outbox
 //!   row); every other delivery still parks. The worker records the probe's
 //!   answer: a success closes the circuit ([`close`]), a failure opens it
 //!   again for twice the cooldown, up to a maximum ([`probe_failed`]).
-//! - **Releasing** (closed, `circuit_parked` still set): each recovery pass
+//! - **Releasing** (closed, parked deliveries left): each recovery pass
 //!   releases parked deliveries, oldest first, so that at most
 //!   [`RELEASE_WINDOW`] of the endpoint's deliveries are pending or in flight
-//!   at once; once nothing is parked and the circuit has been closed longer
-//!   than any claim statement runs, the flag is cleared.
+//!   at once. Endpoints with parked deliveries are found on the parked rows'
+//!   own index, so a park that commits after the circuit closed (a claim
+//!   that read it open) is released like any other.
 //!
 //! A disabled endpoint's parked deliveries are released the same way (the
 //! worker then settles them `failed`, as for any delivery of a disabled
@@ -24,10 +30,11 @@
 //! pending again together with its outbox row, in one transaction.
 use std::time::Duration;
 
+use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
 
 use crate::broker::DeliveryTask;
-use crate::db::DbError;
+use crate::db::{DbError, Object};
 use crate::ids::{DeliveryId, EndpointId, TenantId};
 use crate::repo::{outbox, recovery, sql, GenericClient};
 
@@ -46,6 +53,18 @@ macro_rules! parks {
 }
 pub(crate) use parks;
 
+/// When a delivery the claim parks now is given up (`ep`: the endpoint row,
+/// `d`: the delivery): its retry policy's remaining time, as if it were tried
+/// on schedule from now, or the endpoint's hold if longer (migration 0022's
+/// `relayops.parked_gives_up_at`). Stored as the parked row's
+/// `next_attempt_at`; [`parked_expiry`](super::parked_expiry) makes it `dead` then.
+macro_rules! gives_up_at {
+    () => {
+        "relayops.parked_gives_up_at(d.attempt_count, ep.max_attempts, ep.retry_schedule_secs, ep.circuit_hold_secs)"
+    };
+}
+pub(crate) use gives_up_at;
+
 /// The platform's default `max_attempts`, as [`parks`] writes it (the
 /// worker's retry policy checks that they agree).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
@@ -58,14 +77,20 @@ pub const RELEASE_WINDOW: i64 = 1_000;
 /// The most endpoints one recovery pass probes or releases.
 const ENDPOINTS_PER_PASS: i64 = 100;
 
-/// How long the flag outlives the close: longer than any claim statement
-/// that read the circuit open may take to commit its park.
-const SETTLE_AFTER: Duration = Duration::from_secs(60);
+/// One more failure in the endpoint's run (`$3`: the run that opens the
+/// circuit, `$4`: the cooldown in ms); the run reaching `$3` opens the
+/// circuit and starts again. Only while it is closed and the endpoint enabled.
+const FAILED: &str = "UPDATE relayops.webhook_endpoints
+     SET circuit_failures = CASE WHEN circuit_failures + 1 >= $3 THEN 0 ELSE circuit_failures + 1 END,
+         circuit_open_until = CASE WHEN circuit_failures + 1 >= $3
+                                   THEN now() + $4::bigint * interval '1 millisecond' END,
+         circuit_cooldown_ms = CASE WHEN circuit_failures + 1 >= $3 THEN $4::bigint::integer
+                                    ELSE circuit_cooldown_ms END
+     WHERE tenant_id = $1 AND id = $2 AND enabled AND circuit_open_until IS NULL
+     RETURNING circuit_open_until IS NOT NULL AS opened";
 
-const OPEN: &str = "UPDATE relayops.webhook_endpoints
-     SET circuit_open_until = now() + $3::bigint * interval '1 millisecond', circuit_cooldown_ms = $3,
-         circuit_probe = NULL, circuit_probe_at = NULL, circuit_parked = true
-     WHERE tenant_id = $1 AND id = $2 AND enabled AND circuit_open_until IS NULL";
+const ANSWERED: &str = "UPDATE relayops.webhook_endpoints SET circuit_failures = 0
+     WHERE tenant_id = $1 AND id = $2 AND circuit_failures > 0";
 
 const PROBE_FAILED: &str = "UPDATE relayops.webhook_endpoints
      SET circuit_cooldown_ms = least(coalesce(circuit_cooldown_ms::bigint, $4::bigint) * 2, $5::bigint),
@@ -76,54 +101,79 @@ const PROBE_FAILED: &str = "UPDATE relayops.webhook_endpoints
 
 const CLOSE: &str = "UPDATE relayops.webhook_endpoints
      SET circuit_open_until = NULL, circuit_cooldown_ms = NULL, circuit_probe = NULL, circuit_probe_at = NULL,
-         circuit_closed_at = now()
+         circuit_closed_at = now(), circuit_failures = 0
      WHERE tenant_id = $1 AND id = $2 AND circuit_open_until IS NOT NULL";
 
-/// Half-open circuits without a live probe: each gets its oldest parked
-/// delivery released as the probe; one with nothing parked closes.
+/// Half-open circuits without a live probe, oldest first (their
+/// `circuit_open_until` index): an enabled one gets its oldest parked
+/// delivery released as the probe; one with nothing parked, or disabled,
+/// closes (a disabled endpoint's parked deliveries are released by
+/// [`RELEASE_ENDPOINT`]). One whose parked rows are all locked now (a
+/// replay, a give-up, another pass) is left as it is for the next pass:
+/// `any_parked` sees them, locked or not.
 const PROBE: &str = "WITH due AS (
-         SELECT id, tenant_id FROM relayops.webhook_endpoints
-         WHERE circuit_parked AND enabled AND circuit_open_until <= now()
+         SELECT id, tenant_id, enabled FROM relayops.webhook_endpoints
+         WHERE circuit_open_until <= now()
            AND (circuit_probe IS NULL OR circuit_probe_at < now() - $1::bigint * interval '1 millisecond')
          ORDER BY circuit_open_until
          LIMIT $2
          FOR UPDATE SKIP LOCKED),
      probe AS (
-         SELECT due.id AS endpoint_id, due.tenant_id, p.id, p.event_id
+         SELECT due.id AS endpoint_id, due.tenant_id, due.enabled, p.id, p.event_id,
+                EXISTS (SELECT 1 FROM relayops.deliveries x
+                        WHERE x.endpoint_id = due.id AND x.status = 'parked' AND x.tenant_id = due.tenant_id)
+                  AS any_parked
          FROM due
          LEFT JOIN LATERAL (
              SELECT d.id, d.event_id FROM relayops.deliveries d
-             WHERE d.endpoint_id = due.id AND d.status = 'parked' AND d.tenant_id = due.tenant_id
+             WHERE due.enabled AND d.endpoint_id = due.id AND d.status = 'parked' AND d.tenant_id = due.tenant_id
              ORDER BY d.updated_at
              LIMIT 1
              FOR UPDATE SKIP LOCKED) p ON true),
      marked AS (
          UPDATE relayops.webhook_endpoints e
-         SET circuit_probe = probe.id, circuit_probe_at = now(),
+         SET circuit_probe = probe.id, circuit_probe_at = CASE WHEN probe.id IS NULL THEN NULL ELSE now() END,
              circuit_open_until = CASE WHEN probe.id IS NULL THEN NULL ELSE e.circuit_open_until END,
-             circuit_closed_at = CASE WHEN probe.id IS NULL THEN now() ELSE e.circuit_closed_at END
-         FROM probe WHERE e.id = probe.endpoint_id)
-     UPDATE relayops.deliveries d SET status = 'pending', updated_at = now()
+             circuit_closed_at = CASE WHEN probe.id IS NULL THEN now() ELSE e.circuit_closed_at END,
+             circuit_failures = 0
+         FROM probe
+         WHERE e.id = probe.endpoint_id AND (probe.id IS NOT NULL OR NOT probe.any_parked OR NOT probe.enabled))
+     UPDATE relayops.deliveries d SET status = 'pending', next_attempt_at = NULL, updated_at = now()
      FROM probe WHERE d.id = probe.id AND d.event_id = probe.event_id AND d.status = 'parked'
      RETURNING d.tenant_id, d.id, d.event_id, d.endpoint_id";
 
-/// Closed (or disabled) endpoints that still have parked deliveries, locked;
-/// a disabled one whose circuit is still open has it closed here (the only
-/// row written: the others are read, not rewritten every pass). `settled`:
-/// closed for longer than `$2` (a circuit closed by this statement is not).
-const RELEASING: &str = "WITH releasing AS (
-         SELECT id, tenant_id, circuit_open_until, circuit_closed_at FROM relayops.webhook_endpoints
-         WHERE circuit_parked AND (circuit_open_until IS NULL OR NOT enabled)
-         LIMIT $1
+/// Endpoints that have parked deliveries, found on the parked rows' own
+/// index (no flag to keep true): a loose index scan, one probe per distinct
+/// endpoint, from `$1` in endpoint-id order (each pass starts at a random
+/// point, so beyond [`ENDPOINTS_PER_PASS`] every endpoint takes its turn),
+/// below `$2`, at most `$3` of them. Only those whose circuit is closed, or
+/// whose endpoint is disabled, are released.
+const PARKED_ENDPOINTS: &str = "WITH RECURSIVE parked(endpoint_id) AS (
+         (SELECT endpoint_id FROM relayops.deliveries
+          WHERE status = 'parked' AND endpoint_id >= $1 AND endpoint_id < $2
+          ORDER BY endpoint_id LIMIT 1)
+         UNION ALL
+         SELECT (SELECT d.endpoint_id FROM relayops.deliveries d
+                 WHERE d.status = 'parked' AND d.endpoint_id > parked.endpoint_id AND d.endpoint_id < $2
+                 ORDER BY d.endpoint_id LIMIT 1)
+         FROM parked WHERE parked.endpoint_id IS NOT NULL),
+     found AS (SELECT endpoint_id FROM parked WHERE endpoint_id IS NOT NULL LIMIT $3)
+     SELECT e.tenant_id, e.id FROM found
+     JOIN relayops.webhook_endpoints e ON e.id = found.endpoint_id
+     WHERE e.circuit_open_until IS NULL OR NOT e.enabled";
+
+/// Locks one endpoint whose parked deliveries are to be released (closed,
+/// or disabled: a disabled endpoint's still-open circuit is closed here),
+/// for the few statements of its release; skipped when another pass has it.
+const RELEASE_ENDPOINT: &str = "WITH releasing AS (
+         SELECT id, circuit_open_until FROM relayops.webhook_endpoints
+         WHERE tenant_id = $1 AND id = $2 AND (circuit_open_until IS NULL OR NOT enabled)
          FOR UPDATE SKIP LOCKED),
      closed AS (
          UPDATE relayops.webhook_endpoints e
          SET circuit_open_until = NULL, circuit_probe = NULL, circuit_probe_at = NULL, circuit_closed_at = now()
          FROM releasing WHERE e.id = releasing.id AND releasing.circuit_open_until IS NOT NULL)
-     SELECT tenant_id, id,
-            circuit_open_until IS NULL
-              AND coalesce(circuit_closed_at < now() - $2::bigint * interval '1 millisecond', true) AS settled
-     FROM releasing";
+     SELECT id FROM releasing";
 
 /// How many of the endpoint's deliveries are pending or in flight (at most `$3`).
 const OUTSTANDING: &str = "SELECT count(*) FROM (
@@ -137,23 +187,29 @@ const RELEASE_OLDEST: &str = "WITH picked AS (
          ORDER BY updated_at
          LIMIT $3
          FOR UPDATE SKIP LOCKED)
-     UPDATE relayops.deliveries d SET status = 'pending', updated_at = now()
+     UPDATE relayops.deliveries d SET status = 'pending', next_attempt_at = NULL, updated_at = now()
      FROM picked WHERE d.id = picked.id AND d.event_id = picked.event_id
      RETURNING d.tenant_id, d.id, d.event_id, d.endpoint_id";
 
-const SETTLED: &str = "UPDATE relayops.webhook_endpoints SET circuit_parked = false
-     WHERE tenant_id = $1 AND id = $2 AND circuit_open_until IS NULL";
-
-/// Opens a closed circuit for `cooldown`; `false` when it was already open
-/// (or the endpoint is disabled or gone).
-pub async fn open(
+/// Counts a failed attempt in the endpoint's run of failures, shared by
+/// every worker (the endpoint row); the run reaching `run` opens the circuit
+/// for `cooldown`. `true` when this failure opened it; nothing is counted
+/// while it is open (or the endpoint is disabled or gone).
+pub async fn failed(
     client: &impl GenericClient,
     tenant: TenantId,
     endpoint: EndpointId,
+    run: u32,
     cooldown: Duration,
 ) -> Result<bool, DbError> {
-    let cooldown_ms = millis(cooldown);
-    Ok(sql::execute(client, OPEN, &[&tenant.as_uuid(), &endpoint.as_uuid(), &cooldown_ms]).await? == 1)
+    let (run, cooldown_ms) = (i32::try_from(run).unwrap_or(i32::MAX), millis(cooldown));
+    let row = sql::query_opt(client, FAILED, &[&tenant.as_uuid(), &endpoint.as_uuid(), &run, &cooldown_ms]).await?;
+    Ok(row.is_some_and(|row| row.get("opened")))
+}
+
+/// An answer ends the endpoint's run of failures; `true` when one was under way.
+pub async fn answered(client: &impl GenericClient, tenant: TenantId, endpoint: EndpointId) -> Result<bool, DbError> {
+    Ok(sql::execute(client, ANSWERED, &[&tenant.as_uuid(), &endpoint.as_uuid()]).await? == 1)
 }
 
 /// The probe `probe` failed: the circuit opens again for twice its last
@@ -188,28 +244,64 @@ pub struct Released {
     pub released: u64,
 }
 
-/// One pass, in the caller's transaction: probes for half-open circuits,
-/// then a window of parked deliveries for each releasing endpoint, each made
-/// pending with its outbox row. `probe_timeout`: how long a released probe
-/// may go without an answer before another is released (its message may
-/// have been lost with a broker; the probe itself is not lost: recovery
-/// sends it again).
-pub async fn release(client: &impl GenericClient, probe_timeout: Duration) -> Result<Released, DbError> {
-    let probes = sql::query(client, PROBE, &[&millis(probe_timeout), &ENDPOINTS_PER_PASS]).await?;
-    outbox::insert_delivery_messages(client, &tasks(&probes)).await?;
+/// One pass, each step in its own short transaction (no endpoint row stays
+/// locked beyond its own release): probes for half-open circuits, then a
+/// window of parked deliveries for each releasing endpoint, each made pending
+/// with its outbox row. `probe_timeout`: how long a released probe may go
+/// without an answer before another is released (its message may have been
+/// lost with a broker; the probe itself is not lost: recovery sends it
+/// again). A crash between steps loses nothing: what was not committed is
+/// still parked for the next pass.
+pub async fn release(client: &mut Object, probe_timeout: Duration) -> Result<Released, DbError> {
+    let tx = client.transaction().await?;
+    let probes = sql::query(&tx, PROBE, &[&millis(probe_timeout), &ENDPOINTS_PER_PASS]).await?;
+    outbox::insert_delivery_messages(&tx, &tasks(&probes)).await?;
+    commit_release(tx, probes.len()).await?;
     let mut released = 0;
-    for endpoint in sql::query(client, RELEASING, &[&ENDPOINTS_PER_PASS, &millis(SETTLE_AFTER)]).await? {
-        let (tenant, id): (uuid::Uuid, uuid::Uuid) = (endpoint.get("tenant_id"), endpoint.get("id"));
-        let outstanding: i64 = sql::query_one(client, OUTSTANDING, &[&tenant, &id, &RELEASE_WINDOW]).await?.get(0);
-        let room = RELEASE_WINDOW - outstanding;
-        let rows = if room > 0 { sql::query(client, RELEASE_OLDEST, &[&tenant, &id, &room]).await? } else { vec![] };
-        outbox::insert_delivery_messages(client, &tasks(&rows)).await?;
-        released += rows.len() as u64;
-        if (rows.len() as i64) < room && endpoint.get::<_, bool>("settled") {
-            sql::execute(client, SETTLED, &[&tenant, &id]).await?;
+    for (tenant, id) in releasing_endpoints(client).await? {
+        let tx = client.transaction().await?;
+        if sql::query_opt(&tx, RELEASE_ENDPOINT, &[&tenant, &id]).await?.is_none() {
+            continue;
         }
+        let outstanding: i64 = sql::query_one(&tx, OUTSTANDING, &[&tenant, &id, &RELEASE_WINDOW]).await?.get(0);
+        let room = RELEASE_WINDOW - outstanding;
+        let rows = if room > 0 { sql::query(&tx, RELEASE_OLDEST, &[&tenant, &id, &room]).await? } else { vec![] };
+        outbox::insert_delivery_messages(&tx, &tasks(&rows)).await?;
+        commit_release(tx, rows.len()).await?;
+        released += rows.len() as u64;
     }
     Ok(Released { probes: probes.len() as u64, released })
+}
+
+/// Commits a release step; the `publisher.before_release_commit` failpoint
+/// crashes the process just before, when the step released anything.
+async fn commit_release(tx: Transaction<'_>, released: usize) -> Result<(), DbError> {
+    if released > 0 {
+        crate::failpoint::crash_if_armed("publisher.before_release_commit");
+    }
+    Ok(tx.commit().await?)
+}
+
+/// Up to [`ENDPOINTS_PER_PASS`] endpoints with parked deliveries to release,
+/// in endpoint-id order from a random point, wrapping around.
+async fn releasing_endpoints(client: &Object) -> Result<Vec<(uuid::Uuid, uuid::Uuid)>, DbError> {
+    let start = uuid::Uuid::new_v4();
+    let (first, last) = (uuid::Uuid::nil(), uuid::Uuid::max());
+    let mut found = Vec::new();
+    for (from, below) in [(start, last), (first, start)] {
+        let want = ENDPOINTS_PER_PASS - found.len() as i64;
+        if want <= 0 {
+            break;
+        }
+        // The scan walks open circuits' parked endpoints too; a few times
+        // what is wanted bounds it.
+        let scanned = want * 10;
+        for row in sql::query(client, PARKED_ENDPOINTS, &[&from, &below, &scanned]).await? {
+            found.push((row.get("tenant_id"), row.get("id")));
+        }
+    }
+    found.truncate(ENDPOINTS_PER_PASS as usize);
+    Ok(found)
 }
 
 fn tasks(rows: &[Row]) -> Vec<DeliveryTask> {

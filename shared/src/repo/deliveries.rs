@@ -22,6 +22,7 @@ macro_rules! claimed_columns {
          ep.rate_limit_per_sec, ep.rate_limit_burst, ep.max_in_flight,
          ep.kind, ep.failing_since, ep.last_success_at, ep.last_failure_at,
          ep.circuit_open_until IS NOT NULL AS circuit_open, coalesce(ep.circuit_probe = d.id, false) AS circuit_probe,
+         ep.circuit_failures > 0 AS circuit_failing,
          CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret"
     };
 }
@@ -140,6 +141,8 @@ pub struct CircuitSeen {
     pub open: bool,
     /// This delivery is the half-open circuit's probe.
     pub probe: bool,
+    /// The endpoint's shared run of failures is under way (an answer ends it).
+    pub failing: bool,
 }
 
 #[derive(Debug)]
@@ -181,7 +184,11 @@ pub(crate) fn job_from_row(tenant: TenantId, delivery: DeliveryId, row: &Row) ->
         secret: row.get("secret"),
         previous_secret: row.get("previous_secret"),
         attempt_number: attempt_count + 1,
-        circuit: CircuitSeen { open: row.get("circuit_open"), probe: row.get("circuit_probe") },
+        circuit: CircuitSeen {
+            open: row.get("circuit_open"),
+            probe: row.get("circuit_probe"),
+            failing: row.get("circuit_failing"),
+        },
     }
 }
 

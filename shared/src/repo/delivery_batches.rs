@@ -25,7 +25,7 @@ use crate::db::partitions::event_id_range;
 use crate::db::DbError;
 use crate::domain::DeliveryStatus;
 use crate::ids::{AttemptId, DeliveryId, EndpointId, TenantId};
-use crate::repo::circuits::parks;
+use crate::repo::circuits::{gives_up_at, parks};
 use crate::repo::deliveries::{
     claimable, claimed_columns, heads_its_lane, in_its_partition, job_from_row, AttemptRecord, ClaimOutcome, Settled,
 };
@@ -111,6 +111,11 @@ const CLAIM_MANY: &str = concat!(
          lease_expires_at = CASE WHEN ",
     parks!(),
     " THEN NULL ELSE now() + $4::bigint * interval '1 millisecond' END,
+         next_attempt_at = CASE WHEN ",
+    parks!(),
+    " THEN ",
+    gives_up_at!(),
+    " ELSE d.next_attempt_at END,
          updated_at = now()
      FROM locked l
      CROSS JOIN LATERAL (SELECT e.event_type, e.payload, e.tenant_id FROM relayops.events e

@@ -11,7 +11,7 @@ use crate::repo::sql;
 
 const ENDPOINT_COLUMNS: &str = "id, kind, url, description, enabled, disabled_reason, rate_limit_per_sec,
      rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, created_at, updated_at,
-     failing_since, last_success_at, last_failure_at, dead_letter_lane, circuit_open_until";
+     failing_since, last_success_at, last_failure_at, dead_letter_lane, circuit_open_until, circuit_hold_secs";
 
 const INSERT_SUBSCRIPTION: &str =
     "INSERT INTO relayops.endpoint_subscriptions (id, tenant_id, endpoint_id, event_type_pattern)
@@ -44,6 +44,9 @@ pub struct EndpointRecord {
     /// Its circuit ([`circuits`](super::circuits)): `None` while closed; open
     /// until then, half-open (probing) after.
     pub circuit_open_until: Option<DateTime<Utc>>,
+    /// How long its parked deliveries are held while its circuit is open, at
+    /// least (`None`: the retry policy alone decides when they die).
+    pub circuit_hold_secs: Option<i32>,
 }
 
 /// An endpoint's health as recorded (see [`endpoint_health`](super::endpoint_health)).
@@ -88,6 +91,7 @@ impl EndpointRecord {
             updated_at: row.get("updated_at"),
             health: EndpointHealth::from_row(row),
             circuit_open_until: row.get("circuit_open_until"),
+            circuit_hold_secs: row.get("circuit_hold_secs"),
         }
     }
 }
@@ -105,6 +109,7 @@ pub struct NewEndpoint<'a> {
     pub timeout_ms: Option<i32>,
     pub retry_schedule_secs: Option<Vec<i32>>,
     pub dead_letter_lane: DeadLetterLane,
+    pub circuit_hold_secs: Option<i32>,
 }
 
 pub async fn insert_endpoint(
@@ -115,8 +120,8 @@ pub async fn insert_endpoint(
     let sql = format!(
         "INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, description, secret, enabled,
              rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, kind,
-             dead_letter_lane)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+             dead_letter_lane, circuit_hold_secs)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
          RETURNING {ENDPOINT_COLUMNS}"
     );
     let row = sql::query_one(
@@ -137,6 +142,7 @@ pub async fn insert_endpoint(
             &endpoint.retry_schedule_secs,
             &endpoint.kind.as_str(),
             &endpoint.dead_letter_lane.as_str(),
+            &endpoint.circuit_hold_secs,
         ],
     )
     .await?;
@@ -303,6 +309,7 @@ pub struct EndpointChanges<'a> {
     pub retry_schedule_secs: Option<Option<Vec<i32>>>,
     pub timeout_ms: Option<Option<i32>>,
     pub dead_letter_lane: Option<DeadLetterLane>,
+    pub circuit_hold_secs: Option<Option<i32>>,
 }
 
 /// An endpoint after a change, and whether the change enabled or disabled it.
@@ -314,7 +321,8 @@ pub struct UpdatedEndpoint {
 }
 
 /// Applies the changes; re-enabling clears the disabled reason and the failing
-/// state (so a re-enabled endpoint gets the whole window again). One
+/// state (so a re-enabled endpoint gets the whole window again); a new URL
+/// closes the endpoint's circuit. One
 /// statement that locks the row before reading its previous `enabled`, so two
 /// concurrent PATCHes agree on which of them switched it.
 pub async fn update_endpoint(
@@ -324,7 +332,10 @@ pub async fn update_endpoint(
     changes: &EndpointChanges<'_>,
 ) -> Result<Option<UpdatedEndpoint>, DbError> {
     // `$n::bool` says whether the field is being changed; NULL values are real
-    // values (e.g. "no rate limit"), so a flag is needed beside each.
+    // values (e.g. "no rate limit"), so a flag is needed beside each. A new
+    // URL is a new receiver: the old one's circuit and run of failures go
+    // (its parked deliveries are released to the new URL).
+    let moved = "($3 IS NOT NULL AND $3 IS DISTINCT FROM url)";
     let sql = format!(
         "UPDATE relayops.webhook_endpoints SET
              url = coalesce($3, url),
@@ -339,6 +350,14 @@ pub async fn update_endpoint(
              retry_schedule_secs = CASE WHEN $14 THEN $15 ELSE retry_schedule_secs END,
              timeout_ms = CASE WHEN $16 THEN $17 ELSE timeout_ms END,
              dead_letter_lane = coalesce($18, dead_letter_lane),
+             circuit_hold_secs = CASE WHEN $19 THEN $20 ELSE circuit_hold_secs END,
+             circuit_open_until = CASE WHEN {moved} THEN NULL ELSE circuit_open_until END,
+             circuit_cooldown_ms = CASE WHEN {moved} THEN NULL ELSE circuit_cooldown_ms END,
+             circuit_probe = CASE WHEN {moved} THEN NULL ELSE circuit_probe END,
+             circuit_probe_at = CASE WHEN {moved} THEN NULL ELSE circuit_probe_at END,
+             circuit_closed_at = CASE WHEN {moved} AND circuit_open_until IS NOT NULL THEN now()
+                                      ELSE circuit_closed_at END,
+             circuit_failures = CASE WHEN {moved} THEN 0 ELSE circuit_failures END,
              updated_at = now()
          FROM (SELECT enabled AS was_enabled FROM relayops.webhook_endpoints
                WHERE tenant_id = $1 AND id = $2
@@ -371,6 +390,8 @@ pub async fn update_endpoint(
             &flag(&changes.timeout_ms),
             &value(&changes.timeout_ms),
             &changes.dead_letter_lane.map(|policy| policy.as_str()),
+            &flag(&changes.circuit_hold_secs),
+            &value(&changes.circuit_hold_secs),
         ],
     )
     .await?;

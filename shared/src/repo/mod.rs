@@ -24,6 +24,7 @@ pub mod lanes;
 pub mod operational;
 pub mod outbox;
 pub mod outbox_fanout;
+pub mod parked_expiry;
 pub mod recovery;
 pub mod replay;
 pub mod retention;

@@ -30,8 +30,7 @@ async fn an_events_deliveries_travel_as_one_message_and_each_is_delivered_once()
     let answer = env.post_event("b.created", json!({ "n": 1 })).await;
     assert_eq!(answer.body["deliveries"], 5, "{:?}", answer.body);
     env.wait_for_outbox_drained().await;
-    let ready = env.topology().ready_queue;
-    assert_eq!(env.queue_depth(&ready).await, 1, "one message for the event's five deliveries");
+    assert_eq!(env.ready_depth().await, 1, "one message for the event's five deliveries");
     env.wait_for_messages_published(5).await;
 
     env.start_worker().await;
@@ -59,8 +58,7 @@ async fn a_batch_of_events_deliveries_travel_as_one_message_and_each_carries_its
     let answer = env.post("/v1/events/batch", json!({ "events": events })).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     env.wait_for_outbox_drained().await;
-    let ready = env.topology().ready_queue;
-    assert_eq!(env.queue_depth(&ready).await, 1, "one message for the six events' deliveries");
+    assert_eq!(env.ready_depth().await, 1, "one message for the six events' deliveries");
     env.wait_for_messages_published(6).await;
 
     env.start_worker().await;

@@ -127,7 +127,7 @@ async fn exclusive_postgres_hard_stop_for_a_minute_strands_nothing() {
     for endpoint in 0..5 {
         env.create_endpoint("/sim/ok", &[&format!("burst.{endpoint}"), "burst.all"], json!({})).await;
     }
-    // 600 events x 5 endpoints = 3,000 deliveries, all on the ready queue.
+    // 600 events x 5 endpoints = 3,000 deliveries, all on the ready queues.
     for chunk in 0..3 {
         let items: Vec<_> =
             (0..200).map(|n| json!({ "event_type": "burst.all", "payload": { "chunk": chunk, "n": n } })).collect();
@@ -136,9 +136,8 @@ async fn exclusive_postgres_hard_stop_for_a_minute_strands_nothing() {
     }
     env.wait_for_outbox_drained().await;
     env.wait_for_messages_published(3_000).await;
-    let ready = env.topology().ready_queue;
     // Packed up to 32 a message, events published together sharing messages.
-    let depth = env.queue_depth(&ready).await;
+    let depth = env.ready_depth().await;
     let most = relayops_shared::repo::outbox_fanout::DELIVERIES_PER_MESSAGE as u32;
     assert!((3_000_u32.div_ceil(most)..600).contains(&depth), "3,000 deliveries in {depth} messages");
 

@@ -145,7 +145,7 @@ async fn publisher_lambda_drains_a_10k_backlog_in_one_invocation_and_stops_befor
     assert_eq!(count("pending").await + count("claimed").await, 0, "every published row deleted");
     // Every delivery is on the queue once, packed several to a message
     // (events claimed together travel together, up to 32 a message).
-    let messages = env.take_messages(&env.topology().ready_queue).await;
+    let messages = env.take_ready_messages().await;
     let carried: Vec<Vec<DeliveryTask>> =
         messages.iter().map(|message| QueueMessage::deserialize(message).unwrap().tasks()).collect();
     let mut ids: Vec<String> = carried.iter().flatten().map(|task| task.delivery_id.to_string()).collect();

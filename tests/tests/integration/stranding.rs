@@ -14,15 +14,18 @@ async fn strand_one(env: &TestEnv) -> (String, String) {
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
     let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
     env.wait_for_outbox_drained().await;
-    let ready = env.topology().ready_queue;
     relayops_tests::eventually(relayops_tests::WAIT, || async {
-        match env.queue_depth(&ready).await {
+        match env.ready_depth().await {
             1 => Ok(()),
-            depth => Err(format!("ready queue holds {depth}")),
+            depth => Err(format!("the ready queues hold {depth}")),
         }
     })
     .await;
-    assert_eq!(env.purge_queue(&ready).await, 1, "the message was lost");
+    let mut purged = 0;
+    for shard in env.topology().ready_shards.all() {
+        purged += env.purge_queue(&shard.queue).await;
+    }
+    assert_eq!(purged, 1, "the message was lost");
     let pending = env.wait_for_status(&event_id, "pending").await;
     (event_id, pending["id"].as_str().unwrap().to_owned())
 }
@@ -124,7 +127,7 @@ async fn a_database_outage_holds_queued_messages_instead_of_burning_their_redeli
     .await;
     assert_eq!(requeued_by_recovery(&env).await, 0.0, "every delivery came through its first message");
     assert_eq!(env.messages_published().await, 50.0, "one message per delivery, none written since");
-    assert_eq!(env.queue_depth(&env.topology().ready_queue).await, 0);
+    assert_eq!(env.ready_depth().await, 0);
     // Held, not requeued: no message came near the delivery limit (where the
     // worker's last defence publishes a fresh copy).
     let metrics = scrape(&env.http, &env.api_url).await;
