@@ -16,15 +16,29 @@
 //! before the publisher noticed the broker was gone are released by it at
 //! once (made pending) rather than left to their claims' expiry.
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
 use crate::repo::outbox::OutboxMessage;
 
 /// Most rows waiting in a hand-off (a few batches' worth); past it ingest
-/// writes its rows pending and wakes the publisher instead.
-const CAPACITY: usize = 1024;
+/// writes its rows pending and wakes the publisher instead. The publisher
+/// takes at most as many out of it at once, so the hand-off bounds the
+/// memory its rows take end to end.
+pub const CAPACITY: usize = 1024;
+
+/// A row handed over, and when its claim was written: the claim expires
+/// `claim_ttl` after that, and then recovery may make the row pending for
+/// any publisher, so the publisher must not publish it late
+/// (`publisher::handed`).
+#[derive(Debug)]
+pub struct Handed {
+    pub message: OutboxMessage,
+    /// Taken before the statement that wrote the claim ran: never later
+    /// than the claim's start.
+    pub claimed: Instant,
+}
 
 /// Ingest's end of the hand-off (cheap to clone).
 #[derive(Clone)]
@@ -35,7 +49,7 @@ pub struct Handoff {
 struct Inner {
     owner: String,
     claim_ttl: Duration,
-    sender: mpsc::Sender<OutboxMessage>,
+    sender: mpsc::Sender<Handed>,
     /// Whether the publisher's broker session is up.
     publishing: watch::Receiver<bool>,
 }
@@ -48,12 +62,14 @@ pub struct ClaimFor<'a> {
     pub owner: &'a str,
     pub ttl_ms: i64,
     handoff: &'a Handoff,
+    /// When the claim was given (before the statement that writes it).
+    given: Instant,
 }
 
 impl ClaimFor<'_> {
     /// A row written with this claim, to hand over.
     pub fn row(&self, message: OutboxMessage) -> HandedRow {
-        HandedRow { message: Some(message), handoff: self.handoff.clone() }
+        HandedRow { message: Some(Handed { message, claimed: self.given }), handoff: self.handoff.clone() }
     }
 }
 
@@ -73,7 +89,7 @@ impl Handoff {
         owner: String,
         claim_ttl: Duration,
         publishing: watch::Receiver<bool>,
-    ) -> (Self, mpsc::Receiver<OutboxMessage>) {
+    ) -> (Self, mpsc::Receiver<Handed>) {
         let (sender, receiver) = mpsc::channel(CAPACITY);
         (Self { inner: Arc::new(Inner { owner, claim_ttl, sender, publishing }) }, receiver)
     }
@@ -84,13 +100,18 @@ impl Handoff {
     pub fn claim(&self) -> Option<ClaimFor<'_>> {
         let inner = &self.inner;
         let open = *inner.publishing.borrow() && inner.sender.capacity() > 0;
-        open.then(|| ClaimFor { owner: &inner.owner, ttl_ms: inner.claim_ttl.as_millis() as i64, handoff: self })
+        open.then(|| ClaimFor {
+            owner: &inner.owner,
+            ttl_ms: inner.claim_ttl.as_millis() as i64,
+            handoff: self,
+            given: Instant::now(),
+        })
     }
 
-    /// A row this publisher holds claimed, to hand over (a claim's rows go
-    /// through [`ClaimFor::row`]).
-    pub fn row(&self, message: OutboxMessage) -> HandedRow {
-        HandedRow { message: Some(message), handoff: self.clone() }
+    /// A row this publisher holds claimed since `claimed`, to hand over (a
+    /// claim's rows go through [`ClaimFor::row`]).
+    pub fn row(&self, message: OutboxMessage, claimed: Instant) -> HandedRow {
+        HandedRow { message: Some(Handed { message, claimed }), handoff: self.clone() }
     }
 }
 
@@ -100,20 +121,23 @@ impl Handoff {
 /// expiry but the process dying. A hand-off that is full when the row comes
 /// (ingest claimed just before it filled) waits for room on a task of its own.
 pub struct HandedRow {
-    message: Option<OutboxMessage>,
+    message: Option<Handed>,
     handoff: Handoff,
 }
 
 impl std::fmt::Debug for HandedRow {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("HandedRow").field("row", &self.message.as_ref().map(|message| message.id)).finish()
+        formatter
+            .debug_struct("HandedRow")
+            .field("row", &self.message.as_ref().map(|handed| handed.message.id))
+            .finish()
     }
 }
 
 impl HandedRow {
     /// The outbox row's id.
     pub fn id(&self) -> Option<i64> {
-        self.message.as_ref().map(|message| message.id)
+        self.message.as_ref().map(|handed| handed.message.id)
     }
 }
 
@@ -158,17 +182,17 @@ mod tests {
     async fn a_row_goes_to_the_publisher_when_dropped_and_a_full_hand_off_claims_nothing() {
         let (_publishing, watching) = watch::channel(true);
         let (handoff, mut receiver) = Handoff::channel("p".into(), Duration::from_secs(1), watching);
-        drop(handoff.row(message(7)));
-        assert_eq!(receiver.recv().await.map(|message| message.id), Some(7));
+        drop(handoff.row(message(7), Instant::now()));
+        assert_eq!(receiver.recv().await.map(|handed| handed.message.id), Some(7));
         for id in 0..CAPACITY as i64 {
-            drop(handoff.row(message(id)));
+            drop(handoff.row(message(id), Instant::now()));
         }
         assert!(handoff.claim().is_none(), "full: rows are written pending");
         // One more (claimed just before it filled) waits for room.
-        drop(handoff.row(message(-1)));
+        drop(handoff.row(message(-1), Instant::now()));
         let mut ids = Vec::new();
         while ids.len() < CAPACITY + 1 {
-            ids.push(receiver.recv().await.expect("row").id);
+            ids.push(receiver.recv().await.expect("row").message.id);
         }
         assert_eq!(ids.last(), Some(&-1), "the late row arrives once there is room");
         assert!(handoff.claim().is_some(), "room again");

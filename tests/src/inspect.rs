@@ -159,6 +159,18 @@ impl TestEnv {
         messages
     }
 
+    /// Publishes `message` straight to `queue` (the default exchange),
+    /// persistent and confirmed, as a message coming back to it would be.
+    pub async fn publish_to_queue(&self, queue: &str, message: &Value) {
+        let (_connection, channel) = self.channel().await;
+        channel.confirm_select(Default::default()).await.expect("confirm.select");
+        let body = serde_json::to_vec(message).expect("json");
+        let properties = lapin::BasicProperties::default().with_delivery_mode(2);
+        let confirm =
+            channel.basic_publish("", queue, Default::default(), &body, properties).await.expect("basic.publish");
+        assert!(confirm.await.expect("confirm").is_ack(), "the broker took it");
+    }
+
     /// [`take_messages`](Self::take_messages) from every ready queue.
     pub async fn take_ready_messages(&self) -> Vec<Value> {
         let mut messages = Vec::new();

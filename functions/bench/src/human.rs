@@ -186,6 +186,28 @@ fn print_noisy_sides<'r>(phases: impl Iterator<Item = (&'static str, &'r serde_j
         };
         let load = a["load"].as_str().unwrap_or_default();
         println!("           {name}: A {load} ({} accepted); {drain}{vs}; {settle}", a["accepted"]);
+        let b = &p["broker_messages"];
+        if b.is_object() {
+            let count = |key: &str| {
+                let of = |group: &str| b[group].as_object().into_iter().flatten();
+                of("summed")
+                    .chain(of("shown"))
+                    .filter(|(name, _)| name.contains(key))
+                    .map(|(_, n)| n.as_f64().unwrap_or(0.0))
+                    .sum::<f64>()
+            };
+            println!(
+                "             broker {:.2} publishes per delivery ({} over {} deliveries): outbox {} (recovery re-enqueues {}), postponed {}, deferred {}, retries {}",
+                b["per_delivery"].as_f64().unwrap_or(0.0),
+                b["published_to_broker"],
+                b["deliveries"],
+                count("outbox_published"),
+                count("requeued"),
+                count("postponed"),
+                count("deferred"),
+                count("outcome=\"retry\""),
+            );
+        }
     }
 }
 

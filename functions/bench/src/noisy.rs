@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use relayops_shared::db::Pool;
 
+use crate::broker_messages::{self, BrokerMessages};
 use crate::noisy_tenant::{NoisySide, Settled};
 use crate::paced::Offered;
 use crate::receiver::Receiver;
@@ -120,6 +121,11 @@ pub struct PhaseFigures {
     /// After A's endpoints were disabled: how long until A had nothing
     /// pending and the ready queue had emptied (at most 60 s).
     pub settle: Option<Settled>,
+    /// What went to the broker from A's first post until A was counted,
+    /// per delivery that arrived meanwhile (A's and B's; at a failing
+    /// receiver, per attempt: answered 503s count as arrivals), from the
+    /// target's own counters; `None` where `/metrics` could not be read.
+    pub broker_messages: Option<BrokerMessages>,
 }
 
 pub struct NoisyRun<'a> {
@@ -179,6 +185,7 @@ impl NoisyRun<'_> {
                 .unwrap_or_default()
         );
 
+        let before = broker_messages::scrape(&self.target.http, &self.target.api).await.ok();
         let started = Instant::now();
         let feed = side.as_ref().map(|side| {
             let (target, event_type, events) = (side.target.clone(), side.event_type.clone(), side.events);
@@ -201,14 +208,18 @@ impl NoisyRun<'_> {
             Some(offered) => Some(self.quiet_figures(quiet, phase, offered).await),
             None => None,
         };
-        let (a, settle) = match (side, fed) {
+        let (a, settle, broker_messages) = match (side, fed) {
             (Some(side), Some(fed)) => {
                 let a = self.noisy_figures(&side, fed.accepted, started, window).await;
-                (Some(a), Some(self.quieten(&side).await?))
+                let after = broker_messages::scrape(&self.target.http, &self.target.api).await.ok();
+                let arrived = a.arrivals + b.as_ref().map_or(0, |b| b.delivered);
+                let messages =
+                    before.zip(after).map(|(before, after)| broker_messages::between(&before, &after, arrived));
+                (Some(a), Some(self.quieten(&side).await?), messages)
             }
-            _ => (None, None),
+            _ => (None, None, None),
         };
-        Ok(PhaseFigures { b, a, b_p99_vs_alone: None, settle })
+        Ok(PhaseFigures { b, a, b_p99_vs_alone: None, settle, broker_messages })
     }
 
     /// Waits for B's deliveries, then B's figures.

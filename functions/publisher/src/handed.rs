@@ -2,24 +2,41 @@
 //! taken fairly between tenants: what has come is moved into a queue per
 //! tenant, and a batch takes one row of each tenant in turn. A tenant
 //! posting thousands of events a second fills the hand-off; another
-//! tenant's lone event still goes out in the next batch, not behind the
-//! whole hand-off (up to its capacity, 1,024 rows: several batches).
+//! tenant's lone event still goes out in the next batches, not behind the
+//! whole hand-off.
+//!
+//! Bounded end to end: at most `capacity` rows (the hand-off's own,
+//! [`handoff::CAPACITY`]) are taken out of the channel at once, so a
+//! publisher that cannot keep up leaves the channel full, and ingest then
+//! writes its rows pending for any publisher instead of handing them over.
 //!
 //! Every row here is claimed by this publisher already (ingest wrote it so),
 //! so what is taken out is published like a claimed batch, and what cannot be
-//! published is given back ([`HandedRows::take_all`]).
+//! published is given back ([`HandedRows::take_all`]). A row whose claim is
+//! older than `stale_after` (half the claim's length) is never published from
+//! here: its claim may expire before the publish is confirmed, and recovery
+//! would then make it pending for another publisher — two publishes of one
+//! row. It is left to that expiry instead ([`HandedRows::take_stale`] counts it).
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
+use relayops_shared::handoff::{self, Handed};
 use relayops_shared::repo::outbox::OutboxMessage;
 use tokio::sync::mpsc;
 
 pub(crate) struct HandedRows {
     /// `None` once ingest's end is gone (or there never was one).
-    receiver: Option<mpsc::Receiver<OutboxMessage>>,
+    receiver: Option<mpsc::Receiver<Handed>>,
     /// Rows already taken from the channel, per tenant.
-    waiting: HashMap<String, VecDeque<OutboxMessage>>,
+    waiting: HashMap<String, VecDeque<Handed>>,
     /// Tenants with rows waiting, in the order their turns come.
     turns: VecDeque<String>,
+    /// Rows in `waiting`; at most `capacity`.
+    held: usize,
+    capacity: usize,
+    stale_after: Duration,
+    /// Rows left to their claims' expiry because they waited too long.
+    stale: u64,
 }
 
 /// The tenant an outbox row is for (every envelope names it).
@@ -28,8 +45,21 @@ fn tenant_of(message: &OutboxMessage) -> String {
 }
 
 impl HandedRows {
-    pub(crate) fn new(receiver: Option<mpsc::Receiver<OutboxMessage>>) -> Self {
-        Self { receiver, waiting: HashMap::new(), turns: VecDeque::new() }
+    /// `claim_ttl`: how long the claims ingest writes last.
+    pub(crate) fn new(receiver: Option<mpsc::Receiver<Handed>>, claim_ttl: Duration) -> Self {
+        Self::bounded(receiver, handoff::CAPACITY, claim_ttl / 2)
+    }
+
+    fn bounded(receiver: Option<mpsc::Receiver<Handed>>, capacity: usize, stale_after: Duration) -> Self {
+        Self {
+            receiver,
+            waiting: HashMap::new(),
+            turns: VecDeque::new(),
+            held: 0,
+            capacity: capacity.max(1),
+            stale_after,
+            stale: 0,
+        }
     }
 
     /// Whether ingest's end is still there or rows still wait.
@@ -42,49 +72,59 @@ impl HandedRows {
         !self.turns.is_empty() || self.receiver.as_ref().is_some_and(|receiver| !receiver.is_empty())
     }
 
-    fn add(&mut self, message: OutboxMessage) {
-        let tenant = tenant_of(&message);
+    /// Rows left to their claims' expiry since the last call (see the
+    /// module's doc).
+    pub(crate) fn take_stale(&mut self) -> u64 {
+        std::mem::take(&mut self.stale)
+    }
+
+    fn add(&mut self, handed: Handed) {
+        let tenant = tenant_of(&handed.message);
         let queue = self.waiting.entry(tenant.clone()).or_default();
         if queue.is_empty() {
             self.turns.push_back(tenant);
         }
-        queue.push_back(message);
+        queue.push_back(handed);
+        self.held += 1;
     }
 
-    /// Moves what the channel holds now into the per-tenant queues.
+    /// Moves what the channel holds now into the per-tenant queues, up to
+    /// the capacity.
     fn pull(&mut self) {
-        let Some(receiver) = self.receiver.as_mut() else { return };
-        let mut arrived = Vec::new();
-        loop {
+        while self.held < self.capacity {
+            let Some(receiver) = self.receiver.as_mut() else { return };
             match receiver.try_recv() {
-                Ok(message) => arrived.push(message),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    self.receiver = None;
-                    break;
-                }
+                Ok(handed) => self.add(handed),
+                Err(mpsc::error::TryRecvError::Empty) => return,
+                Err(mpsc::error::TryRecvError::Disconnected) => self.receiver = None,
             }
-        }
-        for message in arrived {
-            self.add(message);
         }
     }
 
     /// Up to `limit` rows waiting now, one of each tenant in turn; `None`
-    /// when none waits.
+    /// when none waits. Rows whose claims are too old to publish are
+    /// dropped here (counted: [`take_stale`](Self::take_stale)).
     pub(crate) fn take_now(&mut self, limit: usize) -> Option<Vec<OutboxMessage>> {
         self.pull();
         let mut batch = Vec::new();
         while batch.len() < limit.max(1) {
             let Some(tenant) = self.turns.pop_front() else { break };
             let Some(queue) = self.waiting.get_mut(&tenant) else { continue };
-            if let Some(message) = queue.pop_front() {
-                batch.push(message);
+            if let Some(handed) = queue.pop_front() {
+                self.held -= 1;
+                if handed.claimed.elapsed() < self.stale_after {
+                    batch.push(handed.message);
+                } else {
+                    self.stale += 1;
+                }
             }
             if queue.is_empty() {
                 self.waiting.remove(&tenant);
             } else {
                 self.turns.push_back(tenant);
+            }
+            if self.turns.is_empty() {
+                self.pull();
             }
         }
         (!batch.is_empty()).then_some(batch)
@@ -93,24 +133,31 @@ impl HandedRows {
     /// [`take_now`](Self::take_now), waiting for a row first if none waits;
     /// `None` once ingest's end is gone and nothing waits.
     pub(crate) async fn next(&mut self, limit: usize) -> Option<Vec<OutboxMessage>> {
-        if self.turns.is_empty() {
-            let receiver = self.receiver.as_mut()?;
-            match receiver.recv().await {
-                Some(message) => self.add(message),
-                None => {
-                    self.receiver = None;
-                    return None;
+        loop {
+            if self.turns.is_empty() {
+                let receiver = self.receiver.as_mut()?;
+                match receiver.recv().await {
+                    Some(handed) => self.add(handed),
+                    None => {
+                        self.receiver = None;
+                        return None;
+                    }
                 }
             }
+            if let Some(batch) = self.take_now(limit) {
+                return Some(batch);
+            }
         }
-        self.take_now(limit)
     }
 
-    /// Every row waiting now (to give back after a failure).
+    /// Every row waiting now that may still be published (to give back
+    /// after a failure).
     pub(crate) fn take_all(&mut self) -> Vec<OutboxMessage> {
-        self.pull();
-        self.turns.clear();
-        self.waiting.drain().flat_map(|(_, queue)| queue).collect()
+        let mut all = Vec::new();
+        while let Some(batch) = self.take_now(self.capacity) {
+            all.extend(batch);
+        }
+        all
     }
 }
 
@@ -118,8 +165,9 @@ impl HandedRows {
 mod tests {
     use super::*;
 
-    fn row(id: i64, tenant: &str) -> OutboxMessage {
-        OutboxMessage { id, envelope: serde_json::json!({ "tenant_id": tenant }), pending: Vec::new() }
+    fn row(id: i64, tenant: &str) -> Handed {
+        let message = OutboxMessage { id, envelope: serde_json::json!({ "tenant_id": tenant }), pending: Vec::new() };
+        Handed { message, claimed: std::time::Instant::now() }
     }
 
     #[tokio::test]
@@ -129,7 +177,7 @@ mod tests {
             sender.send(row(id, "busy")).await.unwrap();
         }
         sender.send(row(5000, "quiet")).await.unwrap();
-        let mut handed = HandedRows::new(Some(receiver));
+        let mut handed = HandedRows::new(Some(receiver), Duration::from_secs(30));
         let first = handed.next(200).await.unwrap();
         assert_eq!(first.len(), 200);
         assert!(first.iter().any(|message| message.id == 5000), "the quiet tenant's row is in the first batch");
@@ -139,5 +187,33 @@ mod tests {
         drop(sender);
         assert!(handed.next(200).await.is_none(), "ingest's end gone, nothing waiting");
         assert!(!handed.is_open());
+    }
+
+    #[tokio::test]
+    async fn at_most_the_capacity_is_taken_out_of_the_hand_off() {
+        let (sender, receiver) = mpsc::channel(64);
+        for id in 0..25 {
+            sender.send(row(id, "busy")).await.unwrap();
+        }
+        let mut handed = HandedRows::bounded(Some(receiver), 10, Duration::from_secs(30));
+        let first = handed.take_now(1).unwrap();
+        assert_eq!(first[0].id, 0);
+        assert_eq!(handed.held, 9, "the capacity taken out, less the batch");
+        assert_eq!(sender.capacity(), 64 - 15, "the rest stay in the channel, where they press back on ingest");
+        let rest: Vec<i64> = handed.take_all().iter().map(|message| message.id).collect();
+        assert_eq!(rest, (1..25).collect::<Vec<_>>(), "all of them, in order");
+    }
+
+    #[tokio::test]
+    async fn a_row_whose_claim_is_too_old_is_left_to_its_expiry_not_published() {
+        let (sender, receiver) = mpsc::channel(8);
+        let mut old = row(1, "a");
+        old.claimed -= Duration::from_secs(20);
+        sender.send(old).await.unwrap();
+        sender.send(row(2, "a")).await.unwrap();
+        let mut handed = HandedRows::new(Some(receiver), Duration::from_secs(30));
+        let batch: Vec<i64> = handed.take_now(10).unwrap().iter().map(|message| message.id).collect();
+        assert_eq!(batch, [2], "past half the claim's 30 s, the row is not published from the hand-off");
+        assert_eq!(handed.take_stale(), 1);
     }
 }

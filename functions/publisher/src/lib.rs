@@ -16,6 +16,7 @@ pub mod figures;
 mod handed;
 pub mod lambda;
 mod session;
+mod sightings;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use relayops_shared::config::{BrokerConfig, PublisherConfig};
 use relayops_shared::db::DbError;
 use relayops_shared::db::Pool;
-use relayops_shared::handoff::Handoff;
+use relayops_shared::handoff::{Handed, Handoff};
 use relayops_shared::history;
 use relayops_shared::repo::outbox::OutboxMessage;
 use relayops_shared::repo::{circuits, deferred_deliveries, outbox, outbox_fanout, parked_expiry, recovery};
@@ -36,6 +37,7 @@ use tokio::sync::{mpsc, watch, Mutex, MutexGuard, Notify};
 use handed::HandedRows;
 pub use session::PublishError;
 use session::Session;
+use sightings::EmptySightings;
 
 /// What one batch or one drain did.
 #[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -85,6 +87,11 @@ pub struct Publisher {
     /// Claim owner; unique per process so a claim can be told apart.
     owner: String,
     session: Mutex<Option<Session>>,
+    /// The ready queues, and when the sessions' samples last saw each empty
+    /// (for the recovery pass: `repo::recovery`).
+    ready_queues: recovery::ReadyQueues,
+    queue_names: Vec<String>,
+    sightings: Arc<EmptySightings>,
     /// When the recovery pass last ran: it runs at most once per
     /// `RECOVERY_INTERVAL`, not on every wake-up (which, under load, is every
     /// ingest).
@@ -101,7 +108,15 @@ pub struct Publisher {
     broker_connected: tokio::sync::watch::Sender<bool>,
     /// The publisher's end of the hand-off from ingest in this process, once
     /// [`handoff`](Self::handoff) made one; the long-lived loop takes it.
-    handed: std::sync::Mutex<Option<mpsc::Receiver<OutboxMessage>>>,
+    handed: std::sync::Mutex<Option<mpsc::Receiver<Handed>>>,
+}
+
+/// Rows the hand-off held longer than half their claim, left to the claim's
+/// expiry (recovery makes them pending, and a publisher claims them).
+fn report_stale(rows: u64) {
+    if rows > 0 {
+        tracing::warn!(rows, "handed rows waited past half their claim; left to the claim's expiry");
+    }
 }
 
 /// What the long-lived loop does next.
@@ -156,8 +171,13 @@ const DELIVERIES_PER_ROW_CLAIMED: usize = 10;
 impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
         let owner = format!("publisher-{}", uuid_suffix());
+        let shards = relayops_shared::broker::Topology::new(&broker).ready_shards;
+        let queue_names: Vec<String> = shards.all().iter().map(|shard| shard.queue.clone()).collect();
         Self {
             pool,
+            ready_queues: recovery::ReadyQueues::of(&shards),
+            sightings: Arc::new(EmptySightings::new(queue_names.len())),
+            queue_names,
             broker,
             config,
             owner,
@@ -250,7 +270,7 @@ impl Publisher {
         let session = match guard.take().filter(Session::is_usable) {
             Some(session) => session,
             None => {
-                let opened = Session::open(&self.broker).await;
+                let opened = Session::open(&self.broker, Arc::clone(&self.sightings)).await;
                 self.broker_connected.send_replace(opened.is_ok());
                 opened?
             }
@@ -459,8 +479,14 @@ impl Publisher {
     pub async fn recover(&self) -> Result<PublishReport, PublishError> {
         let mut client = self.pool.get().await.map_err(DbError::from)?;
         let reclaimed = outbox::reclaim_expired(&client).await?;
+        let seen = self.sightings.take();
+        let grace = self.config.recovery_grace;
+        if let Err(error) = recovery::record_empty_sightings(&client, &self.queue_names, &seen, grace).await {
+            self.sightings.restore(&seen);
+            return Err(error.into());
+        }
         let tx = client.transaction().await.map_err(DbError::from)?;
-        let stranded = recovery::requeue_stranded(&tx, self.config.recovery_grace, self.config.batch_size).await?;
+        let stranded = recovery::requeue_stranded(&tx, grace, self.config.batch_size, &self.ready_queues).await?;
         tx.commit().await.map_err(DbError::from)?;
         let tx = client.transaction().await.map_err(DbError::from)?;
         let gave_up = parked_expiry::give_up_due(&tx, GIVE_UP_PER_PASS).await?;
@@ -550,7 +576,8 @@ impl Publisher {
         self.housekeeping_in_own_tasks.store(true, Ordering::Relaxed);
         let _history = AbortOnDrop(tokio::spawn(Arc::clone(&self).maintain_history_forever()));
         let _recovery = AbortOnDrop(tokio::spawn(Arc::clone(&self).recover_forever(Arc::clone(&wakeup))));
-        let mut handed = HandedRows::new(self.handed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take());
+        let receiver = self.handed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let mut handed = HandedRows::new(receiver, self.config.claim_ttl);
         let mut failures: u32 = 0;
         // The outbox may hold more than the last tick took (it stopped for
         // handed rows, or left rows over).
@@ -636,6 +663,7 @@ impl Publisher {
     async fn finish_handed(&self, mut handed: HandedRows) {
         let limit = self.config.batch_size.max(1) as usize;
         while let Some(rows) = handed.next(limit).await {
+            report_stale(handed.take_stale());
             if let Err(error) = self.publish_handed(rows).await {
                 tracing::warn!(error = %error_chain(&error), "publishing handed rows while stopping failed");
             }
@@ -648,7 +676,9 @@ impl Publisher {
         if handed_held() {
             return None;
         }
-        handed.take_now(self.config.batch_size.max(1) as usize)
+        let rows = handed.take_now(self.config.batch_size.max(1) as usize);
+        report_stale(handed.take_stale());
+        rows
     }
 
     /// Waits for work: rows handed over (a batch of what has come), a

@@ -18,6 +18,8 @@ use relayops_shared::repo::outbox_fanout::Outgoing;
 use relayops_shared::task::AbortOnDrop;
 use serde::Deserialize;
 
+use crate::sightings::EmptySightings;
+
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
     #[error(transparent)]
@@ -99,30 +101,23 @@ impl Session {
     /// Connects, enables confirms and declares the topology, within
     /// [`broker::SETUP_TIMEOUT`] (a broker that never answers becomes an error
     /// the caller retries, not a publisher stuck with a claimed batch).
-    pub async fn open(config: &BrokerConfig) -> Result<Self, PublishError> {
-        match tokio::time::timeout(broker::SETUP_TIMEOUT, Self::open_untimed(config)).await {
+    pub async fn open(config: &BrokerConfig, sightings: Arc<EmptySightings>) -> Result<Self, PublishError> {
+        match tokio::time::timeout(broker::SETUP_TIMEOUT, Self::open_untimed(config, sightings)).await {
             Ok(session) => session,
             Err(_) => Err(BrokerError::SetupTimeout(broker::SETUP_TIMEOUT).into()),
         }
     }
 
-    async fn open_untimed(config: &BrokerConfig) -> Result<Self, PublishError> {
+    async fn open_untimed(config: &BrokerConfig, sightings: Arc<EmptySightings>) -> Result<Self, PublishError> {
         let connection = broker::connect(config, "relayops-publisher").await?;
         let channel = broker::open_confirming_channel(&connection).await?;
         let topology = Topology::new(config);
         topology.declare(&channel).await?;
         let load = Arc::new(Mutex::new(ShardLoad::new(topology.ready_shards.all().len())));
-        // Only with first-attempt shards to choose between.
-        let sampler = match topology.ready_shards.all().len() > 2 {
-            true => {
-                // A passive declare that fails closes its channel: never the publishing one.
-                let sampling = broker::open_channel(&connection).await?;
-                let task = sample_depths(sampling, topology.clone(), Arc::clone(&load));
-                Some(AbortOnDrop(tokio::spawn(task)))
-            }
-            false => None,
-        };
-        Ok(Self { connection, channel, topology, load, _sampler: sampler })
+        // A passive declare that fails closes its channel: never the publishing one.
+        let sampling = broker::open_channel(&connection).await?;
+        let task = sample_depths(sampling, topology.clone(), Arc::clone(&load), sightings);
+        Ok(Self { connection, channel, topology, load, _sampler: Some(AbortOnDrop(tokio::spawn(task))) })
     }
 
     /// Publishes on a new channel from now on, after the broker refused
@@ -210,17 +205,27 @@ impl Session {
 
 /// Samples the ready shards' depths every [`DEPTH_SAMPLE_EVERY`] on
 /// `channel` until it closes (the session's connection went away; the
-/// session's own drop ends it sooner). A failed or slow sample keeps the
-/// previous figures: the choice of shard is a preference, never a condition
-/// for publishing.
-async fn sample_depths(channel: Channel, topology: Topology, load: Arc<Mutex<ShardLoad>>) {
+/// session's own drop ends it sooner): for the choice of shard, and for the
+/// recovery pass's sightings of empty queues. A failed or slow sample keeps
+/// the previous figures: the choice of shard is a preference, never a
+/// condition for publishing; a missed sighting only delays recovery.
+async fn sample_depths(
+    channel: Channel,
+    topology: Topology,
+    load: Arc<Mutex<ShardLoad>>,
+    sightings: Arc<EmptySightings>,
+) {
     while channel.status().connected() {
         let started = Instant::now();
         let shards = topology.ready_shards.all();
         let sampled = join_all(shards.iter().map(|shard| broker::queue_depth(&channel, &shard.queue)));
         if let Ok(sampled) = tokio::time::timeout(Duration::from_secs(1), sampled).await {
+            let depths: Vec<Option<u32>> = sampled.into_iter().map(Result::ok).collect();
+            // The depths were read after `started`: a queue read empty was
+            // empty at some moment after it, so `started` is a safe time.
+            sightings.sampled(&depths, started);
             let mut load = load.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            load.sampled(sampled.into_iter().map(Result::ok));
+            load.sampled(depths.into_iter());
         }
         tokio::time::sleep(DEPTH_SAMPLE_EVERY.saturating_sub(started.elapsed())).await;
     }

@@ -60,6 +60,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0022_parked_deliveries_keep_their_policy",
         include_str!("../../../migrations/0022_parked_deliveries_keep_their_policy.sql"),
     ),
+    ("0023_ready_queue_sightings", include_str!("../../../migrations/0023_ready_queue_sightings.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -23,6 +23,19 @@
 //! long ready queue) are not re-enqueued a second time. Until a sample older
 //! than the grace exists (a new installation), no pending row counts as lost.
 //!
+//! Waiting is not lost (SPEC §12): a message may wait its turn on a long
+//! ready queue far longer than the grace (a tenant's backlog behind a slow
+//! receiver, a broker outage's backlog). So a row counts as stranded only
+//! once every ready queue its message may be in has been *seen empty* after
+//! the message entered it, at least the grace ago
+//! (`relayops.ready_queue_sightings`, recorded by publishers from their
+//! depth samples: [`record_empty_sightings`]): by then the message had
+//! been handed to a consumer, which would have claimed the row long since.
+//! A retry's message comes back through `<ns>.ready` (the returns queue)
+//! at or before its due time; a first attempt's through the first-attempt
+//! shards. Until a queue has been seen empty (a new installation, a broker
+//! that cannot be reached), nothing that depends on it counts as lost.
+//!
 //! Each re-enqueued row's clock (`updated_at`, or `next_attempt_at` for a
 //! retry) restarts, so a row is re-enqueued at most once per grace. A duplicate
 //! message this may create is absorbed by the worker's claim.
@@ -39,11 +52,33 @@ use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::outbox;
 use crate::repo::sql;
 
-const FIND_EXPIRED_OR_OVERDUE: &str = "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
+/// The time before which every message that entered all of the ready queues
+/// `$3` was handed to a consumer at least the grace (`$1`) ago: the oldest
+/// of their latest sightings empty that are older than the grace;
+/// `-infinity` while one of them has none.
+macro_rules! seen_empty_before {
+    () => {
+        "(SELECT CASE WHEN count(*) = cardinality($3::text[])
+                      THEN min(coalesce(CASE WHEN seen_empty_at < now() - $1::bigint * interval '1 millisecond'
+                                             THEN seen_empty_at ELSE seen_empty_before END,
+                                        '-infinity'))
+                      ELSE '-infinity' END
+          FROM relayops.ready_queue_sightings WHERE queue = ANY($3::text[]))"
+    };
+}
+
+/// Expired leases; retries whose message came back (to the returns queue,
+/// `$3`) before that queue was last seen empty, the grace ago.
+const FIND_EXPIRED_OR_OVERDUE: &str = concat!(
+    "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
      WHERE (status = 'in_progress' AND lease_expires_at < now())
-        OR (status = 'scheduled' AND next_attempt_at < now() - $1::bigint * interval '1 millisecond')
+        OR (status = 'scheduled' AND next_attempt_at < now() - $1::bigint * interval '1 millisecond'
+            AND next_attempt_at < ",
+    seen_empty_before!(),
+    ")
      LIMIT $2::bigint
-     FOR UPDATE SKIP LOCKED";
+     FOR UPDATE SKIP LOCKED"
+);
 
 /// Pending rows whose message is gone. Candidates are the oldest pending rows
 /// (`deliveries_pending_since_idx`), at most four times the limit, and only
@@ -53,13 +88,17 @@ const FIND_EXPIRED_OR_OVERDUE: &str = "SELECT id, tenant_id, event_id, endpoint_
 /// for the delivery is still waiting (one written by a later replay or
 /// recovery), nor its event's row (`event_deliveries.v1`, which publishes
 /// every pending delivery of the event).
-const FIND_LOST_PENDING: &str = "SELECT d.id, d.tenant_id, d.event_id, d.endpoint_id FROM relayops.deliveries d
+const FIND_LOST_PENDING: &str = concat!(
+    "SELECT d.id, d.tenant_id, d.event_id, d.endpoint_id FROM relayops.deliveries d
      WHERE (d.id, d.event_id) IN (
          SELECT id, event_id FROM relayops.deliveries
          WHERE status = 'pending'
            AND updated_at < now() - $1::bigint * interval '1 millisecond'
            AND updated_at < coalesce((SELECT published_before FROM relayops.outbox_watermarks
                                       WHERE sampled_at < now() - $1::bigint * interval '1 millisecond'
+                                        AND sampled_at < ",
+    seen_empty_before!(),
+    "
                                       ORDER BY sampled_at DESC LIMIT 1), '-infinity')
          ORDER BY updated_at
          LIMIT $2::bigint * 4)
@@ -67,7 +106,8 @@ const FIND_LOST_PENDING: &str = "SELECT d.id, d.tenant_id, d.event_id, d.endpoin
        AND NOT EXISTS (SELECT 1 FROM relayops.outbox_messages o WHERE o.delivery_id = d.id AND o.status <> 'published')
        AND NOT EXISTS (SELECT 1 FROM relayops.outbox_messages o WHERE o.event_id = d.event_id AND o.status <> 'published')
      LIMIT $2::bigint
-     FOR UPDATE OF d SKIP LOCKED";
+     FOR UPDATE OF d SKIP LOCKED"
+);
 
 /// This pass's watermark: the oldest outbox row still waiting — pending (the
 /// oldest id, through the pending index), claimed (few: the batches in
@@ -97,6 +137,56 @@ const REVIVE: &str = "UPDATE relayops.deliveries
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
      WHERE (id, event_id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))";
 
+/// Records that the ready `queues` were seen empty `ages_ms` ago (`None`:
+/// not since the last call). What the search needs is the latest sighting
+/// older than the grace; two are kept: `seen_empty_at` is kept until it is
+/// older than the grace (newer sightings meanwhile are dropped), then it
+/// becomes `seen_empty_before` and the next sighting takes its place. So the
+/// search's time trails the best one by at most about the grace.
+const RECORD_SIGHTINGS: &str = "INSERT INTO relayops.ready_queue_sightings AS s (queue, seen_empty_at)
+     SELECT queue, now() - age_ms * interval '1 millisecond'
+     FROM unnest($1::text[], $2::bigint[]) AS seen(queue, age_ms)
+     WHERE age_ms IS NOT NULL
+     ON CONFLICT (queue) DO UPDATE
+     SET seen_empty_before = CASE WHEN s.seen_empty_at < now() - $3::bigint * interval '1 millisecond'
+                                  THEN s.seen_empty_at ELSE s.seen_empty_before END,
+         seen_empty_at = CASE WHEN s.seen_empty_at < now() - $3::bigint * interval '1 millisecond'
+                              THEN excluded.seen_empty_at ELSE s.seen_empty_at END";
+
+/// Records when each of `queues` was last seen empty (`ages[i]` ago; `None`:
+/// not seen empty lately), for [`requeue_stranded`].
+pub async fn record_empty_sightings(
+    client: &impl GenericClient,
+    queues: &[String],
+    ages: &[Option<Duration>],
+    grace: Duration,
+) -> Result<(), DbError> {
+    let ages_ms: Vec<Option<i64>> = ages.iter().map(|age| age.map(|age| age.as_millis() as i64)).collect();
+    if ages_ms.iter().all(Option::is_none) {
+        return Ok(());
+    }
+    sql::execute(client, RECORD_SIGHTINGS, &[&queues, &ages_ms, &(grace.as_millis() as i64)]).await?;
+    Ok(())
+}
+
+/// The ready queues a stranded delivery's message may be in, by kind
+/// (names from `broker::ReadyShards`).
+#[derive(Debug, Clone)]
+pub struct ReadyQueues {
+    /// Where retries come back (`<ns>.ready`).
+    pub returns: Vec<String>,
+    /// Where first attempts (and re-publications through the outbox) go.
+    pub first: Vec<String>,
+}
+
+impl ReadyQueues {
+    pub fn of(shards: &crate::broker::ReadyShards) -> Self {
+        let all: Vec<String> = shards.all().iter().map(|shard| shard.queue.clone()).collect();
+        let first = if all.len() > 1 { all[1..].to_vec() } else { all.clone() };
+        Self { returns: vec![shards.returns().queue.clone()], first }
+    }
+}
+
 /// What one recovery pass re-enqueued.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Requeued {
@@ -114,7 +204,12 @@ impl Requeued {
 
 /// Re-enqueues up to `limit` stranded deliveries of each kind. Must run in a
 /// transaction (the caller's).
-pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i64) -> Result<Requeued, DbError> {
+pub async fn requeue_stranded(
+    tx: &impl GenericClient,
+    grace: Duration,
+    limit: i64,
+    queues: &ReadyQueues,
+) -> Result<Requeued, DbError> {
     let grace_ms = grace.as_millis() as i64;
     // The search for expired leases and overdue retries spans every history
     // partition (such a row may be in any). Planned for its parameters —
@@ -129,8 +224,10 @@ pub async fn requeue_stranded(tx: &impl GenericClient, grace: Duration, limit: i
     // may hash every pending row, which in a broker outage's backlog is
     // the one plan it must not keep; nor is REVIVE's (a hashed scan of every
     // partition for an unknown number of ids).
-    let expired = sql::query_on_generic_plan_in_transaction(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit]).await?;
-    let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit]).await?;
+    let expired =
+        sql::query_on_generic_plan_in_transaction(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit, &queues.returns])
+            .await?;
+    let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit, &queues.first]).await?;
     sql::execute(tx, SAMPLE_WATERMARK, &[&grace_ms]).await?;
     let requeued = Requeued { expired_or_overdue: expired.len() as u64, lost_pending: lost.len() as u64 };
     if requeued.total() == 0 {

@@ -177,7 +177,12 @@ async fn a_last_attempt_is_never_parked_so_one_allowed_attempt_dead_letters_ever
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_probe_opens_the_circuit_again_for_twice_as_long_up_to_the_maximum() {
-    let env = TestEnv::start_with(with_circuits()).await;
+    // Cooldown 500 ms, at most 1.5 s: opening writes 500; a failed probe
+    // doubles it (1,000: below the maximum); the next would double it to
+    // 2,000 and is capped at 1,500; later ones stay there.
+    let mut config = with_circuits();
+    config.worker.circuit.max_cooldown = Duration::from_millis(1500);
+    let env = TestEnv::start_with(config).await;
     let endpoint = failing_endpoint_with_events(&env).await;
     // Once deliveries are parked behind the open circuit, only probes leave
     // (one request each). (Before anything is parked a half-open circuit with
@@ -190,15 +195,32 @@ async fn a_failed_probe_opens_the_circuit_again_for_twice_as_long_up_to_the_maxi
         }
     })
     .await;
-    // Cooldown 500 ms, at most 1 s: opening writes 500, and only a failed
-    // probe doubles it (to the maximum).
+    let cooldown_reaches = |ms: u32| {
+        let env = &env;
+        let endpoint = &endpoint;
+        async move {
+            let condition = format!("circuit_open_until IS NOT NULL AND circuit_cooldown_ms = {ms}");
+            eventually(WAIT, || async {
+                match circuits(env, endpoint, &condition).await {
+                    1 => Ok(()),
+                    _ => Err(format!("the circuit was not opened again for {ms} ms")),
+                }
+            })
+            .await
+        }
+    };
+    cooldown_reaches(1000).await;
+    cooldown_reaches(1500).await;
+    // Two more failed probes: the cooldown stays at the maximum.
+    let at_maximum = requests_to(&env, "/sim/status/503");
     eventually(WAIT, || async {
-        match circuits(&env, &endpoint, "circuit_open_until IS NOT NULL AND circuit_cooldown_ms = 1000").await {
-            1 => Ok(()),
-            _ => Err("the circuit was not opened again for 1 s".to_owned()),
+        match requests_to(&env, "/sim/status/503") {
+            seen if seen >= at_maximum + 2 => Ok(()),
+            seen => Err(format!("{} probes since the maximum", seen - at_maximum)),
         }
     })
     .await;
+    cooldown_reaches(1500).await;
     let probes = (requests_to(&env, "/sim/status/503") - requests) as i64;
     assert!(count_status(&env, "parked").await >= parked - probes, "the rest stay parked ({probes} probes sent)");
 }

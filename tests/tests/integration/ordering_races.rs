@@ -15,7 +15,10 @@ use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_loses_its_lease_alive_drops_its_ordered_send_before_the_key_goes_on() {
-    let mut config = TestConfig { run_worker: false, ..Default::default() };
+    // One ready queue: worker A's prefetch of one is then all it can hold
+    // (with shards it has a prefetch per shard, and could take the
+    // re-enqueued delivery too, and hang claiming it through the frozen relay).
+    let mut config = TestConfig { run_worker: false, ready_shards: 1, ..Default::default() };
     config.worker.lease = Duration::from_secs(3);
     // Only the lease's end can stop the hanging request: the timeout is far longer.
     config.worker.request_timeout = Duration::from_secs(60);

@@ -120,7 +120,9 @@ async fn rows_handed_to_a_publisher_that_cannot_reach_the_broker_go_back_to_the_
         .unwrap()
         .get(0);
     let running = tokio::spawn(Arc::clone(&publisher).run(Arc::new(Notify::new())));
-    drop(handoff.row(outbox::OutboxMessage { id, envelope: json!({}), pending: Vec::new() }));
+    drop(
+        handoff.row(outbox::OutboxMessage { id, envelope: json!({}), pending: Vec::new() }, std::time::Instant::now()),
+    );
     env.wait_for_sql(
         "the handed row is pending again",
         "SELECT status = 'pending' AND claimed_by IS NULL AND last_error IS NOT NULL FROM relayops.outbox_messages",

@@ -30,6 +30,19 @@ async fn strand_one(env: &TestEnv) -> (String, String) {
     (event_id, pending["id"].as_str().unwrap().to_owned())
 }
 
+/// Waits until recovery passes have gone on for `span` from now (each pass
+/// samples an outbox watermark).
+async fn recovery_passes_for(env: &TestEnv, span: Duration) {
+    let client = env.pool.get().await.unwrap();
+    let now: String = client.query_one("SELECT now()::text", &[]).await.unwrap().get(0);
+    let ms = span.as_millis();
+    let sql = format!(
+        "SELECT count(*) > 0 FROM relayops.outbox_watermarks
+         WHERE sampled_at > '{now}'::timestamptz + {ms} * interval '1 millisecond'"
+    );
+    env.wait_for_sql("recovery passes for the span", &sql).await;
+}
+
 /// Stranded deliveries the recovery pass re-enqueued (a message each).
 async fn requeued_by_recovery(env: &TestEnv) -> f64 {
     env.metric("relayops_recovery_actions_total", &[("action", "requeued")]).await
@@ -171,11 +184,13 @@ async fn a_send_longer_than_a_third_of_the_lease_extends_it_and_is_sent_once() {
 /// After a backlog (here: a row held by a publisher that died), a delivery
 /// written long ago whose message was published just now is on its way, not
 /// lost: recovery leaves it for the grace after its publication (published
-/// rows are deleted, so this rests on the outbox watermarks), then — still
-/// unclaimed, no worker runs — re-enqueues it.
+/// rows are deleted, so this rests on the outbox watermarks), and for as
+/// long after as its message waits on the ready queue (no worker runs: the
+/// queue is never seen empty). Only once the message is gone (the queue
+/// purged) and the queue has been seen empty for the grace is it re-enqueued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delivery_published_late_from_a_backlog_is_not_re_enqueued_within_the_grace() {
-    let grace = Duration::from_secs(4);
+async fn a_delivery_published_late_from_a_backlog_is_re_enqueued_only_once_its_message_is_gone() {
+    let grace = Duration::from_secs(3);
     let mut config = TestConfig { run_worker: false, run_publisher: false, ..Default::default() };
     config.publisher.recovery_grace = grace;
     let mut env = TestEnv::start_with(config).await;
@@ -203,15 +218,24 @@ async fn a_delivery_published_late_from_a_backlog_is_not_re_enqueued_within_the_
     // Recovery passes have run for longer than the grace while the row waited.
     env.wait_for_sql(
         "a watermark older than the grace",
-        "SELECT count(*) > 0 FROM relayops.outbox_watermarks WHERE sampled_at < now() - interval '5 seconds'",
+        "SELECT count(*) > 0 FROM relayops.outbox_watermarks WHERE sampled_at < now() - interval '4 seconds'",
     )
     .await;
     assert_eq!(requeued_by_recovery(&env).await, 0.0, "a row still in the outbox is not lost");
 
-    // The dead publisher's claim expires: the row is published now.
+    // The dead publisher's claim expires: the row is published now, and
+    // waits on the ready queue.
     client.execute("UPDATE relayops.outbox_messages SET claim_expires_at = now()", &[]).await.unwrap();
     env.wait_for_outbox_drained().await;
-    let published = std::time::Instant::now();
+    recovery_passes_for(&env, grace * 2).await;
+    assert_eq!(requeued_by_recovery(&env).await, 0.0, "a message waiting on the ready queue is not lost");
+    assert_eq!(env.ready_depth().await, 1, "and was not published a second time");
+
+    // Now it is lost.
+    for shard in env.topology().ready_shards.all() {
+        env.purge_queue(&shard.queue).await;
+    }
+    let purged = std::time::Instant::now();
     relayops_tests::eventually(relayops_tests::WAIT, || async {
         match requeued_by_recovery(&env).await {
             0.0 => Err("not re-enqueued yet".to_owned()),
@@ -219,8 +243,50 @@ async fn a_delivery_published_late_from_a_backlog_is_not_re_enqueued_within_the_
         }
     })
     .await;
-    let after = published.elapsed();
-    assert!(after >= grace - Duration::from_secs(1), "re-enqueued {after:?} after its publication");
+    let after = purged.elapsed();
+    assert!(after >= grace - Duration::from_millis(500), "re-enqueued {after:?} after its message was lost");
+    env.wait_for_messages_published(2).await;
+}
+
+/// A retry whose message came back to the returns queue and waits there
+/// (behind a backlog; here no worker runs) is overdue but not lost: recovery
+/// leaves it while the queue holds it, and re-enqueues it only once the
+/// message is gone and the queue has been seen empty for the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overdue_retry_whose_message_waits_on_the_returns_queue_is_not_re_enqueued() {
+    let mut config = TestConfig { run_worker: false, ..Default::default() };
+    config.publisher.recovery_grace = Duration::from_secs(2);
+    let env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let event_id = env.post_event("a.b", json!({})).await.body["id"].as_str().unwrap().to_owned();
+    let message = relayops_tests::eventually(relayops_tests::WAIT, || async {
+        match env.take_ready_messages().await.pop() {
+            Some(message) => Ok(message),
+            None => Err("no message on the ready queues yet".to_owned()),
+        }
+    })
+    .await;
+    // The delivery failed once; its retry is due now and its message came
+    // back to the returns queue, where it waits.
+    let returns = env.topology().ready_shards.returns().queue.clone();
+    env.publish_to_queue(&returns, &message).await;
+    env.query_i64(&format!(
+        "WITH s AS (UPDATE relayops.deliveries SET status = 'scheduled', next_attempt_at = now()
+                    WHERE event_id = '{}'::uuid RETURNING 1) SELECT count(*) FROM s",
+        event_id.trim_start_matches("evt_")
+    ))
+    .await;
+    recovery_passes_for(&env, Duration::from_secs(4)).await;
+    assert_eq!(requeued_by_recovery(&env).await, 0.0, "a retry waiting on the returns queue is not lost");
+
+    env.purge_queue(&returns).await;
+    relayops_tests::eventually(relayops_tests::WAIT, || async {
+        match requeued_by_recovery(&env).await {
+            0.0 => Err("not re-enqueued yet".to_owned()),
+            _ => Ok(()),
+        }
+    })
+    .await;
     env.wait_for_messages_published(2).await;
 }
 
@@ -238,7 +304,8 @@ async fn the_recovery_pass_plans_its_expired_lease_search_once_per_connection() 
     let mut client = env.pool.get().await.unwrap();
     for _ in 0..2 {
         let tx = client.transaction().await.unwrap();
-        recovery::requeue_stranded(&tx, Duration::from_secs(30), 100).await.unwrap();
+        let queues = recovery::ReadyQueues { returns: vec!["ready".into()], first: vec!["ready.1".into()] };
+        recovery::requeue_stranded(&tx, Duration::from_secs(30), 100, &queues).await.unwrap();
         let mode: String = tx.query_one("SHOW plan_cache_mode", &[]).await.unwrap().get(0);
         assert_eq!(mode, "auto", "the setting outlived the search");
         tx.commit().await.unwrap();
