@@ -15,6 +15,7 @@
 //! then written `pending`, for any publisher, as before; rows handed over
 //! before the publisher noticed the broker was gone are released by it at
 //! once (made pending) rather than left to their claims' expiry.
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,10 +23,12 @@ use tokio::sync::{mpsc, watch};
 
 use crate::repo::outbox::OutboxMessage;
 
-/// Most rows waiting in a hand-off (a few batches' worth); past it ingest
-/// writes its rows pending and wakes the publisher instead. The publisher
-/// takes at most as many out of it at once, so the hand-off bounds the
-/// memory its rows take end to end.
+/// Most rows waiting in a hand-off (a few batches' worth), in the channel
+/// and taken out of it by the publisher together ([`Handoff::held`]); past
+/// it ingest writes its rows pending and wakes the publisher instead. So the
+/// hand-off bounds the memory its rows take end to end, while the publisher
+/// still takes everything out of the channel at once (to take tenants in
+/// turn: a lone event is not queued behind another tenant's thousands).
 pub const CAPACITY: usize = 1024;
 
 /// A row handed over, and when its claim was written: the claim expires
@@ -50,6 +53,8 @@ struct Inner {
     owner: String,
     claim_ttl: Duration,
     sender: mpsc::Sender<Handed>,
+    /// Rows the publisher took out of the channel and holds, unpublished.
+    held: Arc<AtomicUsize>,
     /// Whether the publisher's broker session is up.
     publishing: watch::Receiver<bool>,
 }
@@ -85,13 +90,18 @@ impl Handoff {
     /// A hand-off to the publisher named `owner` (its claims last
     /// `claim_ttl`; `publishing` says whether it reaches the broker), and the
     /// publisher's end.
-    pub fn channel(
-        owner: String,
-        claim_ttl: Duration,
-        publishing: watch::Receiver<bool>,
-    ) -> (Self, mpsc::Receiver<Handed>) {
+    pub fn channel(owner: String, claim_ttl: Duration, publishing: watch::Receiver<bool>) -> (Self, HandoffReceiver) {
         let (sender, receiver) = mpsc::channel(CAPACITY);
-        (Self { inner: Arc::new(Inner { owner, claim_ttl, sender, publishing }) }, receiver)
+        let held = Arc::new(AtomicUsize::new(0));
+        let inner = Inner { owner, claim_ttl, sender, held: Arc::clone(&held), publishing };
+        (Self { inner: Arc::new(inner) }, HandoffReceiver { receiver, held })
+    }
+
+    /// Rows in the hand-off now: in the channel and held by the publisher.
+    pub fn held(&self) -> usize {
+        let inner = &self.inner;
+        let in_channel = inner.sender.max_capacity() - inner.sender.capacity();
+        in_channel + inner.held.load(Ordering::Relaxed)
     }
 
     /// The claim to write rows with now, or none while the publisher cannot
@@ -99,7 +109,7 @@ impl Handoff {
     /// for their claim to expire) or its hand-off is full.
     pub fn claim(&self) -> Option<ClaimFor<'_>> {
         let inner = &self.inner;
-        let open = *inner.publishing.borrow() && inner.sender.capacity() > 0;
+        let open = *inner.publishing.borrow() && inner.sender.capacity() > 0 && self.held() < CAPACITY;
         open.then(|| ClaimFor {
             owner: &inner.owner,
             ttl_ms: inner.claim_ttl.as_millis() as i64,
@@ -113,6 +123,13 @@ impl Handoff {
     pub fn row(&self, message: OutboxMessage, claimed: Instant) -> HandedRow {
         HandedRow { message: Some(Handed { message, claimed }), handoff: self.clone() }
     }
+}
+
+/// The publisher's end of a hand-off: the channel, and the count of rows it
+/// took out and still holds, which it keeps up to date ([`Handoff::held`]).
+pub struct HandoffReceiver {
+    pub receiver: mpsc::Receiver<Handed>,
+    pub held: Arc<AtomicUsize>,
 }
 
 /// An outbox row claimed for this process's publisher: handed to it when
@@ -171,7 +188,7 @@ mod tests {
     #[tokio::test]
     async fn rows_are_claimed_only_while_the_publisher_reaches_the_broker() {
         let (publishing, watching) = watch::channel(false);
-        let (handoff, _receiver) = Handoff::channel("publisher-1".into(), Duration::from_secs(30), watching);
+        let (handoff, _receiving) = Handoff::channel("publisher-1".into(), Duration::from_secs(30), watching);
         assert!(handoff.claim().is_none(), "broker away: rows stay pending");
         publishing.send_replace(true);
         let claim = handoff.claim().expect("publishing");
@@ -181,7 +198,8 @@ mod tests {
     #[tokio::test]
     async fn a_row_goes_to_the_publisher_when_dropped_and_a_full_hand_off_claims_nothing() {
         let (_publishing, watching) = watch::channel(true);
-        let (handoff, mut receiver) = Handoff::channel("p".into(), Duration::from_secs(1), watching);
+        let (handoff, receiving) = Handoff::channel("p".into(), Duration::from_secs(1), watching);
+        let mut receiver = receiving.receiver;
         drop(handoff.row(message(7), Instant::now()));
         assert_eq!(receiver.recv().await.map(|handed| handed.message.id), Some(7));
         for id in 0..CAPACITY as i64 {
@@ -196,5 +214,17 @@ mod tests {
         }
         assert_eq!(ids.last(), Some(&-1), "the late row arrives once there is room");
         assert!(handoff.claim().is_some(), "room again");
+    }
+
+    #[tokio::test]
+    async fn rows_the_publisher_holds_count_against_the_capacity() {
+        let (_publishing, watching) = watch::channel(true);
+        let (handoff, receiving) = Handoff::channel("p".into(), Duration::from_secs(1), watching);
+        drop(handoff.row(message(1), Instant::now()));
+        assert_eq!(handoff.held(), 1, "in the channel");
+        receiving.held.store(CAPACITY - 1, Ordering::Relaxed);
+        assert!(handoff.claim().is_none(), "the channel has room, but the publisher holds the rest");
+        receiving.held.store(0, Ordering::Relaxed);
+        assert!(handoff.claim().is_some());
     }
 }

@@ -5,10 +5,11 @@
 //! tenant's lone event still goes out in the next batches, not behind the
 //! whole hand-off.
 //!
-//! Bounded end to end: at most `capacity` rows (the hand-off's own,
-//! [`handoff::CAPACITY`]) are taken out of the channel at once, so a
-//! publisher that cannot keep up leaves the channel full, and ingest then
-//! writes its rows pending for any publisher instead of handing them over.
+//! Bounded end to end: everything in the channel is taken out at once (so
+//! tenants take turns over all of it), and the rows held here are counted in
+//! the hand-off ([`handoff::Handoff::held`]): with the channel's, they stay
+//! under its capacity, past which ingest writes its rows pending for any
+//! publisher instead of handing them over.
 //!
 //! Every row here is claimed by this publisher already (ingest wrote it so),
 //! so what is taken out is published like a claimed batch, and what cannot be
@@ -18,9 +19,11 @@
 //! would then make it pending for another publisher — two publishes of one
 //! row. It is left to that expiry instead ([`HandedRows::take_stale`] counts it).
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use relayops_shared::handoff::{self, Handed};
+use relayops_shared::handoff::{Handed, HandoffReceiver};
 use relayops_shared::repo::outbox::OutboxMessage;
 use tokio::sync::mpsc;
 
@@ -31,9 +34,8 @@ pub(crate) struct HandedRows {
     waiting: HashMap<String, VecDeque<Handed>>,
     /// Tenants with rows waiting, in the order their turns come.
     turns: VecDeque<String>,
-    /// Rows in `waiting`; at most `capacity`.
-    held: usize,
-    capacity: usize,
+    /// Rows in `waiting`, shared with ingest's end.
+    held: Arc<AtomicUsize>,
     stale_after: Duration,
     /// Rows left to their claims' expiry because they waited too long.
     stale: u64,
@@ -46,20 +48,12 @@ fn tenant_of(message: &OutboxMessage) -> String {
 
 impl HandedRows {
     /// `claim_ttl`: how long the claims ingest writes last.
-    pub(crate) fn new(receiver: Option<mpsc::Receiver<Handed>>, claim_ttl: Duration) -> Self {
-        Self::bounded(receiver, handoff::CAPACITY, claim_ttl / 2)
-    }
-
-    fn bounded(receiver: Option<mpsc::Receiver<Handed>>, capacity: usize, stale_after: Duration) -> Self {
-        Self {
-            receiver,
-            waiting: HashMap::new(),
-            turns: VecDeque::new(),
-            held: 0,
-            capacity: capacity.max(1),
-            stale_after,
-            stale: 0,
-        }
+    pub(crate) fn new(receiving: Option<HandoffReceiver>, claim_ttl: Duration) -> Self {
+        let (receiver, held) = match receiving {
+            Some(HandoffReceiver { receiver, held }) => (Some(receiver), held),
+            None => (None, Arc::default()),
+        };
+        Self { receiver, waiting: HashMap::new(), turns: VecDeque::new(), held, stale_after: claim_ttl / 2, stale: 0 }
     }
 
     /// Whether ingest's end is still there or rows still wait.
@@ -85,13 +79,12 @@ impl HandedRows {
             self.turns.push_back(tenant);
         }
         queue.push_back(handed);
-        self.held += 1;
+        self.held.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Moves what the channel holds now into the per-tenant queues, up to
-    /// the capacity.
+    /// Moves what the channel holds now into the per-tenant queues.
     fn pull(&mut self) {
-        while self.held < self.capacity {
+        loop {
             let Some(receiver) = self.receiver.as_mut() else { return };
             match receiver.try_recv() {
                 Ok(handed) => self.add(handed),
@@ -111,7 +104,7 @@ impl HandedRows {
             let Some(tenant) = self.turns.pop_front() else { break };
             let Some(queue) = self.waiting.get_mut(&tenant) else { continue };
             if let Some(handed) = queue.pop_front() {
-                self.held -= 1;
+                self.held.fetch_sub(1, Ordering::Relaxed);
                 if handed.claimed.elapsed() < self.stale_after {
                     batch.push(handed.message);
                 } else {
@@ -122,9 +115,6 @@ impl HandedRows {
                 self.waiting.remove(&tenant);
             } else {
                 self.turns.push_back(tenant);
-            }
-            if self.turns.is_empty() {
-                self.pull();
             }
         }
         (!batch.is_empty()).then_some(batch)
@@ -154,7 +144,7 @@ impl HandedRows {
     /// after a failure).
     pub(crate) fn take_all(&mut self) -> Vec<OutboxMessage> {
         let mut all = Vec::new();
-        while let Some(batch) = self.take_now(self.capacity) {
+        while let Some(batch) = self.take_now(usize::MAX) {
             all.extend(batch);
         }
         all
@@ -177,7 +167,8 @@ mod tests {
             sender.send(row(id, "busy")).await.unwrap();
         }
         sender.send(row(5000, "quiet")).await.unwrap();
-        let mut handed = HandedRows::new(Some(receiver), Duration::from_secs(30));
+        let receiving = HandoffReceiver { receiver, held: Arc::default() };
+        let mut handed = HandedRows::new(Some(receiving), Duration::from_secs(30));
         let first = handed.next(200).await.unwrap();
         assert_eq!(first.len(), 200);
         assert!(first.iter().any(|message| message.id == 5000), "the quiet tenant's row is in the first batch");
@@ -190,18 +181,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn at_most_the_capacity_is_taken_out_of_the_hand_off() {
+    async fn rows_held_are_counted_in_the_hand_off() {
         let (sender, receiver) = mpsc::channel(64);
         for id in 0..25 {
             sender.send(row(id, "busy")).await.unwrap();
         }
-        let mut handed = HandedRows::bounded(Some(receiver), 10, Duration::from_secs(30));
+        let held = Arc::new(AtomicUsize::new(0));
+        let receiving = HandoffReceiver { receiver, held: Arc::clone(&held) };
+        let mut handed = HandedRows::new(Some(receiving), Duration::from_secs(30));
         let first = handed.take_now(1).unwrap();
         assert_eq!(first[0].id, 0);
-        assert_eq!(handed.held, 9, "the capacity taken out, less the batch");
-        assert_eq!(sender.capacity(), 64 - 15, "the rest stay in the channel, where they press back on ingest");
+        assert_eq!(held.load(Ordering::Relaxed), 24, "all taken out of the channel, less the batch");
         let rest: Vec<i64> = handed.take_all().iter().map(|message| message.id).collect();
         assert_eq!(rest, (1..25).collect::<Vec<_>>(), "all of them, in order");
+        assert_eq!(held.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test]
@@ -211,7 +204,8 @@ mod tests {
         old.claimed -= Duration::from_secs(20);
         sender.send(old).await.unwrap();
         sender.send(row(2, "a")).await.unwrap();
-        let mut handed = HandedRows::new(Some(receiver), Duration::from_secs(30));
+        let receiving = HandoffReceiver { receiver, held: Arc::default() };
+        let mut handed = HandedRows::new(Some(receiving), Duration::from_secs(30));
         let batch: Vec<i64> = handed.take_now(10).unwrap().iter().map(|message| message.id).collect();
         assert_eq!(batch, [2], "past half the claim's 30 s, the row is not published from the hand-off");
         assert_eq!(handed.take_stale(), 1);

@@ -25,14 +25,14 @@ use std::time::{Duration, Instant};
 use relayops_shared::config::{BrokerConfig, PublisherConfig};
 use relayops_shared::db::DbError;
 use relayops_shared::db::Pool;
-use relayops_shared::handoff::{Handed, Handoff};
+use relayops_shared::handoff::{Handoff, HandoffReceiver};
 use relayops_shared::history;
 use relayops_shared::repo::outbox::OutboxMessage;
 use relayops_shared::repo::{circuits, deferred_deliveries, outbox, outbox_fanout, parked_expiry, recovery};
 use relayops_shared::task::{stop_requested, AbortOnDrop};
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
-use tokio::sync::{mpsc, watch, Mutex, MutexGuard, Notify};
+use tokio::sync::{watch, Mutex, MutexGuard, Notify};
 
 use handed::HandedRows;
 pub use session::PublishError;
@@ -108,7 +108,7 @@ pub struct Publisher {
     broker_connected: tokio::sync::watch::Sender<bool>,
     /// The publisher's end of the hand-off from ingest in this process, once
     /// [`handoff`](Self::handoff) made one; the long-lived loop takes it.
-    handed: std::sync::Mutex<Option<mpsc::Receiver<Handed>>>,
+    handed: std::sync::Mutex<Option<HandoffReceiver>>,
 }
 
 /// Rows the hand-off held longer than half their claim, left to the claim's
