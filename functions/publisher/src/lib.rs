@@ -90,7 +90,6 @@ pub struct Publisher {
     /// The ready queues, and when the sessions' samples last saw each empty
     /// (for the recovery pass: `repo::recovery`).
     ready_queues: recovery::ReadyQueues,
-    queue_names: Vec<String>,
     sightings: Arc<EmptySightings>,
     /// When the recovery pass last ran: it runs at most once per
     /// `RECOVERY_INTERVAL`, not on every wake-up (which, under load, is every
@@ -171,13 +170,11 @@ const DELIVERIES_PER_ROW_CLAIMED: usize = 10;
 impl Publisher {
     pub fn new(pool: Pool, broker: BrokerConfig, config: PublisherConfig) -> Self {
         let owner = format!("publisher-{}", uuid_suffix());
-        let shards = relayops_shared::broker::Topology::new(&broker).ready_shards;
-        let queue_names: Vec<String> = shards.all().iter().map(|shard| shard.queue.clone()).collect();
+        let ready_queues = recovery::ReadyQueues::of(&relayops_shared::broker::Topology::new(&broker).ready_shards);
         Self {
             pool,
-            ready_queues: recovery::ReadyQueues::of(&shards),
-            sightings: Arc::new(EmptySightings::new(queue_names.len())),
-            queue_names,
+            sightings: Arc::new(EmptySightings::new(ready_queues.all().len())),
+            ready_queues,
             broker,
             config,
             owner,
@@ -481,7 +478,7 @@ impl Publisher {
         let reclaimed = outbox::reclaim_expired(&client).await?;
         let seen = self.sightings.take();
         let grace = self.config.recovery_grace;
-        if let Err(error) = recovery::record_empty_sightings(&client, &self.queue_names, &seen, grace).await {
+        if let Err(error) = recovery::record_empty_sightings(&client, self.ready_queues.all(), &seen, grace).await {
             self.sightings.restore(&seen);
             return Err(error.into());
         }
@@ -492,11 +489,11 @@ impl Publisher {
         let gave_up = parked_expiry::give_up_due(&tx, GIVE_UP_PER_PASS).await?;
         tx.commit().await.map_err(DbError::from)?;
         let parked = circuits::release(&mut client, PROBE_TIMEOUT).await?;
-        if parked != circuits::Released::default() || gave_up.dead > 0 {
+        if parked != circuits::Released::default() || gave_up > 0 {
             tracing::info!(
                 probes = parked.probes,
                 released = parked.released,
-                gave_up = gave_up.dead,
+                gave_up,
                 "parked deliveries released or given up"
             );
         }
@@ -515,7 +512,7 @@ impl Publisher {
             self.maintain_history().await;
         }
         let unparked = parked.probes + parked.released;
-        let report = PublishReport { reclaimed, requeued, unparked, gave_up: gave_up.dead, ..Default::default() };
+        let report = PublishReport { reclaimed, requeued, unparked, gave_up, ..Default::default() };
         figures::recovery(&report);
         Ok(report)
     }

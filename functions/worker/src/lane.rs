@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use relayops_shared::db::DbError;
 use relayops_shared::repo::deliveries::DeliveryJob;
-use relayops_shared::repo::lanes::{self, LaneKey};
+use relayops_shared::repo::lanes::{self, AfterDeath, LaneKey};
 use relayops_shared::repo::GenericClient;
 use tokio::time::Instant;
 
@@ -52,13 +52,20 @@ pub async fn move_on(tx: &impl GenericClient, lane: LaneKey<'_>, job: &DeliveryJ
 /// letter's transaction): hold it on the dead head if the endpoint blocks on
 /// dead letters, else move on. `true` when a next delivery was released.
 pub async fn after_death(tx: &impl GenericClient, lane: LaneKey<'_>, job: &DeliveryJob) -> Result<bool, DbError> {
-    if lanes::blocks_on_dead_letter(tx, lane).await? {
-        lanes::block(tx, lane, job.delivery_id).await?;
-        tracing::info!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id, endpoint_id = %job.endpoint_id,
-            "ordering lane blocked on a dead delivery until it is replayed or skipped");
-        return Ok(false);
+    match lanes::after_death(tx, lane, job.delivery_id).await? {
+        AfterDeath::Blocked => {
+            tracing::info!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id, endpoint_id = %job.endpoint_id,
+                "ordering lane blocked on a dead delivery until it is replayed or skipped");
+            Ok(false)
+        }
+        AfterDeath::MovedOn(next) => {
+            if let Some(next) = next {
+                tracing::debug!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id, next = %next,
+                    "ordering lane moved on");
+            }
+            Ok(next.is_some())
+        }
     }
-    move_on(tx, lane, job).await
 }
 
 /// Until when a send of this job may run: its lease from the moment the claim

@@ -23,18 +23,18 @@ use tokio::time::Instant;
 
 use chrono::Utc;
 use relayops_shared::api::{PublisherWakeup, Wakeups};
-use relayops_shared::broker::{DeadLetter, DeliveryTask, QueueMessage};
+use relayops_shared::broker::DeliveryTask;
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use relayops_shared::db::listen::PgNotifier;
 use relayops_shared::db::partition_routes::PartitionRoutes;
 use relayops_shared::db::{DbError, Pool};
-use relayops_shared::domain::operational::{DeadDelivery, DisabledBy, OperationalEvent, Subject};
+use relayops_shared::domain::operational::{DeadDelivery, DisabledBy, Subject};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
 use relayops_shared::ids::{DeliveryId, EndpointId, TenantId};
 use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, DeliveryJob, Settled};
 use relayops_shared::repo::delivery_batches::{self, Deferral, DeliveryKey, Settlement};
-use relayops_shared::repo::{endpoints, operational, outbox};
+use relayops_shared::repo::{endpoints, operational};
 use relayops_shared::telemetry::error_chain;
 
 use crate::circuit;
@@ -419,17 +419,6 @@ impl Processor {
                 None => {}
             }
             if outcome == AttemptOutcome::Dead {
-                let letter = DeadLetter {
-                    tenant_id: job.tenant_id,
-                    delivery_id: job.delivery_id,
-                    event_id: job.event_id,
-                    endpoint_id: job.endpoint_id,
-                    attempts: job.attempt_number,
-                    last_http_status: record.http_status,
-                    reason: exchange.error.clone().unwrap_or_else(|| "retries exhausted".to_owned()),
-                };
-                let message = QueueMessage::DeadLetterV1(letter);
-                outbox::insert_message(&tx, job.tenant_id, Some(job.delivery_id), &message).await?;
                 let dead = DeadDelivery {
                     delivery_id: job.delivery_id,
                     event_id: job.event_id,
@@ -438,8 +427,8 @@ impl Processor {
                     last_http_status: record.http_status,
                     last_error: record.error.as_deref(),
                 };
-                let event = OperationalEvent::delivery_dead(job.tenant_id, &subject(job), &dead);
-                emitted |= operational::emit(&tx, job.tenant_id, &event).await?;
+                let reason = exchange.error.clone().unwrap_or_else(|| "retries exhausted".to_owned());
+                emitted |= operational::emit_death(&tx, job.tenant_id, &subject(job), &dead, reason).await?;
             }
             if disables_endpoint {
                 let reason = "receiver answered 410 Gone";

@@ -122,6 +122,27 @@ pub async fn blocks_on_dead_letter(tx: &impl GenericClient, lane: LaneKey<'_>) -
     Ok(row.is_some_and(|row| row.get(0)))
 }
 
+/// What a death did to its lane ([`after_death`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterDeath {
+    /// The endpoint blocks on dead letters: the lane waits on the dead head.
+    Blocked,
+    /// The lane moved on; the delivery released to be sent next, if any.
+    MovedOn(Option<DeliveryId>),
+}
+
+/// What `dead`'s death does to its lane (after [`lock`], in the death's
+/// transaction): hold the lane on it if the endpoint blocks on dead
+/// letters, else move on. For a last failed attempt and a parked delivery
+/// given up alike.
+pub async fn after_death(tx: &impl GenericClient, lane: LaneKey<'_>, dead: DeliveryId) -> Result<AfterDeath, DbError> {
+    if blocks_on_dead_letter(tx, lane).await? {
+        block(tx, lane, dead).await?;
+        return Ok(AfterDeath::Blocked);
+    }
+    Ok(AfterDeath::MovedOn(release(tx, lane, dead).await?))
+}
+
 const BLOCK: &str = "UPDATE relayops.ordering_lanes SET blocked_since = now(), updated_at = now()
      WHERE tenant_id = $1 AND endpoint_id = $2 AND ordering_key = $3 AND head_delivery_id = $4";
 

@@ -6,10 +6,11 @@
 use crate::db::DbError;
 use chrono::{DateTime, Utc};
 
-use crate::domain::operational::{DisabledBy, OperationalEvent, Subject};
+use crate::broker::{DeadLetter, QueueMessage};
+use crate::domain::operational::{DeadDelivery, DisabledBy, OperationalEvent, Subject};
 use crate::ids::TenantId;
 use crate::repo::events::{self, NewEvent};
-use crate::repo::{sql, GenericClient};
+use crate::repo::{outbox, sql, GenericClient};
 
 /// Whether the tenant has an operational endpoint that could receive anything:
 /// without one nothing is stored (no event rows nobody asked for).
@@ -45,4 +46,29 @@ pub async fn emit_disabled(
 ) -> Result<bool, DbError> {
     let event = OperationalEvent::endpoint_disabled(tenant, subject, by, reason, failing_since);
     emit(client, tenant, &event).await
+}
+
+/// Reports a delivery's death, in the transaction that made it `dead`: its
+/// dead letter (`dead_letter.v1` to the operations DLQ, saying `reason`) and
+/// the tenant's `delivery.dead` (as `emit` does). For a last failed attempt
+/// (the worker) and a parked delivery given up (`repo::parked_expiry`)
+/// alike; returns whether `delivery.dead` was stored.
+pub async fn emit_death(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    subject: &Subject,
+    dead: &DeadDelivery<'_>,
+    reason: String,
+) -> Result<bool, DbError> {
+    let letter = DeadLetter {
+        tenant_id: tenant,
+        delivery_id: dead.delivery_id,
+        event_id: dead.event_id,
+        endpoint_id: subject.id,
+        attempts: dead.attempts,
+        last_http_status: dead.last_http_status,
+        reason,
+    };
+    outbox::insert_message(client, tenant, Some(dead.delivery_id), &QueueMessage::DeadLetterV1(letter)).await?;
+    emit(client, tenant, &OperationalEvent::delivery_dead(tenant, subject, dead)).await
 }

@@ -16,13 +16,12 @@
 //! parked and due): the order every lane transaction follows.
 use tokio_postgres::Row;
 
-use crate::broker::{DeadLetter, QueueMessage};
 use crate::db::DbError;
-use crate::domain::operational::{DeadDelivery, OperationalEvent, Subject};
+use crate::domain::operational::{DeadDelivery, Subject};
 use crate::domain::EndpointKind;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::lanes::{self, LaneKey};
-use crate::repo::{operational, outbox, sql, GenericClient};
+use crate::repo::{operational, sql, GenericClient};
 
 /// Why such a delivery died, as its `last_error` and dead letter say.
 pub const GAVE_UP: &str = "the retry schedule ran out while waiting behind an open circuit (parked)";
@@ -54,23 +53,13 @@ const GIVE_UP: &str = "WITH wanted AS (
      RETURNING d.tenant_id, d.id, d.event_id, d.endpoint_id, d.ordering_key, d.attempt_count,
                d.last_http_status, e.event_type, ep.kind, ep.url";
 
-/// What one sweep did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct GivenUp {
-    /// Parked deliveries made `dead`.
-    pub dead: u64,
-    /// Whether outbox rows were written (dead letters, `delivery.dead`, a
-    /// lane's next delivery): the publisher has something to send.
-    pub wrote_outbox: bool,
-}
-
 /// One sweep, in the caller's transaction: at most `limit` parked
 /// deliveries whose time is up become `dead`, each with its dead letter,
-/// `delivery.dead` and lane step.
-pub async fn give_up_due(client: &impl GenericClient, limit: i64) -> Result<GivenUp, DbError> {
+/// `delivery.dead` and lane step; returns how many.
+pub async fn give_up_due(client: &impl GenericClient, limit: i64) -> Result<u64, DbError> {
     let due = sql::query(client, DUE, &[&limit]).await?;
     if due.is_empty() {
-        return Ok(GivenUp::default());
+        return Ok(0);
     }
     let mut lanes_first: Vec<(uuid::Uuid, uuid::Uuid, String)> = due
         .iter()
@@ -92,52 +81,32 @@ pub async fn give_up_due(client: &impl GenericClient, limit: i64) -> Result<Give
     let column = |name: &str| due.iter().map(|row| row.get::<_, uuid::Uuid>(name)).collect::<Vec<_>>();
     let (tenants, ids, events) = (column("tenant_id"), column("id"), column("event_id"));
     let dead = sql::query(client, GIVE_UP, &[&tenants, &ids, &events, &GAVE_UP]).await?;
-    let mut wrote_outbox = false;
     for row in &dead {
-        wrote_outbox |= after_death(client, row).await?;
+        after_death(client, row).await?;
     }
-    Ok(GivenUp { dead: dead.len() as u64, wrote_outbox: wrote_outbox || !dead.is_empty() })
+    Ok(dead.len() as u64)
 }
 
 /// The dead letter, `delivery.dead` and the lane's step for one delivery just
-/// made dead; `true` when `delivery.dead` or a lane's next delivery was written.
-async fn after_death(client: &impl GenericClient, row: &Row) -> Result<bool, DbError> {
+/// made dead.
+async fn after_death(client: &impl GenericClient, row: &Row) -> Result<(), DbError> {
     let tenant = TenantId::from_uuid(row.get("tenant_id"));
     let delivery = DeliveryId::from_uuid(row.get("id"));
-    let event = EventId::from_uuid(row.get("event_id"));
     let endpoint = EndpointId::from_uuid(row.get("endpoint_id"));
-    let attempts: i32 = row.get("attempt_count");
-    let last_http_status: Option<i32> = row.get("last_http_status");
-    let letter = DeadLetter {
-        tenant_id: tenant,
-        delivery_id: delivery,
-        event_id: event,
-        endpoint_id: endpoint,
-        attempts,
-        last_http_status,
-        reason: GAVE_UP.to_owned(),
-    };
-    outbox::insert_message(client, tenant, Some(delivery), &QueueMessage::DeadLetterV1(letter)).await?;
     let subject = Subject { id: endpoint, kind: EndpointKind::from_stored(row.get("kind")), url: row.get("url") };
     let event_type: String = row.get("event_type");
     let dead = DeadDelivery {
         delivery_id: delivery,
-        event_id: event,
+        event_id: EventId::from_uuid(row.get("event_id")),
         event_type: &event_type,
-        attempts,
-        last_http_status,
+        attempts: row.get("attempt_count"),
+        last_http_status: row.get("last_http_status"),
         last_error: Some(GAVE_UP),
     };
-    let mut wrote =
-        operational::emit(client, tenant, &OperationalEvent::delivery_dead(tenant, &subject, &dead)).await?;
+    operational::emit_death(client, tenant, &subject, &dead, GAVE_UP.to_owned()).await?;
     let ordering_key: Option<String> = row.get("ordering_key");
     if let Some(key) = ordering_key.as_deref() {
-        let lane = LaneKey { tenant, endpoint, ordering_key: key };
-        if lanes::blocks_on_dead_letter(client, lane).await? {
-            lanes::block(client, lane, delivery).await?;
-        } else {
-            wrote |= lanes::release(client, lane, delivery).await?.is_some();
-        }
+        lanes::after_death(client, LaneKey { tenant, endpoint, ordering_key: key }, delivery).await?;
     }
-    Ok(wrote)
+    Ok(())
 }

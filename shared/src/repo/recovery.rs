@@ -169,21 +169,36 @@ pub async fn record_empty_sightings(
     Ok(())
 }
 
-/// The ready queues a stranded delivery's message may be in, by kind
-/// (names from `broker::ReadyShards`).
+/// The ready queues (names from `broker::ReadyShards`, `<ns>.ready` first),
+/// and which of them a stranded delivery's message may be in.
 #[derive(Debug, Clone)]
 pub struct ReadyQueues {
-    /// Where retries come back (`<ns>.ready`).
-    pub returns: Vec<String>,
-    /// Where first attempts (and re-publications through the outbox) go.
-    pub first: Vec<String>,
+    all: Vec<String>,
 }
 
 impl ReadyQueues {
     pub fn of(shards: &crate::broker::ReadyShards) -> Self {
-        let all: Vec<String> = shards.all().iter().map(|shard| shard.queue.clone()).collect();
-        let first = if all.len() > 1 { all[1..].to_vec() } else { all.clone() };
-        Self { returns: vec![shards.returns().queue.clone()], first }
+        Self { all: shards.all().iter().map(|shard| shard.queue.clone()).collect() }
+    }
+
+    /// Every ready queue, indexed like `ReadyShards::all`.
+    pub fn all(&self) -> &[String] {
+        &self.all
+    }
+
+    /// Where retries come back (`<ns>.ready`).
+    fn returns(&self) -> &[String] {
+        &self.all[..1.min(self.all.len())]
+    }
+
+    /// Where first attempts (and re-publications through the outbox) go:
+    /// the shards after `<ns>.ready`, or that one alone.
+    fn first(&self) -> &[String] {
+        if self.all.len() > 1 {
+            &self.all[1..]
+        } else {
+            &self.all
+        }
     }
 }
 
@@ -225,9 +240,9 @@ pub async fn requeue_stranded(
     // the one plan it must not keep; nor is REVIVE's (a hashed scan of every
     // partition for an unknown number of ids).
     let expired =
-        sql::query_on_generic_plan_in_transaction(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit, &queues.returns])
+        sql::query_on_generic_plan_in_transaction(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit, &queues.returns()])
             .await?;
-    let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit, &queues.first]).await?;
+    let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit, &queues.first()]).await?;
     sql::execute(tx, SAMPLE_WATERMARK, &[&grace_ms]).await?;
     let requeued = Requeued { expired_or_overdue: expired.len() as u64, lost_pending: lost.len() as u64 };
     if requeued.total() == 0 {

@@ -304,7 +304,7 @@ async fn the_recovery_pass_plans_its_expired_lease_search_once_per_connection() 
     let mut client = env.pool.get().await.unwrap();
     for _ in 0..2 {
         let tx = client.transaction().await.unwrap();
-        let queues = recovery::ReadyQueues { returns: vec!["ready".into()], first: vec!["ready.1".into()] };
+        let queues = recovery::ReadyQueues::of(&env.topology().ready_shards);
         recovery::requeue_stranded(&tx, Duration::from_secs(30), 100, &queues).await.unwrap();
         let mode: String = tx.query_one("SHOW plan_cache_mode", &[]).await.unwrap().get(0);
         assert_eq!(mode, "auto", "the setting outlived the search");
