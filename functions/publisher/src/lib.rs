@@ -139,6 +139,10 @@ const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 /// and perhaps a `delivery.dead`, in the pass's transaction).
 const GIVE_UP_PER_PASS: i64 = 500;
 
+/// The most deliveries parked for a slot whose retry policy's clock one
+/// recovery pass starts, their endpoint's circuit having opened.
+const START_CLOCKS_PER_PASS: i64 = 5_000;
+
 /// How long a half-open circuit's probe may go unanswered before another
 /// parked delivery is released as the probe: longer than a worker's lease
 /// (the probe's own message, if lost, comes back through recovery).
@@ -485,6 +489,7 @@ impl Publisher {
         let tx = client.transaction().await.map_err(DbError::from)?;
         let stranded = recovery::requeue_stranded(&tx, grace, self.config.batch_size, &self.ready_queues).await?;
         tx.commit().await.map_err(DbError::from)?;
+        parked_expiry::start_clocks(&client, START_CLOCKS_PER_PASS).await?;
         let tx = client.transaction().await.map_err(DbError::from)?;
         let gave_up = parked_expiry::give_up_due(&tx, GIVE_UP_PER_PASS).await?;
         tx.commit().await.map_err(DbError::from)?;

@@ -162,7 +162,8 @@ pub enum DeliveryStatusDoc {
     Pending,
     InProgress,
     Scheduled,
-    /// Waiting without attempts while its endpoint's circuit is open.
+    /// Waiting in Postgres, without attempts, for its endpoint: its circuit
+    /// is open, or it has `max_in_flight` requests in flight.
     Parked,
     Delivered,
     Failed,

@@ -4,7 +4,9 @@
 //! another's messages), and hand each message to a [`Settler`] on its own
 //! task (a bundle's deliveries each on a task of their own; at most the
 //! concurrency's deliveries under way, the slots shared fairly between
-//! tenants: [`FairSlots`]), which acks, delays or requeues it once settled.
+//! tenants: [`FairSlots`]), which acks, delays or requeues it once settled;
+//! beside them, parked deliveries are admitted into the same slots
+//! ([`Admitter`]).
 //! A lost connection is re-established with a growing pause; unacked
 //! messages return to their queue by themselves.
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use relayops_shared::task::{never_stopping, stop_requested};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::admission::Admitter;
 use crate::delay::DelayPublisher;
 use crate::gate::Gate;
 use crate::process::Processor;
@@ -95,6 +98,15 @@ impl Worker {
                 Settler::new(processor, delays.clone(), channel, Arc::clone(&slots), stopping.clone())
             })
             .collect();
+        // Parked deliveries admitted into slots as they free, beside the messages.
+        let admitter = Admitter::new(
+            self.processor.clone(),
+            Arc::clone(&delays),
+            Arc::clone(&slots),
+            shards[0].channel.clone(),
+            stopping.clone(),
+        );
+        in_flight.spawn(admitter.run());
         let mut messages = merged(&shards);
         // One wait for the stop for the whole loop, not one per message.
         let stop = stop_requested(&mut stopping);

@@ -64,7 +64,7 @@ impl Gate {
         let Some(flow) = &self.flow else { return Admission::Go(None) };
         let endpoint = job.endpoint_id.to_string();
         let lease_id = format!("{}:{}", job.delivery_id, job.attempt_number);
-        let max_in_flight = job.max_in_flight.map(|n| n.max(1) as u32).unwrap_or(self.default_max_in_flight);
+        let max_in_flight = self.max_in_flight(job);
         // The lease outlives the request by a margin and then expires by itself.
         let timeout = job.timeout_ms.map(|ms| Duration::from_millis(ms.max(1) as u64)).unwrap_or(self.default_timeout);
         let ttl = timeout + Duration::from_secs(5);
@@ -80,6 +80,11 @@ impl Gate {
                 Admission::Defer { wait, busy: Busy::Rate { wait } }
             }
         }
+    }
+
+    /// The job's endpoint's `max_in_flight` (the default when it sets none).
+    pub fn max_in_flight(&self, job: &DeliveryJob) -> u32 {
+        job.max_in_flight.map(|n| n.max(1) as u32).unwrap_or(self.default_max_in_flight)
     }
 
     /// Whether `endpoint` has no free slot right now (its lease set is full,

@@ -10,6 +10,8 @@
 //! - [`report`]: the log line and metrics of each attempt.
 //! - [`hold`]: keeping a message through a database outage instead of requeueing it.
 //! - [`saturation`]: endpoints flow control just turned away (skip their claims).
+//! - [`admission`]: deliveries parked for a full endpoint, taken from Postgres
+//!   into its slots as they free.
 //! - [`health`]: the endpoint's health after an attempt, and automatic disabling.
 //! - [`circuit`]: the endpoint's circuit after an attempt (a run of failures
 //!   opens it, and its deliveries park in Postgres until a probe succeeds).
@@ -22,6 +24,7 @@
 //! stored through `repo::operational::emit` in the transaction of the change
 //! it reports; and the outbox row that releases the next delivery of an
 //! ordering lane, in the transaction that makes the lane's head terminal.
+pub mod admission;
 pub mod circuit;
 pub mod consumer;
 pub mod delay;

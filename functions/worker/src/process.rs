@@ -31,12 +31,14 @@ use relayops_shared::db::partition_routes::PartitionRoutes;
 use relayops_shared::db::{DbError, Pool};
 use relayops_shared::domain::operational::{DeadDelivery, DisabledBy, Subject};
 use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
+use relayops_shared::flow::Slot;
 use relayops_shared::ids::{DeliveryId, EndpointId, TenantId};
 use relayops_shared::repo::deliveries::{self, AttemptRecord, ClaimOutcome, DeliveryJob, Settled};
-use relayops_shared::repo::delivery_batches::{self, Deferral, DeliveryKey, Settlement};
-use relayops_shared::repo::{endpoints, operational};
+use relayops_shared::repo::delivery_batches::{self, DeferUntil, Deferral, DeliveryKey, Settlement};
+use relayops_shared::repo::{endpoints, operational, waiting};
 use relayops_shared::telemetry::error_chain;
 
+use crate::admission::Waiters;
 use crate::circuit;
 use crate::gate::{miss_wait, Admission, Gate};
 use crate::health;
@@ -44,12 +46,12 @@ use crate::hold::Backoff;
 use crate::lane;
 use crate::policy::RetryPolicy;
 use crate::report::{self, AttemptReport};
-use crate::saturation::{Recall, Saturation};
+use crate::saturation::{Busy, Recall, Saturation};
 use crate::sender::{Exchange, Sender};
 use crate::verdict::{classify, SendResult, Verdict};
 
 /// How long a delivery for a full endpoint waits for this process to free
-/// one of its slots before it goes round again (see `still_saturated`).
+/// one of its slots before it is parked (see `still_saturated`).
 const WAIT_FOR_SLOT: Duration = Duration::from_millis(250);
 
 /// What to tell the broker about a message.
@@ -125,7 +127,12 @@ pub struct Processor {
     claims: Batcher<DeliveryKey, ClaimOutcome>,
     records: Batcher<Settlement, Settled>,
     deferrals: Batcher<Deferral, Settled>,
+    /// Parks deliveries for a full endpoint without claiming them.
+    parks: Batcher<DeliveryKey, bool>,
     saturation: Arc<Saturation>,
+    /// Endpoints with deliveries this process parked for a slot, and the
+    /// slots it frees ([`crate::admission`]).
+    waiters: Arc<Waiters>,
     health: Arc<health::HealthMemo>,
     /// Wakes the publisher after committing outbox rows (a lane's next
     /// delivery, an operational event): `NOTIFY relayops_outbox`, so a
@@ -163,9 +170,25 @@ impl Processor {
                 &client, partitions, &deferrals, worker
             )),
         );
-        let (saturation, health) = (Arc::default(), Arc::default());
+        let parks = Batcher::spawn(
+            limits,
+            on_pool!(pool, routes, config, |client, keys, _worker, partitions| delivery_batches::park_many(
+                &client, partitions, &keys
+            )),
+        );
+        let (saturation, health, waiters) = (Arc::default(), Arc::default(), Arc::default());
         let wakeup = Arc::new(PgNotifier::new(pool.clone()));
-        Self { pool, sender, gate, config, claims, records, deferrals, saturation, health, wakeup }
+        Self { pool, sender, gate, config, claims, records, deferrals, parks, saturation, health, waiters, wakeup }
+    }
+
+    /// The database pool the worker's statements run on.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The endpoints with parked deliveries this process admits.
+    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
     }
 
     /// Wakes `publisher` too (the publisher loop of this process, `relayops
@@ -179,11 +202,15 @@ impl Processor {
     /// its message.
     pub async fn process(&self, task: DeliveryTask, throttles: u32) -> Disposition {
         relayops_shared::hop!("worker.received", event_id = %task.event_id);
-        if self.still_saturated(task.endpoint_id, throttles).await {
-            report::postponed();
-            return Disposition::Postpone { wait: miss_wait(throttles) };
-        }
-        match self.deliver(task.tenant_id, task.delivery_id, throttles).await {
+        let result = match self.still_saturated(task.endpoint_id, throttles).await {
+            Saturated::No => self.deliver(task.tenant_id, task.delivery_id, throttles).await,
+            Saturated::RateLimited => {
+                report::postponed();
+                return Disposition::Postpone { wait: miss_wait(throttles) };
+            }
+            Saturated::Full => self.park_or_deliver(task, throttles).await,
+        };
+        match result {
             Ok(disposition) => disposition,
             Err(error) if error.is_unavailable() => {
                 tracing::warn!(
@@ -210,21 +237,38 @@ impl Processor {
     /// consume and, every fourth round, a claim and a deferral — for a
     /// tenant's burst at a receiver answering 503, thousands a second beside
     /// every other tenant's work.
-    async fn still_saturated(&self, endpoint: EndpointId, throttles: u32) -> bool {
+    async fn still_saturated(&self, endpoint: EndpointId, throttles: u32) -> Saturated {
         match self.saturation.recall(endpoint, throttles) {
-            Recall::Claim => false,
-            Recall::RateLimited => true,
+            Recall::Claim => Saturated::No,
+            Recall::RateLimited => Saturated::RateLimited,
             Recall::WasFull { max_in_flight } => {
                 if !self.gate.is_full(endpoint, max_in_flight).await {
-                    return false;
+                    return Saturated::No;
                 }
                 if !self.saturation.wait_for_freed_slot(endpoint, WAIT_FOR_SLOT).await {
-                    return true;
+                    return Saturated::Full;
                 }
                 report::waited_for_slot();
-                self.gate.is_full(endpoint, max_in_flight).await
+                if self.gate.is_full(endpoint, max_in_flight).await {
+                    Saturated::Full
+                } else {
+                    Saturated::No
+                }
             }
         }
+    }
+
+    /// A delivery for an endpoint that is still full: parked without a
+    /// claim (one write; a worker admits it when the endpoint frees a slot,
+    /// [`crate::admission`]), or, if its row is not due (leased, settled, a
+    /// retry not yet due), handled by the claim as any other.
+    async fn park_or_deliver(&self, task: DeliveryTask, throttles: u32) -> Result<Disposition, ProcessError> {
+        if self.parks.call((task.tenant_id, task.delivery_id)).await? {
+            report::parked("endpoint_full");
+            self.waiters.note(task.tenant_id, task.endpoint_id);
+            return Ok(Disposition::Ack);
+        }
+        self.deliver(task.tenant_id, task.delivery_id, throttles).await
     }
 
     async fn deliver(
@@ -240,7 +284,7 @@ impl Processor {
                 job
             }
             ClaimOutcome::Parked { endpoint_id } => {
-                report::parked();
+                report::parked("circuit_open");
                 tracing::debug!(tenant_id = %tenant, delivery_id = %delivery, endpoint_id = %endpoint_id,
                     "endpoint circuit open; delivery parked");
                 return Ok(Disposition::Ack);
@@ -267,25 +311,88 @@ impl Processor {
 
         let slot = match self.gate.admit(&job, throttles).await {
             Admission::Go(slot) => slot,
-            Admission::Defer { wait, busy } => {
-                self.saturation.remember(job.endpoint_id, busy);
-                self.deferrals.call(Deferral { key: (job.tenant_id, job.delivery_id), wait }).await?;
-                report::deferred();
-                tracing::debug!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
-                    endpoint_id = %job.endpoint_id, wait_ms = wait.as_millis() as u64, "deferred by flow control");
-                return Ok(Disposition::Delay { wait, throttled: true });
-            }
+            Admission::Defer { wait, busy } => return self.turned_away(&job, wait, busy).await,
         };
+        Ok(self.send_and_record(&job, slot, claim_asked).await)
+    }
+
+    /// Flow control turned a claimed delivery away: for a full endpoint it
+    /// is parked to wait for a slot (acked: a worker admits it,
+    /// [`crate::admission`]); for a rate limit it is due again after the
+    /// refill, its message sent round to come back then.
+    async fn turned_away(&self, job: &DeliveryJob, wait: Duration, busy: Busy) -> Result<Disposition, ProcessError> {
+        self.saturation.remember(job.endpoint_id, busy);
+        let key = (job.tenant_id, job.delivery_id);
+        if let Busy::Full { .. } = busy {
+            if self.deferrals.call(Deferral { key, until: DeferUntil::SlotFree }).await? == Settled::Recorded {
+                report::parked("endpoint_full");
+                self.waiters.note(job.tenant_id, job.endpoint_id);
+            }
+            return Ok(Disposition::Ack);
+        }
+        self.deferrals.call(Deferral { key, until: DeferUntil::After(wait) }).await?;
+        report::deferred();
+        tracing::debug!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
+            endpoint_id = %job.endpoint_id, wait_ms = wait.as_millis() as u64, "deferred by flow control");
+        Ok(Disposition::Delay { wait, throttled: true })
+    }
+
+    /// Leases the oldest parked delivery of `endpoint`, if it may admit one
+    /// now ([`waiting::admit_oldest`]).
+    pub(crate) async fn admit_oldest(
+        &self,
+        tenant: TenantId,
+        endpoint: EndpointId,
+    ) -> Result<Option<DeliveryJob>, DbError> {
+        let client = self.pool.get().await?;
+        waiting::admit_oldest(&client, tenant, endpoint, &self.config.worker_id, self.config.lease).await
+    }
+
+    /// Flow control for a delivery leased from the parked ones: its slot, or
+    /// why not (then it is parked again).
+    pub(crate) async fn admit(&self, job: &DeliveryJob) -> Result<Option<Slot>, Busy> {
+        match self.gate.admit(job, 0).await {
+            Admission::Go(slot) => Ok(slot),
+            Admission::Defer { busy, .. } => {
+                let key = (job.tenant_id, job.delivery_id);
+                if let Err(error) = self.deferrals.call(Deferral { key, until: DeferUntil::SlotFree }).await {
+                    tracing::warn!(delivery_id = %job.delivery_id, error = %error_chain(&error),
+                        "admitted delivery not parked again; its lease expires and recovery sends it");
+                }
+                Err(busy)
+            }
+        }
+    }
+
+    /// The endpoint's `max_in_flight` as flow control counts it.
+    pub(crate) fn max_in_flight(&self, job: &DeliveryJob) -> u32 {
+        self.gate.max_in_flight(job)
+    }
+
+    /// Whether `endpoint` has no free slot now.
+    pub(crate) async fn is_full(&self, endpoint: EndpointId, max_in_flight: u32) -> bool {
+        self.gate.is_full(endpoint, max_in_flight).await
+    }
+
+    /// Sends a leased delivery in the `slot` flow control gave it, records
+    /// the attempt and frees the slot; what to do with its message.
+    pub(crate) async fn send_and_record(
+        &self,
+        job: &DeliveryJob,
+        slot: Option<Slot>,
+        claim_asked: Instant,
+    ) -> Disposition {
         relayops_shared::hop!("worker.admitted", event_id = %job.event_id);
         let started_at = Utc::now();
-        let exchange = self.send_holding_lease(&job, claim_asked).await;
+        let exchange = self.send_holding_lease(job, claim_asked).await;
         relayops_shared::hop!("worker.answered", event_id = %job.event_id);
         self.gate.release(slot).await;
         self.saturation.slot_freed(job.endpoint_id);
+        self.waiters.slot_freed(job.endpoint_id);
         let verdict = classify(&exchange.result);
         let policy = RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
         let (outcome, wait) = decide(&verdict, &policy, job.attempt_number as u32);
-        report::attempt(&AttemptReport { job: &job, exchange: &exchange, outcome });
+        report::attempt(&AttemptReport { job, exchange: &exchange, outcome });
         // The receiver has been asked: from here on, the attempt must be
         // recorded. Through a database outage (unreachable, not a failing
         // statement) the record is retried with the same hold as a claim (the lease still names this worker, and settling
@@ -293,8 +400,8 @@ impl Processor {
         // back, and the next claim decides after the lease expired.
         let mut backoff = Backoff::default();
         loop {
-            match self.record(&job, &exchange, &verdict, outcome, wait, started_at).await {
-                Ok(disposition) => return Ok(disposition),
+            match self.record(job, &exchange, &verdict, outcome, wait, started_at).await {
+                Ok(disposition) => return disposition,
                 Err(error) => {
                     // A statement that failed on a reachable database would fail
                     // again: requeue at once (an uncertain side effect; the next
@@ -304,7 +411,7 @@ impl Processor {
                         tracing::error!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
                             attempt = job.attempt_number, error = %error_chain(&error),
                             "attempt not recorded; message requeued");
-                        return Ok(Disposition::Requeue);
+                        return Disposition::Requeue;
                     };
                     tracing::warn!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
                         attempt = job.attempt_number, failures = backoff.failures(), error = %error_chain(&error),
@@ -503,6 +610,16 @@ impl Processor {
             None => Disposition::Ack,
         })
     }
+}
+
+/// What the saturation memory says about a message's endpoint.
+enum Saturated {
+    /// Claim as usual.
+    No,
+    /// Its rate-limit wait has not passed: postpone the message.
+    RateLimited,
+    /// It has no free slot: park the delivery.
+    Full,
 }
 
 /// The attempt's outcome and, for a retry, the wait before the next one.

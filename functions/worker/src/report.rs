@@ -7,9 +7,9 @@
 //! response body: the [`AttemptReport`] does not even hold them.
 use relayops_shared::domain::AttemptOutcome;
 use relayops_shared::observe::names::{
-    DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_NOT_SENT_ROUND, DELIVERIES_PARKED, DELIVERIES_POSTPONED,
-    DELIVERIES_REPUBLISHED, DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERIES_WAITED_FOR_SLOT, DELIVERY_ATTEMPTS,
-    DELIVERY_ATTEMPT_DURATION, ENDPOINT_CIRCUITS, ENDPOINT_HEALTH_WRITES,
+    DELIVERIES_ADMITTED, DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_NOT_SENT_ROUND, DELIVERIES_PARKED,
+    DELIVERIES_POSTPONED, DELIVERIES_REPUBLISHED, DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERIES_WAITED_FOR_SLOT,
+    DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION, ENDPOINT_CIRCUITS, ENDPOINT_HEALTH_WRITES,
 };
 use relayops_shared::repo::deliveries::DeliveryJob;
 
@@ -80,9 +80,15 @@ pub fn waited_for_slot() {
     metrics::counter!(DELIVERIES_WAITED_FOR_SLOT).increment(1);
 }
 
-/// A delivery parked by its claim: its endpoint's circuit is open.
-pub fn parked() {
-    metrics::counter!(DELIVERIES_PARKED).increment(1);
+/// A delivery parked to wait in Postgres: its endpoint's circuit is open
+/// (`circuit_open`), or it had no free slot (`endpoint_full`).
+pub fn parked(reason: &'static str) {
+    metrics::counter!(DELIVERIES_PARKED, "reason" => reason).increment(1);
+}
+
+/// A parked delivery taken straight from Postgres into a free slot.
+pub fn admitted() {
+    metrics::counter!(DELIVERIES_ADMITTED).increment(1);
 }
 
 /// An endpoint's circuit changed (`opened`, `reopened`, `closed`).

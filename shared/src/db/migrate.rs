@@ -61,6 +61,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/0022_parked_deliveries_keep_their_policy.sql"),
     ),
     ("0023_ready_queue_sightings", include_str!("../../../migrations/0023_ready_queue_sightings.sql")),
+    ("0024_deliveries_wait_for_a_slot", include_str!("../../../migrations/0024_deliveries_wait_for_a_slot.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -11,8 +11,10 @@ pub enum DeliveryStatus {
     InProgress,
     /// Waiting for a retry at `next_attempt_at`.
     Scheduled,
-    /// Waiting, without attempts, while its endpoint's circuit is open (the
-    /// endpoint kept failing); released when a probe succeeds.
+    /// Waiting in Postgres, without attempts, for its endpoint: while its
+    /// circuit is open (the endpoint kept failing; released when a probe
+    /// succeeds), or for a free slot (it had `max_in_flight` requests in
+    /// flight; admitted by a worker when one frees).
     Parked,
     /// The receiver answered 2xx.
     Delivered,

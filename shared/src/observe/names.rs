@@ -29,6 +29,7 @@ pub const DELIVERIES_POSTPONED: &str = "relayops_deliveries_postponed_total";
 pub const DELIVERIES_WAITED_FOR_SLOT: &str = "relayops_deliveries_waited_for_slot_total";
 /// Deliveries a claim parked because their endpoint's circuit was open; no labels.
 pub const DELIVERIES_PARKED: &str = "relayops_deliveries_parked_total";
+pub const DELIVERIES_ADMITTED: &str = "relayops_deliveries_admitted_total";
 /// Endpoint circuits changed by a worker, by `change` (`opened`, `reopened`,
 /// `closed`).
 pub const ENDPOINT_CIRCUITS: &str = "relayops_endpoint_circuit_changes_total";
@@ -101,7 +102,14 @@ pub fn describe_all() {
     describe_counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "Deliveries settled without an attempt, by reason.");
     describe_counter!(DELIVERIES_DEFERRED, "Deliveries put back by endpoint flow control.");
     describe_counter!(DELIVERIES_POSTPONED, "Messages sent round again unclaimed: their endpoint was just saturated.");
-    describe_counter!(DELIVERIES_PARKED, "Deliveries parked by a claim: their endpoint's circuit was open.");
+    describe_counter!(
+        DELIVERIES_PARKED,
+        "Deliveries parked to wait in Postgres, by reason (circuit_open, endpoint_full)."
+    );
+    describe_counter!(
+        DELIVERIES_ADMITTED,
+        "Parked deliveries a worker took straight from Postgres into a free slot of their endpoint."
+    );
     describe_counter!(ENDPOINT_CIRCUITS, "Endpoint circuits opened, reopened after a failed probe, or closed.");
     describe_counter!(
         DELIVERIES_WAITED_FOR_SLOT,

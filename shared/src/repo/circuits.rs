@@ -17,17 +17,19 @@
 //!   row); every other delivery still parks. The worker records the probe's
 //!   answer: a success closes the circuit ([`close`]), a failure opens it
 //!   again for twice the cooldown, up to a maximum ([`probe_failed`]).
-//! - **Releasing** (closed, parked deliveries left): each recovery pass
-//!   releases parked deliveries, oldest first, so that at most
-//!   [`RELEASE_WINDOW`] of the endpoint's deliveries are pending or in flight
-//!   at once. Endpoints with parked deliveries are found on the parked rows'
-//!   own index, so a park that commits after the circuit closed (a claim
-//!   that read it open) is released like any other.
+//! - **Closed again, parked deliveries left**: workers admit them, oldest
+//!   first, as the endpoint's slots allow ([`waiting`]): the worker that
+//!   sent the probe frees its slot and takes the next, and every worker's
+//!   pass finds endpoints with parked deliveries on the parked rows' own
+//!   index, so a park that commits after the circuit closed (a claim that
+//!   read it open) is admitted like any other. Nothing is published again.
 //!
-//! A disabled endpoint's parked deliveries are released the same way (the
-//! worker then settles them `failed`, as for any delivery of a disabled
+//! A disabled endpoint's parked deliveries are released by the recovery
+//! pass, at most [`RELEASE_WINDOW`] of them pending or in flight at once
+//! (the worker then settles them `failed`, as for any delivery of a disabled
 //! endpoint). Nothing here loses a delivery: a parked row is only ever made
-//! pending again together with its outbox row, in one transaction.
+//! pending again together with its outbox row, in one transaction, or
+//! leased by the worker that sends it.
 use std::time::Duration;
 
 use deadpool_postgres::Transaction;
@@ -36,6 +38,7 @@ use tokio_postgres::Row;
 use crate::broker::DeliveryTask;
 use crate::db::{DbError, Object};
 use crate::ids::{DeliveryId, EndpointId, TenantId};
+use crate::repo::waiting::{self, parked_endpoints_then, ENDPOINTS_PER_PASS};
 use crate::repo::{outbox, recovery, sql, GenericClient};
 
 /// The claim's condition for parking instead of leasing (`ep`: the endpoint
@@ -69,13 +72,9 @@ pub(crate) use gives_up_at;
 /// worker's retry policy checks that they agree).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 
-/// The most of a releasing endpoint's deliveries pending or in flight at
-/// once: released deliveries join the endpoint's flow control like any
-/// burst, and a circuit that opens again finds at most this many unparked.
+/// The most of a disabled endpoint's deliveries pending or in flight at
+/// once while its parked deliveries are released (to be failed).
 pub const RELEASE_WINDOW: i64 = 1_000;
-
-/// The most endpoints one recovery pass probes or releases.
-const ENDPOINTS_PER_PASS: i64 = 100;
 
 /// One more failure in the endpoint's run (`$3`: the run that opens the
 /// circuit, `$4`: the cooldown in ms); the run reaching `$3` opens the
@@ -142,32 +141,20 @@ const PROBE: &str = "WITH due AS (
      FROM probe WHERE d.id = probe.id AND d.event_id = probe.event_id AND d.status = 'parked'
      RETURNING d.tenant_id, d.id, d.event_id, d.endpoint_id";
 
-/// Endpoints that have parked deliveries, found on the parked rows' own
-/// index (no flag to keep true): a loose index scan, one probe per distinct
-/// endpoint, from `$1` in endpoint-id order (each pass starts at a random
-/// point, so beyond [`ENDPOINTS_PER_PASS`] every endpoint takes its turn),
-/// below `$2`, at most `$3` of them. Only those whose circuit is closed, or
-/// whose endpoint is disabled, are released.
-const PARKED_ENDPOINTS: &str = "WITH RECURSIVE parked(endpoint_id) AS (
-         (SELECT endpoint_id FROM relayops.deliveries
-          WHERE status = 'parked' AND endpoint_id >= $1 AND endpoint_id < $2
-          ORDER BY endpoint_id LIMIT 1)
-         UNION ALL
-         SELECT (SELECT d.endpoint_id FROM relayops.deliveries d
-                 WHERE d.status = 'parked' AND d.endpoint_id > parked.endpoint_id AND d.endpoint_id < $2
-                 ORDER BY d.endpoint_id LIMIT 1)
-         FROM parked WHERE parked.endpoint_id IS NOT NULL),
-     found AS (SELECT endpoint_id FROM parked WHERE endpoint_id IS NOT NULL LIMIT $3)
-     SELECT e.tenant_id, e.id FROM found
+/// Disabled endpoints that have parked deliveries, found on the parked
+/// rows' own index ([`parked_endpoints_then`]; no flag to keep true).
+const DISABLED_PARKED_ENDPOINTS: &str = parked_endpoints_then!(
+    "SELECT e.tenant_id, e.id FROM found
      JOIN relayops.webhook_endpoints e ON e.id = found.endpoint_id
-     WHERE e.circuit_open_until IS NULL OR NOT e.enabled";
+     WHERE NOT e.enabled"
+);
 
-/// Locks one endpoint whose parked deliveries are to be released (closed,
-/// or disabled: a disabled endpoint's still-open circuit is closed here),
-/// for the few statements of its release; skipped when another pass has it.
+/// Locks one disabled endpoint whose parked deliveries are to be released
+/// (its still-open circuit is closed here), for the few statements of its
+/// release; skipped when another pass has it.
 const RELEASE_ENDPOINT: &str = "WITH releasing AS (
          SELECT id, circuit_open_until FROM relayops.webhook_endpoints
-         WHERE tenant_id = $1 AND id = $2 AND (circuit_open_until IS NULL OR NOT enabled)
+         WHERE tenant_id = $1 AND id = $2 AND NOT enabled
          FOR UPDATE SKIP LOCKED),
      closed AS (
          UPDATE relayops.webhook_endpoints e
@@ -229,7 +216,7 @@ pub async fn probe_failed(
 }
 
 /// Closes an open circuit (the probe, or any other delivery, succeeded);
-/// its parked deliveries are released by the next recovery passes.
+/// workers admit its parked deliveries ([`waiting`]).
 pub async fn close(client: &impl GenericClient, tenant: TenantId, endpoint: EndpointId) -> Result<bool, DbError> {
     Ok(sql::execute(client, CLOSE, &[&tenant.as_uuid(), &endpoint.as_uuid()]).await? == 1)
 }
@@ -239,14 +226,13 @@ pub async fn close(client: &impl GenericClient, tenant: TenantId, endpoint: Endp
 pub struct Released {
     /// Parked deliveries released as probes of half-open circuits.
     pub probes: u64,
-    /// Parked deliveries released because their circuit closed (or their
-    /// endpoint was disabled).
+    /// Parked deliveries released because their endpoint was disabled.
     pub released: u64,
 }
 
 /// One pass, each step in its own short transaction (no endpoint row stays
 /// locked beyond its own release): probes for half-open circuits, then a
-/// window of parked deliveries for each releasing endpoint, each made pending
+/// window of parked deliveries for each disabled endpoint, each made pending
 /// with its outbox row. `probe_timeout`: how long a released probe may go
 /// without an answer before another is released (its message may have been
 /// lost with a broker; the probe itself is not lost: recovery sends it
@@ -258,7 +244,7 @@ pub async fn release(client: &mut Object, probe_timeout: Duration) -> Result<Rel
     outbox::insert_delivery_messages(&tx, &tasks(&probes)).await?;
     commit_release(tx, probes.len()).await?;
     let mut released = 0;
-    for (tenant, id) in releasing_endpoints(client).await? {
+    for (tenant, id) in waiting::parked_endpoints(&*client, DISABLED_PARKED_ENDPOINTS).await? {
         let tx = client.transaction().await?;
         if sql::query_opt(&tx, RELEASE_ENDPOINT, &[&tenant, &id]).await?.is_none() {
             continue;
@@ -280,28 +266,6 @@ async fn commit_release(tx: Transaction<'_>, released: usize) -> Result<(), DbEr
         crate::failpoint::crash_if_armed("publisher.before_release_commit");
     }
     Ok(tx.commit().await?)
-}
-
-/// Up to [`ENDPOINTS_PER_PASS`] endpoints with parked deliveries to release,
-/// in endpoint-id order from a random point, wrapping around.
-async fn releasing_endpoints(client: &Object) -> Result<Vec<(uuid::Uuid, uuid::Uuid)>, DbError> {
-    let start = uuid::Uuid::new_v4();
-    let (first, last) = (uuid::Uuid::nil(), uuid::Uuid::max());
-    let mut found = Vec::new();
-    for (from, below) in [(start, last), (first, start)] {
-        let want = ENDPOINTS_PER_PASS - found.len() as i64;
-        if want <= 0 {
-            break;
-        }
-        // The scan walks open circuits' parked endpoints too; a few times
-        // what is wanted bounds it.
-        let scanned = want * 10;
-        for row in sql::query(client, PARKED_ENDPOINTS, &[&from, &below, &scanned]).await? {
-            found.push((row.get("tenant_id"), row.get("id")));
-        }
-    }
-    found.truncate(ENDPOINTS_PER_PASS as usize);
-    Ok(found)
 }
 
 fn tasks(rows: &[Row]) -> Vec<DeliveryTask> {

@@ -166,8 +166,9 @@ const SETTLE_MANY_WITH_ATTEMPTS: &str = concat!(
      RETURNING tenant_id, delivery_id"
 );
 
-/// Gives claimed deliveries back without an attempt, each due again after its
-/// own wait (flow control said not now); `attempt_count` is untouched.
+/// Gives claimed deliveries back without an attempt (flow control said not
+/// now), each due again after its own wait, or parked to wait for a slot
+/// (a negative wait: [`Deferral::until`]); `attempt_count` is untouched.
 const DEFER_MANY: &str = concat!(
     "WITH input AS (
          SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS i(tenant_id, id, wait_ms)),
@@ -175,10 +176,36 @@ const DEFER_MANY: &str = concat!(
     locked_in_id_order!("input", "$5", "$6", "d.status = 'in_progress' AND d.lease_owner = $4"),
     "
      UPDATE relayops.deliveries d
-     SET status = 'scheduled', next_attempt_at = now() + i.wait_ms * interval '1 millisecond',
+     SET status = CASE WHEN i.wait_ms < 0 THEN 'parked' ELSE 'scheduled' END,
+         next_attempt_at = CASE WHEN i.wait_ms >= 0 THEN now() + i.wait_ms * interval '1 millisecond' END,
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
      FROM locked l JOIN input i ON i.tenant_id = l.tenant_id AND i.id = l.id
      WHERE d.id = l.id AND d.event_id = l.event_id
+     RETURNING d.tenant_id, d.id"
+);
+
+/// Parks due deliveries whose endpoint has no free slot (the worker's
+/// memory says so) instead of claiming them: the claim's conditions, the
+/// claim's write, no lease (`repo::waiting`). One that would have parked for
+/// its open circuit gets its give-up time as the claim would write it.
+const PARK_MANY: &str = concat!(
+    "WITH wanted AS (
+         SELECT w.tenant_id, w.id FROM unnest($1::uuid[], $2::uuid[]) AS w(tenant_id, id)),
+     ",
+    locked_in_id_order!("wanted", "$3", "$4", concat!(claimable!(), " AND ", heads_its_lane!())),
+    "
+     UPDATE relayops.deliveries d
+     SET status = 'parked', lease_owner = NULL, lease_expires_at = NULL,
+         next_attempt_at = CASE WHEN ",
+    parks!(),
+    " THEN ",
+    gives_up_at!(),
+    " END,
+         updated_at = now()
+     FROM locked l
+     CROSS JOIN LATERAL (SELECT ep.* FROM relayops.webhook_endpoints ep
+                         WHERE ep.id = l.endpoint_id OFFSET 0) ep
+     WHERE d.id = l.id AND d.event_id = l.event_id AND ep.tenant_id = l.tenant_id AND ep.enabled
      RETURNING d.tenant_id, d.id"
 );
 
@@ -457,11 +484,31 @@ pub async fn record_many(
     Ok(settled.map(|recorded| if recorded { Settled::Recorded } else { Settled::LeaseLost }).collect())
 }
 
-/// A claimed delivery to give back, due again after `wait`.
+/// A claimed delivery to give back.
 #[derive(Debug, Clone, Copy)]
 pub struct Deferral {
     pub key: DeliveryKey,
-    pub wait: Duration,
+    pub until: DeferUntil,
+}
+
+/// When a deferred delivery is due again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeferUntil {
+    /// `scheduled`, due after this wait (a rate limit's refill).
+    After(Duration),
+    /// `parked` until a worker admits it (its endpoint had no free slot:
+    /// `repo::waiting`).
+    SlotFree,
+}
+
+impl DeferUntil {
+    /// As [`DEFER_MANY`] takes it: the wait in ms, or -1 to park.
+    fn wait_ms(self) -> i64 {
+        match self {
+            Self::After(wait) => wait.as_millis().min(i64::MAX as u128) as i64,
+            Self::SlotFree => -1,
+        }
+    }
 }
 
 /// Defers every delivery `worker_id` still leases; one result per deferral,
@@ -477,7 +524,7 @@ pub async fn defer_many(
     let rows = on_each_partition!(client, routes, &all_ids, DEFER_MANY, |statement, items| async {
         let part = part_of(deferrals, items);
         let (tenants, ids): (Vec<Uuid>, Vec<Uuid>) = part.iter().map(|deferral| uuids(&deferral.key)).unzip();
-        let waits: Vec<i64> = part.iter().map(|deferral| deferral.wait.as_millis() as i64).collect();
+        let waits: Vec<i64> = part.iter().map(|deferral| deferral.until.wait_ms()).collect();
         let (low, high) = event_id_range(ids.iter().copied());
         sql::query_on_generic_plan(client, statement, &[&tenants, &ids, &waits, &worker_id, &low, &high]).await
     });
@@ -486,6 +533,26 @@ pub async fn defer_many(
         .iter()
         .map(|key| if deferred.contains(&uuids(key)) { Settled::Recorded } else { Settled::LeaseLost })
         .collect())
+}
+
+/// Parks every due delivery among `keys` for a slot of its endpoint
+/// ([`PARK_MANY`]) instead of claiming it; one answer per key, in order:
+/// `true` when it was parked (a row not due — leased, terminal, a retry not
+/// yet due, behind its lane's head — is left as it was, for the claim to
+/// decide).
+pub async fn park_many(
+    client: &deadpool_postgres::Client,
+    routes: &PartitionRoutes,
+    keys: &[DeliveryKey],
+) -> Result<Vec<bool>, DbError> {
+    let all_ids: Vec<Uuid> = keys.iter().map(|(_, id)| id.as_uuid()).collect();
+    let rows = on_each_partition!(client, routes, &all_ids, PARK_MANY, |statement, items| async {
+        let (tenants, ids) = key_columns(&part_of(keys, items));
+        let (low, high) = event_id_range(ids.iter().copied());
+        sql::query_on_generic_plan(client, statement, &[&tenants, &ids, &low, &high]).await
+    });
+    let parked: HashSet<(Uuid, Uuid)> = rows.iter().map(row_key).collect();
+    Ok(keys.iter().map(|key| parked.contains(&uuids(key))).collect())
 }
 
 /// The statement [`on_each_partition!`] runs for a batch that lives in one

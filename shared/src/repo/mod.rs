@@ -31,5 +31,6 @@ pub mod retention;
 pub(crate) mod sql;
 pub mod tenants;
 pub mod users;
+pub mod waiting;
 
 pub use sql::GenericClient;

@@ -11,6 +11,13 @@
 //! endpoint says), all in one transaction. It can be replayed like any dead
 //! delivery.
 //!
+//! A delivery parked while waiting for a slot of its endpoint
+//! ([`waiting`](super::waiting)) has no give-up time: it waits for a working
+//! endpoint. Should the endpoint's circuit open, the clock starts then
+//! ([`start_clocks`]): from there on it waits for a failing endpoint, and its
+//! policy's remaining time is counted as for a delivery parked by the circuit
+//! (a last attempt excepted, as the circuit excepts it: it is admitted and sent).
+//!
 //! Lock order: every ordering lane of the batch first (sorted, so two passes
 //! cannot deadlock), then the deliveries (`FOR UPDATE SKIP LOCKED`, still
 //! parked and due): the order every lane transaction follows.
@@ -20,11 +27,33 @@ use crate::db::DbError;
 use crate::domain::operational::{DeadDelivery, Subject};
 use crate::domain::EndpointKind;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
+use crate::repo::circuits::gives_up_at;
 use crate::repo::lanes::{self, LaneKey};
 use crate::repo::{operational, sql, GenericClient};
 
 /// Why such a delivery died, as its `last_error` and dead letter say.
 pub const GAVE_UP: &str = "the retry schedule ran out while waiting behind an open circuit (parked)";
+
+/// Gives parked deliveries without a give-up time (waiting for a slot) of
+/// endpoints whose circuit is open the give-up time a park by the circuit
+/// would have written now; at most `$1` of them (on
+/// `deliveries_partitioned_waiting_for_slot_idx`). Not a last attempt: the
+/// circuit never holds one back (`circuits::parks`), and a worker admits it.
+const START_CLOCKS: &str = concat!(
+    "WITH waiting AS (
+         SELECT d.id, d.event_id FROM relayops.webhook_endpoints ep
+         JOIN relayops.deliveries d ON d.endpoint_id = ep.id AND d.tenant_id = ep.tenant_id
+         WHERE ep.circuit_open_until IS NOT NULL AND ep.enabled
+           AND d.status = 'parked' AND d.next_attempt_at IS NULL
+           AND d.attempt_count + 1 < coalesce(ep.max_attempts, 8)
+         LIMIT $1
+         FOR UPDATE OF d SKIP LOCKED)
+     UPDATE relayops.deliveries d SET next_attempt_at = ",
+    gives_up_at!(),
+    "
+     FROM waiting w, relayops.webhook_endpoints ep
+     WHERE d.id = w.id AND d.event_id = w.event_id AND ep.id = d.endpoint_id AND ep.tenant_id = d.tenant_id"
+);
 
 /// Parked deliveries whose time is up, soonest first (no lock: the lanes are
 /// locked before the rows).
@@ -52,6 +81,12 @@ const GIVE_UP: &str = "WITH wanted AS (
        AND ep.id = d.endpoint_id AND ep.tenant_id = d.tenant_id
      RETURNING d.tenant_id, d.id, d.event_id, d.endpoint_id, d.ordering_key, d.attempt_count,
                d.last_http_status, e.event_type, ep.kind, ep.url";
+
+/// Starts the clock of at most `limit` deliveries parked for a slot of an
+/// endpoint whose circuit is open ([`START_CLOCKS`]); returns how many.
+pub async fn start_clocks(client: &impl GenericClient, limit: i64) -> Result<u64, DbError> {
+    sql::execute(client, START_CLOCKS, &[&limit]).await
+}
 
 /// One sweep, in the caller's transaction: at most `limit` parked
 /// deliveries whose time is up become `dead`, each with its dead letter,

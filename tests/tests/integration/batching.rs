@@ -13,7 +13,8 @@ use relayops_shared::domain::{AttemptOutcome, DeliveryStatus};
 use relayops_shared::ids::DeliveryId;
 use relayops_shared::repo::deliveries::{AttemptRecord, ClaimOutcome, Settled};
 use relayops_shared::repo::delivery_batches::{
-    claim_many, defer_many, explain_claim_many, explain_record_many, record_many, Deferral, DeliveryKey, Settlement,
+    claim_many, defer_many, explain_claim_many, explain_record_many, record_many, DeferUntil, Deferral, DeliveryKey,
+    Settlement,
 };
 use relayops_shared::repo::outbox;
 use relayops_tests::{TestConfig, TestEnv};
@@ -167,7 +168,10 @@ async fn a_batch_deferral_gives_back_only_the_workers_own_claims_without_spendin
     claim_many(&client, &routes(), &keys[..1], "worker-a", LEASE).await.unwrap();
     claim_many(&client, &routes(), &keys[1..], "worker-b", LEASE).await.unwrap();
     let wait = Duration::from_secs(60);
-    let deferrals = [Deferral { key: keys[0], wait }, Deferral { key: keys[1], wait }];
+    let deferrals = [
+        Deferral { key: keys[0], until: DeferUntil::After(wait) },
+        Deferral { key: keys[1], until: DeferUntil::After(wait) },
+    ];
     assert_eq!(
         defer_many(&client, &routes(), &deferrals, "worker-a").await.unwrap(),
         [Settled::Recorded, Settled::LeaseLost]

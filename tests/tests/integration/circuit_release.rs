@@ -1,6 +1,6 @@
-//! How parked deliveries leave (SPEC §12): the recovery pass finds them on
-//! their own rows (a park that commits after its circuit closed is released
-//! like any other), keeps a releasing endpoint's window, sends a probe again
+//! How parked deliveries leave (SPEC §12): found on their own rows (a park
+//! that commits after its circuit closed is admitted by a worker like any
+//! other), a disabled endpoint's released within a window, a probe sent again
 //! when the last went unanswered past the probe timeout; a replayed parked
 //! delivery to a still-open circuit waits again with a new give-up time; and
 //! an ordering lane behind an open circuit still ends in order, each
@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use relayops_shared::config::CircuitConfig;
-use relayops_shared::repo::circuits;
+use relayops_shared::repo::{circuits, parked_expiry, waiting};
 use relayops_tests::{eventually, TestConfig, TestEnv, WAIT};
 use serde_json::{json, Value};
 
@@ -45,38 +45,47 @@ async fn release(env: &TestEnv, probe_timeout: Duration) -> circuits::Released {
 
 /// A claim that read the circuit open may commit its park after the
 /// circuit closed: nothing marks the endpoint then, and its deliveries are
-/// still found and released, each with its outbox row.
+/// still found (the recovery pass leaves them: nothing to publish again)
+/// and admitted by a worker straight from Postgres.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deliveries_parked_after_their_circuit_closed_are_still_released() {
-    let env = TestEnv::start_with(ingest_only()).await;
+async fn deliveries_parked_after_their_circuit_closed_are_admitted_without_being_published_again() {
+    let mut env = TestEnv::start_with(ingest_only()).await;
     let uuid = endpoint_uuid(&env, "/sim/ok", json!({})).await;
     post_events(&env, 3).await;
     execute(&env, "DELETE FROM relayops.outbox_messages; UPDATE relayops.deliveries SET status = 'parked'").await;
     let closed =
         format!("SELECT count(*) FROM relayops.webhook_endpoints WHERE id = '{uuid}' AND circuit_open_until IS NULL");
     assert_eq!(env.query_i64(&closed).await, 1, "the circuit is closed");
+    let client = env.pool.get().await.unwrap();
+    let admitting = waiting::admitting_endpoints(&client).await.unwrap();
+    assert_eq!(admitting.iter().map(|(_, id)| id.as_uuid().simple().to_string()).collect::<Vec<_>>(), [uuid]);
+    drop(client);
+    assert_eq!(release(&env, Duration::from_secs(120)).await, circuits::Released::default(), "not the pass's");
 
-    let released = release(&env, Duration::from_secs(120)).await;
-    assert_eq!(released, circuits::Released { probes: 0, released: 3 });
-    assert_eq!(count(&env, "status = 'pending'").await, 3);
-    assert_eq!(env.query_i64("SELECT count(*) FROM relayops.outbox_messages").await, 3, "each with its message");
+    env.start_worker().await;
+    env.wait_for_sql("all three delivered", "SELECT count(*) = 3 FROM relayops.deliveries WHERE status = 'delivered'")
+        .await;
+    assert_eq!(env.query_i64("SELECT count(*) FROM relayops.outbox_messages").await, 0, "nothing published again");
 }
 
-/// A closed circuit's parked deliveries are released so that at most 1,000
-/// of the endpoint's are pending or in flight; more follow as those settle.
+/// A disabled endpoint's parked deliveries are released (to be failed) so
+/// that at most 1,000 of its are pending or in flight; more follow as those
+/// settle. An enabled endpoint's are not the pass's to release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_releasing_endpoint_keeps_at_most_the_release_window_outstanding() {
+async fn a_disabled_endpoints_release_keeps_at_most_the_release_window_outstanding() {
     let env = TestEnv::start_with(ingest_only()).await;
-    endpoint_uuid(&env, "/sim/ok", json!({})).await;
+    let uuid = endpoint_uuid(&env, "/sim/ok", json!({})).await;
     let total = circuits::RELEASE_WINDOW as usize + 200;
     post_events(&env, total).await;
     execute(&env, "DELETE FROM relayops.outbox_messages; UPDATE relayops.deliveries SET status = 'parked'").await;
+    assert_eq!(release(&env, Duration::from_secs(120)).await.released, 0, "enabled: workers admit them");
+    execute(&env, &format!("UPDATE relayops.webhook_endpoints SET enabled = false WHERE id = '{uuid}'")).await;
 
     assert_eq!(release(&env, Duration::from_secs(120)).await.released, circuits::RELEASE_WINDOW as u64);
     assert_eq!(release(&env, Duration::from_secs(120)).await.released, 0, "the window is full");
     execute(
         &env,
-        "UPDATE relayops.deliveries SET status = 'delivered'
+        "UPDATE relayops.deliveries SET status = 'failed'
          WHERE id IN (SELECT id FROM relayops.deliveries WHERE status = 'pending' LIMIT 300)",
     )
     .await;
@@ -114,6 +123,53 @@ async fn an_unanswered_probe_is_followed_by_another_only_after_the_probe_timeout
          WHERE e.id = '{uuid}' AND d.status = 'pending' AND e.circuit_open_until IS NOT NULL"
     );
     assert_eq!(env.query_i64(&probing).await, 1, "the new probe is the one named, and the circuit stays half-open");
+}
+
+/// Deliveries parked for a slot (no give-up time) wait for a working
+/// endpoint; once its circuit opens, the recovery pass starts their retry
+/// policy's clock (as a park by the circuit would have), all but a last
+/// attempt, which a worker may still admit and send while the circuit is
+/// open. Nothing of an endpoint with a closed circuit is touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_waiting_for_a_slot_get_their_give_up_time_when_the_circuit_opens() {
+    let env = TestEnv::start_with(ingest_only()).await;
+    let policy = json!({ "retry_schedule_secs": [60], "max_attempts": 3 });
+    let failing = endpoint_uuid(&env, "/sim/status/503", policy).await;
+    let busy = endpoint_uuid(&env, "/sim/ok", json!({})).await;
+    post_events(&env, 4).await;
+    execute(
+        &env,
+        &format!(
+            "DELETE FROM relayops.outbox_messages;
+             UPDATE relayops.deliveries SET status = 'parked', next_attempt_at = NULL;
+             UPDATE relayops.deliveries SET attempt_count = 2
+             WHERE id = (SELECT id FROM relayops.deliveries WHERE endpoint_id = '{failing}' ORDER BY id LIMIT 1);
+             UPDATE relayops.webhook_endpoints SET circuit_open_until = now() + interval '1 hour' WHERE id = '{failing}'"
+        ),
+    )
+    .await;
+    let client = env.pool.get().await.unwrap();
+    assert_eq!(
+        parked_expiry::start_clocks(&client, 100).await.unwrap(),
+        3,
+        "the failing endpoint's, but its last attempt"
+    );
+    assert_eq!(parked_expiry::start_clocks(&client, 100).await.unwrap(), 0, "once");
+    let clocks = env
+        .query_i64(&format!(
+            "SELECT count(*) FROM relayops.deliveries WHERE endpoint_id = '{failing}' AND status = 'parked'
+               AND next_attempt_at BETWEEN now() + interval '110 seconds' AND now() + interval '121 seconds'"
+        ))
+        .await;
+    assert_eq!(clocks, 3, "two waits of 60 s left each, counted from now");
+    assert_eq!(
+        count(&env, &format!("endpoint_id = '{busy}' AND next_attempt_at IS NULL")).await,
+        4,
+        "closed: untouched"
+    );
+    let admitting = waiting::admitting_endpoints(&client).await.unwrap();
+    let admitting: Vec<String> = admitting.iter().map(|(_, id)| id.as_uuid().simple().to_string()).collect();
+    assert!(admitting.contains(&failing), "its last attempt may still be admitted: {admitting:?}");
 }
 
 fn with_small_circuits() -> TestConfig {

@@ -171,11 +171,12 @@ async fn a_slow_endpoint_cannot_starve_a_fast_one() {
     assert!(attempts <= 1, "lease misses are not attempts");
 }
 
-/// A saturated endpoint's waiting messages go round without claiming their
-/// rows (most rounds cost no database write), while every delivery still goes
-/// out exactly once and never more than `max_in_flight` at a time.
+/// A saturated endpoint's backlog waits parked in Postgres, not going round
+/// the broker: every delivery is published once (no postponement, no
+/// deferral), admitted into a slot as one frees, goes out exactly once, and
+/// never more than `max_in_flight` at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_saturated_endpoints_waiting_messages_go_round_without_database_writes() {
+async fn a_saturated_endpoints_backlog_waits_parked_and_is_published_once() {
     let env = TestEnv::start().await;
     env.create_endpoint("/sim/slow/300", &["*"], json!({ "max_in_flight": 1 })).await;
     let mut events = Vec::new();
@@ -190,9 +191,13 @@ async fn a_saturated_endpoints_waiting_messages_go_round_without_database_writes
     assert_eq!(env.simulator.max_in_flight("/sim/slow/300"), 1, "the endpoint's limit held");
     assert_eq!(env.count("delivery_attempts").await, 12, "one attempt each: waiting is not an attempt");
     let metrics = scrape(&env.http, &env.api_url).await;
-    // A deferral claims the row and writes it back; a postponement touches nothing.
-    let deferred = sample(&metrics, "relayops_deliveries_deferred_total", &[]);
-    let postponed = sample(&metrics, "relayops_deliveries_postponed_total", &[]);
-    assert!(deferred > 0.0, "the endpoint was saturated");
-    assert!(postponed > deferred, "most rounds skipped the database: postponed {postponed}, deferred {deferred}");
+    let parked = sample(&metrics, "relayops_deliveries_parked_total", &[("reason", "endpoint_full")]);
+    let admitted = sample(&metrics, "relayops_deliveries_admitted_total", &[]);
+    assert!(parked > 0.0, "the endpoint was saturated");
+    assert_eq!(admitted, parked, "every delivery parked for a slot was admitted into one");
+    let went_round = ["relayops_deliveries_postponed_total", "relayops_deliveries_deferred_total"]
+        .map(|name| sample(&metrics, name, &[]));
+    assert_eq!(went_round, [0.0, 0.0], "nothing went round the retry queues (postponed, deferred)");
+    let published = sample(&metrics, "relayops_outbox_published_total", &[]);
+    assert_eq!(published, 12.0, "each delivery published once");
 }
