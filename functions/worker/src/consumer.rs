@@ -85,7 +85,7 @@ impl Worker {
             setup.map_err(|_| BrokerError::SetupTimeout(SETUP_TIMEOUT))??;
         tracing::info!(
             queues = topology.ready_shards.all().len(),
-            prefetch = self.config.concurrency,
+            prefetch = prefetch_per_shard(self.config.concurrency, topology.ready_shards.all().len()),
             "worker consuming"
         );
         self.consuming.send_replace(true);
@@ -149,6 +149,22 @@ impl Worker {
     }
 }
 
+/// Each shard's prefetch window: half the worker's concurrency (all of it
+/// with one ready queue), so that a tenant's two shards together can fill
+/// every slot (work-conserving: a tenant alone is not held back), while the
+/// messages held at once are bounded by the concurrency (four times it with
+/// eight shards), not by shards × concurrency — a bundle message carries an event's deliveries,
+/// and a fan-out held that many times over was most of the worker's memory.
+/// A delivery for a full endpoint does not hold its message while it waits:
+/// it is parked and acked ([`crate::admission`]).
+fn prefetch_per_shard(concurrency: u16, shards: usize) -> u16 {
+    if shards <= 1 {
+        concurrency
+    } else {
+        concurrency.div_ceil(2).max(1)
+    }
+}
+
 /// Every shard's messages as one stream, each with its shard's index; a
 /// shard's consumer that ends gives `(index, None)` once.
 fn merged(shards: &[ShardConsumer]) -> BoxStream<'static, (usize, Option<lapin::Result<Delivery>>)> {
@@ -185,13 +201,14 @@ impl Worker {
         let topology = Topology::new(&self.broker);
         topology.declare(&channel).await?;
         let delays = Arc::new(DelayPublisher::open(connection.clone(), topology.clone()).await?);
-        let mut shards = Vec::with_capacity(topology.ready_shards.all().len());
+        let shard_count = topology.ready_shards.all().len();
+        let mut shards = Vec::with_capacity(shard_count);
         for (index, shard) in topology.ready_shards.all().iter().enumerate() {
             let channel = if index == 0 { channel.clone() } else { broker::open_channel(&connection).await? };
             // Prefetch bounds the messages in flight per shard, so each shard
             // keeps its own window whatever the others hold.
             channel
-                .basic_qos(self.config.concurrency, BasicQosOptions::default())
+                .basic_qos(prefetch_per_shard(self.config.concurrency, shard_count), BasicQosOptions::default())
                 .await
                 .map_err(BrokerError::Channel)?;
             let tag = format!("{}.{index}", self.config.worker_id);

@@ -102,7 +102,7 @@ async fn settled(env: &TestEnv, expected: i64, within: Duration) -> HashMap<Stri
             .map_err(|error| format!("database: {error}"))?;
         let counts: HashMap<String, i64> = rows.iter().map(|row| (row.get(0), row.get(1))).collect();
         let total: i64 = counts.values().sum();
-        let open: i64 = ["pending", "scheduled", "in_progress"].iter().filter_map(|s| counts.get(*s)).sum();
+        let open: i64 = ["pending", "scheduled", "in_progress", "parked"].iter().filter_map(|s| counts.get(*s)).sum();
         if total == expected && open == 0 {
             Ok(counts)
         } else {
