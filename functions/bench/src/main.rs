@@ -126,7 +126,9 @@ struct Args {
     #[arg(long, default_value_t = 5000)]
     noisy_flood_events: usize,
     /// `noisy-neighbour` phases, comma-separated (run in this order): alone,
-    /// burst-alone, burst, slow, slow-default, failing, fanout, same-tenant-failing.
+    /// burst-alone, burst, slow, slow-default, failing, fanout, same-tenant-failing;
+    /// also burst-default-alone (A's burst alone to a fast endpoint at the
+    /// default `max_in_flight`, so that most of it waits parked for a slot).
     #[arg(
         long,
         value_delimiter = ',',

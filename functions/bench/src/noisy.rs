@@ -22,8 +22,17 @@ use crate::scenarios::Target;
 use crate::stats::{percentiles, Percentiles};
 
 /// Every phase, in the order they run.
-pub const PHASES: &[&str] =
-    &["alone", "burst-alone", "burst", "slow", "slow-default", "failing", "fanout", "same-tenant-failing"];
+pub const PHASES: &[&str] = &[
+    "alone",
+    "burst-alone",
+    "burst",
+    "burst-default-alone",
+    "slow",
+    "slow-default",
+    "failing",
+    "fanout",
+    "same-tenant-failing",
+];
 /// How long A has been posting when B starts.
 const NOISE_LEAD: Duration = Duration::from_millis(100);
 /// How long B's deliveries may take to arrive once B stops posting.
@@ -37,8 +46,8 @@ const NOISE_CLIENTS: usize = 4;
 pub enum Noise {
     /// Nothing: B alone, the baseline.
     Quiet,
-    /// A's burst to one fast endpoint.
-    Burst,
+    /// A's burst to one fast endpoint, with this `max_in_flight` (`None`: the default).
+    Burst(Option<u32>),
     /// A's flood to a 2,000 ms endpoint, with this `max_in_flight` (`None`: the default).
     Slow(Option<u32>),
     /// A's flood to an endpoint answering 503.
@@ -54,8 +63,9 @@ impl Noise {
     fn of(phase: &str) -> (Self, bool) {
         match phase {
             "alone" => (Self::Quiet, true),
-            "burst-alone" => (Self::Burst, false),
-            "burst" => (Self::Burst, true),
+            "burst-alone" => (Self::Burst(Some(crate::noisy_tenant::FAST_MAX_IN_FLIGHT)), false),
+            "burst" => (Self::Burst(Some(crate::noisy_tenant::FAST_MAX_IN_FLIGHT)), true),
+            "burst-default-alone" => (Self::Burst(None), false),
             "slow" => (Self::Slow(Some(crate::noisy_tenant::MAX_IN_FLIGHT_LIMIT)), true),
             "slow-default" => (Self::Slow(None), true),
             "failing" => (Self::Failing, true),
@@ -67,7 +77,7 @@ impl Noise {
     /// Whether A's events can all be delivered (its rate is then its drain's);
     /// otherwise A's rate is its arrivals while B posts.
     pub fn drains(self) -> bool {
-        matches!(self, Self::Burst | Self::Fanout)
+        matches!(self, Self::Burst(_) | Self::Fanout)
     }
 }
 

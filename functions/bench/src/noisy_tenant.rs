@@ -19,7 +19,7 @@ const SLOW_MS: u64 = 2000;
 /// A's endpoints in the `fanout` phase.
 const FANOUT_ENDPOINTS: usize = 50;
 /// The `max_in_flight` of the fast endpoints, as the other scenarios give theirs.
-const FAST_MAX_IN_FLIGHT: u32 = 256;
+pub(crate) const FAST_MAX_IN_FLIGHT: u32 = 256;
 /// The longest wait for the noisy side to settle after a phase.
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 /// Ready-queue depth counted as empty (the depth is sampled, and other
@@ -80,10 +80,14 @@ impl NoisyRun<'_> {
         let subscribed = |path: &str| json!({ "url": url(path), "event_types": [event_type] });
         let (bodies, events, load) = match noise {
             Noise::Quiet => unreachable!("no noisy side"),
-            Noise::Burst => {
+            Noise::Burst(max_in_flight) => {
                 let mut body = subscribed(&format!("hook/a-{phase}"));
-                body["max_in_flight"] = json!(FAST_MAX_IN_FLIGHT);
-                (vec![body], self.burst_events, format!("{} events to a fast endpoint", self.burst_events))
+                if let Some(max_in_flight) = max_in_flight {
+                    body["max_in_flight"] = json!(max_in_flight);
+                }
+                let limit = max_in_flight.map_or("the default".to_owned(), |n| n.to_string());
+                let load = format!("{} events to a fast endpoint, max_in_flight {limit}", self.burst_events);
+                (vec![body], self.burst_events, load)
             }
             Noise::Slow(max_in_flight) => {
                 let mut body = subscribed(&format!("slow/{SLOW_MS}/a-{phase}"));
