@@ -201,3 +201,43 @@ async fn a_saturated_endpoints_backlog_waits_parked_and_is_published_once() {
     let published = sample(&metrics, "relayops_outbox_published_total", &[]);
     assert_eq!(published, 12.0, "each delivery published once");
 }
+
+/// A worker killed while it sends deliveries it admitted from the parked
+/// ones (crash: nothing settled, leases left behind) loses none: the next
+/// worker admits what is still parked, and recovery sends again what the
+/// dead one had leased once its lease expired. Every delivery reaches the
+/// receiver, and each one's row ends `delivered`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_while_admitting_parked_deliveries_loses_none() {
+    let mut config = TestConfig::default();
+    config.publisher.recovery_grace = Duration::from_secs(2);
+    let mut env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/slow/1000", &["*"], json!({ "max_in_flight": 1 })).await;
+    let mut events = Vec::new();
+    for n in 0..6 {
+        let answer = env.post_event("a.b", json!({ "n": n })).await;
+        assert_eq!(answer.status, 201);
+        events.push(answer.body["id"].as_str().unwrap().to_owned());
+    }
+    // One admitted from the parked ones is in flight, others still parked.
+    relayops_tests::eventually(relayops_tests::WAIT, || async {
+        let admitted = sample(&scrape(&env.http, &env.api_url).await, "relayops_deliveries_admitted_total", &[]);
+        let parked = env.query_i64("SELECT count(*) FROM relayops.deliveries WHERE status = 'parked'").await;
+        let leased = env.query_i64("SELECT count(*) FROM relayops.deliveries WHERE status = 'in_progress'").await;
+        if admitted >= 1.0 && parked >= 2 && leased == 1 {
+            Ok(())
+        } else {
+            Err(format!("{admitted} admitted, {parked} parked, {leased} in flight"))
+        }
+    })
+    .await;
+    env.kill_worker().await;
+    env.start_worker().await;
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    let received = env.simulator.received();
+    let distinct: std::collections::HashSet<_> = received.iter().filter_map(|r| r.delivery_id.clone()).collect();
+    assert_eq!(distinct.len(), 6, "the receiver saw every delivery");
+    assert_eq!(env.query_i64("SELECT count(*) FROM relayops.deliveries WHERE status <> 'delivered'").await, 0);
+}
