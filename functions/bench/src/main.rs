@@ -128,7 +128,9 @@ struct Args {
     /// `noisy-neighbour` phases, comma-separated (run in this order): alone,
     /// burst-alone, burst, slow, slow-default, failing, fanout, same-tenant-failing;
     /// also burst-default-alone (A's burst alone to a fast endpoint at the
-    /// default `max_in_flight`, so that most of it waits parked for a slot).
+    /// default `max_in_flight`, so that most of it waits parked for a slot)
+    /// and circuit-close (A's flood to an endpoint answering 500 for 20 s, then
+    /// 200: its circuit opens on the backlog and closes on it).
     #[arg(
         long,
         value_delimiter = ',',

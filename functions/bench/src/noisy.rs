@@ -32,6 +32,7 @@ pub const PHASES: &[&str] = &[
     "failing",
     "fanout",
     "same-tenant-failing",
+    "circuit-close",
 ];
 /// How long A has been posting when B starts.
 const NOISE_LEAD: Duration = Duration::from_millis(100);
@@ -56,6 +57,10 @@ pub enum Noise {
     Fanout,
     /// B's own flood to a second endpoint of B's, answering 503.
     SameTenantFailing,
+    /// A's flood to an endpoint answering 500 for its first
+    /// [`DOWN_FOR`](crate::noisy_tenant::DOWN_FOR), then 200: its circuit
+    /// opens on the backlog and closes on it.
+    CircuitClose,
 }
 
 impl Noise {
@@ -70,6 +75,7 @@ impl Noise {
             "slow-default" => (Self::Slow(None), true),
             "failing" => (Self::Failing, true),
             "fanout" => (Self::Fanout, true),
+            "circuit-close" => (Self::CircuitClose, true),
             _ => (Self::SameTenantFailing, true),
         }
     }
@@ -77,7 +83,7 @@ impl Noise {
     /// Whether A's events can all be delivered (its rate is then its drain's);
     /// otherwise A's rate is its arrivals while B posts.
     pub fn drains(self) -> bool {
-        matches!(self, Self::Burst(_) | Self::Fanout)
+        matches!(self, Self::Burst(_) | Self::Fanout | Self::CircuitClose)
     }
 }
 

@@ -18,6 +18,8 @@ pub const MAX_IN_FLIGHT_LIMIT: u32 = 1000;
 const SLOW_MS: u64 = 2000;
 /// A's endpoints in the `fanout` phase.
 const FANOUT_ENDPOINTS: usize = 50;
+/// How long the `circuit-close` phase's endpoint answers 500.
+pub const DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(20);
 /// The `max_in_flight` of the fast endpoints, as the other scenarios give theirs.
 pub(crate) const FAST_MAX_IN_FLIGHT: u32 = 256;
 /// The longest wait for the noisy side to settle after a phase.
@@ -103,6 +105,17 @@ impl NoisyRun<'_> {
                     if noise == Noise::Failing { ("a", "") } else { ("b", " (B's own, a second endpoint)") };
                 let body = subscribed(&format!("status/503/{who}-{phase}"));
                 let load = format!("{} events to an endpoint answering 503{whose}", self.flood_events);
+                (vec![body], self.flood_events, load)
+            }
+            Noise::CircuitClose => {
+                let up_at = std::time::SystemTime::now() + DOWN_FOR;
+                let unix_ms = up_at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+                let body = subscribed(&format!("until/{unix_ms}/a-{phase}"));
+                let load = format!(
+                    "{} events to an endpoint answering 500 for {} s, then 200",
+                    self.flood_events,
+                    DOWN_FOR.as_secs()
+                );
                 (vec![body], self.flood_events, load)
             }
             Noise::Fanout => {

@@ -1,6 +1,8 @@
 //! The bench's own webhook receiver on loopback: answers 200 at once (or, on
 //! `/slow/{ms}/{name}`, after `ms` milliseconds; on `/status/{code}/{name}`,
-//! with that status and no `Retry-After`) and records when each delivery
+//! with that status and no `Retry-After`; on `/until/{unix_ms}/{name}`, 500
+//! until that moment and 200 after, a delivery counting as arrived only once
+//! answered 200) and records when each delivery
 //! arrived (first arrival per delivery id, with the hook it came to, and how
 //! many requests each delivery took).
 use std::collections::HashMap;
@@ -94,6 +96,25 @@ async fn receive_with_status(
     StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
+/// 500 until `unix_ms` (milliseconds since the epoch), then 200: a receiver
+/// that is down for a while. A request answered 500 is counted, not recorded
+/// as an arrival.
+async fn receive_once_up(
+    State(receiver): State<Receiver>,
+    Path((unix_ms, hook)): Path<(u64, String)>,
+    headers: HeaderMap,
+) -> StatusCode {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    if now.as_millis() < u128::from(unix_ms) {
+        if let Ok(mut arrivals) = receiver.arrivals.lock() {
+            arrivals.requests += 1;
+        }
+        return StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    record(&receiver, &headers, format!("until-{hook}"));
+    StatusCode::OK
+}
+
 /// Serves on an OS-chosen loopback port; returns the receiver and its base URL.
 pub async fn start() -> anyhow::Result<(Receiver, String)> {
     let receiver = Receiver::default();
@@ -101,6 +122,7 @@ pub async fn start() -> anyhow::Result<(Receiver, String)> {
         .route("/hook/{name}", post(receive))
         .route("/slow/{ms}/{name}", post(receive_slowly))
         .route("/status/{code}/{name}", post(receive_with_status))
+        .route("/until/{unix_ms}/{name}", post(receive_once_up))
         .with_state(receiver.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
