@@ -4,7 +4,9 @@
 //! when the last went unanswered past the probe timeout; a replayed parked
 //! delivery to a still-open circuit waits again with a new give-up time; and
 //! an ordering lane behind an open circuit still ends in order, each
-//! delivery `dead` when its policy says.
+//! delivery `dead` when its policy says (or, on an endpoint whose lanes
+//! block, held on its head that died parked); deliveries waiting for a slot
+//! get their give-up time once the circuit opens.
 use std::time::Duration;
 
 use relayops_shared::config::CircuitConfig;
@@ -274,4 +276,41 @@ async fn an_ordering_lane_behind_an_open_circuit_dies_in_order_each_on_its_own_s
         )
         .await;
     assert_eq!(out_of_order, 0, "a key's second delivery waited for the first to end");
+}
+
+/// On an endpoint whose lanes block on a dead letter, a lane whose head died
+/// parked (its policy gave it up behind the open circuit) is held on that
+/// head, exactly as after a last failed attempt: the next delivery of its
+/// key waits, unattempted, and the blocked lanes name the dead head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_lane_whose_head_died_parked_is_held_on_it() {
+    const KEYS: usize = 6;
+    let env = TestEnv::start_with(with_small_circuits()).await;
+    let policy = json!({ "retry_schedule_secs": [1, 2, 4], "max_attempts": 4, "dead_letter_lane": "block" });
+    let endpoint = env.create_endpoint("/sim/status/503", &["a.b"], policy).await;
+    let endpoint_id = endpoint["id"].as_str().unwrap().to_owned();
+    for n in 0..2 {
+        for key in 0..KEYS {
+            let answer = env.post_ordered("a.b", json!({ "n": n }), &format!("k{key}")).await;
+            assert_eq!(answer.status, 201, "{:?}", answer.body);
+        }
+    }
+    let first = "event_id IN (SELECT id FROM relayops.events WHERE payload->>'n' = '0')";
+    let second = "event_id IN (SELECT id FROM relayops.events WHERE payload->>'n' = '1')";
+    eventually(WAIT * 3, || async {
+        match count(&env, &format!("status = 'dead' AND {first}")).await {
+            dead if dead == KEYS as i64 => Ok(()),
+            dead => Err(format!("{dead} of {KEYS} heads dead")),
+        }
+    })
+    .await;
+    let gave_up = count(&env, &format!("last_error = '{}'", parked_expiry::GAVE_UP)).await;
+    assert!(gave_up > 0, "some heads died parked, given up behind the open circuit");
+    let blocked = env.get(&format!("/v1/endpoints/{endpoint_id}/blocked-lanes")).await;
+    assert_eq!(blocked.status, 200, "{:?}", blocked.body);
+    let lanes = blocked.body["data"].as_array().unwrap();
+    assert_eq!(lanes.len(), KEYS, "every lane held on its dead head: {:?}", blocked.body);
+    assert!(lanes.iter().all(|lane| lane["waiting"] == 1), "{:?}", blocked.body);
+    assert_eq!(count(&env, &format!("attempt_count > 0 AND {second}")).await, 0, "nothing behind a dead head sent");
+    assert_eq!(count(&env, &format!("status = 'dead' AND {second}")).await, 0, "nor given up");
 }
