@@ -233,10 +233,8 @@ impl Processor {
     /// would still (see [`crate::saturation`]). A full endpoint is given
     /// [`WAIT_FOR_SLOT`] for this process to free one of its slots first: a
     /// fast receiver's slots free within milliseconds, and a delivery that
-    /// waits here costs nothing, where going round costs a publish, a
-    /// consume and, every fourth round, a claim and a deferral — for a
-    /// tenant's burst at a receiver answering 503, thousands a second beside
-    /// every other tenant's work.
+    /// waits here costs nothing, where parking costs a write and, later, an
+    /// admission's lease.
     async fn still_saturated(&self, endpoint: EndpointId, throttles: u32) -> Saturated {
         match self.saturation.recall(endpoint, throttles) {
             Recall::Claim => Saturated::No,

@@ -1,12 +1,14 @@
 //! A per-process memory of endpoints that flow control recently turned away,
-//! so that a message for an endpoint that is still saturated goes round again
-//! without claiming its row. For an endpoint with a backlog, claims that ended
-//! in a deferral (two database writes per message per round) were most of the
-//! worker's database traffic, and other endpoints' latency paid for them.
+//! so that a message for an endpoint that is still saturated is dealt with
+//! without a claim that would only be turned away again: for a full endpoint
+//! the delivery is parked in the claim's place (one write; a worker admits
+//! it when a slot frees, [`crate::admission`]); while a rate-limit wait
+//! lasts, the message goes round again without touching its row.
 //!
 //! The memory only says whom to ask: a message is postponed while its
-//! endpoint's rate-limit wait lasts (no token can exist before then), or when
-//! flow control says the endpoint has no free slot right now — never on a guess.
+//! endpoint's rate-limit wait lasts (no token can exist before then), and
+//! parked only when flow control says the endpoint has no free slot right
+//! now — never on a guess.
 //!
 //! Nothing depends on it either. A postponed message leaves its row as it was
 //! (`pending`, or `scheduled` by an earlier deferral), and every
@@ -18,8 +20,8 @@
 //! A remembered endpoint also carries a signal for each slot this process
 //! frees ([`Saturation::slot_freed`]): a delivery for a full endpoint waits a
 //! moment for one ([`Saturation::wait_for_freed_slot`]), where waiting costs
-//! nothing, instead of going round through the broker — a fast receiver's
-//! slots free within milliseconds.
+//! nothing, before it is parked — a fast receiver's slots free within
+//! milliseconds.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
