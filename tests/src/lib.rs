@@ -592,6 +592,18 @@ impl TestEnv {
         self.post_event_retrying(event_type, payload).await.answer
     }
 
+    /// Posts `count` events of `event_type`, one at a time, with payloads
+    /// `{"n": 0}`, `{"n": 1}`, …; each must be stored (201). Their ids, in order.
+    pub async fn post_numbered_events(&self, event_type: &str, count: usize) -> Vec<String> {
+        let mut ids = Vec::with_capacity(count);
+        for n in 0..count {
+            let answer = self.post_event(event_type, json!({ "n": n })).await;
+            assert_eq!(answer.status, 201, "{:?}", answer.body);
+            ids.push(answer.body["id"].as_str().expect("event id").to_owned());
+        }
+        ids
+    }
+
     /// As [`post_event`](Self::post_event), also returning the refusals retried.
     pub async fn post_event_retrying(&self, event_type: &str, payload: Value) -> Persisted {
         let key = format!("test-{}", uuid::Uuid::new_v4().simple());

@@ -36,9 +36,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::delay::DelayPublisher;
-use crate::process::{Disposition, Processor};
+use crate::process::Processor;
 use crate::report;
 use crate::saturation::Busy;
+use crate::settle::RoundAgain;
 use crate::slots::{FairSlots, SlotPermit};
 
 /// How often each worker looks for endpoints with parked deliveries it may admit.
@@ -49,8 +50,7 @@ const RECHECK_EVERY: Duration = Duration::from_secs(1);
 /// An endpoint's task that found its endpoint full this many checks in a row
 /// ends (another process is sending to it); the pass starts it again.
 const FULL_CHECKS_BEFORE_ENDING: u32 = 5;
-/// Pause after a failure on our side (the database) before trying again;
-/// also before a failed send's message goes back to the ready queue.
+/// Pause after the database failed an admission before trying again.
 const PAUSE_AFTER_FAILURE: Duration = Duration::from_millis(500);
 
 /// The endpoints this process admits parked deliveries of.
@@ -130,13 +130,9 @@ impl Waiters {
         true
     }
 
-    /// How many endpoints this process admits now (for tests).
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 }
 
@@ -240,18 +236,16 @@ impl Admitter {
             if self.over() {
                 break Stopped::Other;
             }
-            if let Some(max_in_flight) = max_in_flight {
-                if self.processor.is_full(endpoint, max_in_flight).await {
-                    if tokio::time::timeout(RECHECK_EVERY, freed.notified()).await.is_ok() {
-                        full_checks = 0;
-                    } else {
-                        full_checks += 1;
-                        if full_checks >= FULL_CHECKS_BEFORE_ENDING {
-                            break Stopped::Other;
-                        }
-                    }
-                    continue;
+            let full = match max_in_flight {
+                Some(max_in_flight) => self.processor.is_full(endpoint, max_in_flight).await,
+                None => false,
+            };
+            if full {
+                full_checks = if slot_freed(freed).await { 0 } else { full_checks + 1 };
+                if full_checks >= FULL_CHECKS_BEFORE_ENDING {
+                    break Stopped::Other;
                 }
+                continue;
             }
             let permit = tokio::select! {
                 biased;
@@ -278,7 +272,7 @@ impl Admitter {
                 }
                 Err(Busy::Full { .. }) => {
                     drop(permit);
-                    let _ = tokio::time::timeout(RECHECK_EVERY, freed.notified()).await;
+                    slot_freed(freed).await;
                 }
                 Err(Busy::Rate { wait }) => {
                     drop(permit);
@@ -291,8 +285,16 @@ impl Admitter {
     }
 }
 
+/// Waits up to [`RECHECK_EVERY`] for this process to free one of the
+/// endpoint's slots; whether it did.
+async fn slot_freed(freed: &Notify) -> bool {
+    tokio::time::timeout(RECHECK_EVERY, freed.notified()).await.is_ok()
+}
+
 /// Sends an admitted delivery (holding one of the worker's slots) and does
-/// what its disposition asks of the broker.
+/// what its disposition asks of the broker, as for a message's delivery
+/// ([`RoundAgain`]); a publish that fails leaves the row to recovery
+/// (`scheduled`, or leased until its lease expires).
 async fn send_admitted(
     processor: Processor,
     delays: Arc<DelayPublisher>,
@@ -302,11 +304,7 @@ async fn send_admitted(
     claim_asked: Instant,
 ) {
     let disposition = processor.send_and_record(&job, slot, claim_asked).await;
-    let wait = match disposition {
-        Disposition::Ack | Disposition::Reject => return,
-        Disposition::Delay { wait, .. } => wait,
-        Disposition::Requeue | Disposition::Hold | Disposition::Postpone { .. } => PAUSE_AFTER_FAILURE,
-    };
+    let Some(again) = RoundAgain::after(disposition, 0) else { return };
     let task = DeliveryTask {
         tenant_id: job.tenant_id,
         delivery_id: job.delivery_id,
@@ -314,7 +312,7 @@ async fn send_admitted(
         endpoint_id: job.endpoint_id,
     };
     let body = serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default();
-    if let Err(error) = delays.publish(&body, wait, 0).await {
+    if let Err(error) = delays.publish(&body, again.wait, again.throttles).await {
         report::not_sent_round();
         tracing::warn!(delivery_id = %job.delivery_id, error = %error_chain(&error),
             "admitted delivery not sent round; left to recovery");

@@ -65,18 +65,20 @@ fn read(body: &[u8]) -> Message {
 
 /// How a delivery goes round again as a message of its own (after `wait`,
 /// with its consecutive throttles counted), from its disposition: the one
-/// table for a `delivery.v1` and a bundle's deliveries alike.
-struct RoundAgain {
-    wait: Duration,
-    throttles: u32,
+/// table for a `delivery.v1`, a bundle's deliveries and a delivery admitted
+/// from the parked ones alike.
+pub(crate) struct RoundAgain {
+    pub(crate) wait: Duration,
+    pub(crate) throttles: u32,
     /// Its row does not say it is due (it may be `pending` or leased): the
     /// message that brought it must not be acknowledged unless this one is out.
     lost_unless_published: bool,
 }
 
 impl RoundAgain {
-    /// `throttles`: those of the message that brought the delivery (0 for a bundle).
-    fn after(disposition: Disposition, throttles: u32) -> Option<Self> {
+    /// `throttles`: those of the message that brought the delivery (0 for a
+    /// bundle, or a delivery admitted from the parked ones).
+    pub(crate) fn after(disposition: Disposition, throttles: u32) -> Option<Self> {
         let again = |wait, throttles, lost_unless_published| Some(Self { wait, throttles, lost_unless_published });
         match disposition {
             Disposition::Ack | Disposition::Reject => None,

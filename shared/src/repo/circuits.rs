@@ -41,17 +41,30 @@ use crate::ids::{DeliveryId, EndpointId, TenantId};
 use crate::repo::waiting::{self, parked_endpoints_then, ENDPOINTS_PER_PASS};
 use crate::repo::{outbox, recovery, sql, GenericClient};
 
+/// Whether the delivery's next attempt is its last (`ep`: the endpoint row,
+/// `d`: the delivery). The circuit never holds a last attempt back: parking
+/// saves retries, and a last attempt has none left (held back, it would
+/// override the endpoint's "give up after `max_attempts`"). The 8 is
+/// [`DEFAULT_MAX_ATTEMPTS`].
+macro_rules! last_attempt {
+    () => {
+        "(d.attempt_count + 1 >= coalesce(ep.max_attempts, 8))"
+    };
+}
+pub(crate) use last_attempt;
+
 /// The claim's condition for parking instead of leasing (`ep`: the endpoint
 /// row, `d`: the delivery): the circuit is open or half-open, this is not
-/// its probe, and this would not be its last attempt. A disabled endpoint's
-/// deliveries are never parked; nor is a last attempt (parking saves retries,
-/// and a last attempt has none left: held back, it would override the
-/// endpoint's "give up after `max_attempts`"). The 8 is
-/// [`DEFAULT_MAX_ATTEMPTS`].
+/// its probe, and this would not be its [`last_attempt`]. A disabled
+/// endpoint's deliveries are never parked.
 macro_rules! parks {
     () => {
-        "(ep.enabled AND ep.circuit_open_until IS NOT NULL AND ep.circuit_probe IS DISTINCT FROM d.id
-          AND d.attempt_count + 1 < coalesce(ep.max_attempts, 8))"
+        concat!(
+            "(ep.enabled AND ep.circuit_open_until IS NOT NULL AND ep.circuit_probe IS DISTINCT FROM d.id
+          AND NOT ",
+            $crate::repo::circuits::last_attempt!(),
+            ")"
+        )
     };
 }
 pub(crate) use parks;

@@ -27,7 +27,7 @@ use crate::db::DbError;
 use crate::domain::operational::{DeadDelivery, Subject};
 use crate::domain::EndpointKind;
 use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
-use crate::repo::circuits::gives_up_at;
+use crate::repo::circuits::{gives_up_at, last_attempt};
 use crate::repo::lanes::{self, LaneKey};
 use crate::repo::{operational, sql, GenericClient};
 
@@ -45,7 +45,9 @@ const START_CLOCKS: &str = concat!(
          JOIN relayops.deliveries d ON d.endpoint_id = ep.id AND d.tenant_id = ep.tenant_id
          WHERE ep.circuit_open_until IS NOT NULL AND ep.enabled
            AND d.status = 'parked' AND d.next_attempt_at IS NULL
-           AND d.attempt_count + 1 < coalesce(ep.max_attempts, 8)
+           AND NOT ",
+    last_attempt!(),
+    "
          LIMIT $1
          FOR UPDATE OF d SKIP LOCKED)
      UPDATE relayops.deliveries d SET next_attempt_at = ",

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use crate::db::DbError;
 use crate::ids::{DeliveryId, EndpointId, TenantId};
+use crate::repo::circuits::last_attempt;
 use crate::repo::deliveries::{claimed_columns, job_from_row, DeliveryJob};
 use crate::repo::{sql, GenericClient};
 
@@ -42,7 +43,7 @@ pub const ENDPOINTS_PER_PASS: i64 = 100;
 /// skipped. Admissible while the circuit is closed: one waiting for a slot
 /// (no give-up time) or one the circuit parked whose time is not up; while
 /// it is open, only a last attempt waiting for a slot (the circuit never
-/// holds one back: `circuits::parks`). Gives the claim's columns.
+/// holds one back: `circuits::last_attempt`). Gives the claim's columns.
 const ADMIT_OLDEST: &str = concat!(
     "WITH ep AS MATERIALIZED (
          SELECT ep.* FROM relayops.webhook_endpoints ep
@@ -53,7 +54,9 @@ const ADMIT_OLDEST: &str = concat!(
            AND EXISTS (SELECT 1 FROM ep
                        WHERE CASE WHEN ep.circuit_open_until IS NULL
                                   THEN d.next_attempt_at IS NULL OR d.next_attempt_at > now()
-                                  ELSE d.next_attempt_at IS NULL AND d.attempt_count + 1 >= coalesce(ep.max_attempts, 8)
+                                  ELSE d.next_attempt_at IS NULL AND ",
+    last_attempt!(),
+    "
                              END)
          ORDER BY d.updated_at
          LIMIT 1

@@ -238,6 +238,33 @@ async fn postponed_messages_the_broker_refuses_to_take_back_are_not_lost() {
     assert!(postponed > 0.0, "the fault was met: messages were postponed while their re-publish was refused");
 }
 
+/// A delivery admitted from the parked ones (its endpoint was full) whose
+/// attempt fails needs its retry published by the worker itself — there is
+/// no message to send round. With the retry queues refusing every message,
+/// that publish fails: the retry's row is `scheduled`, and recovery
+/// re-enqueues it once overdue. Every delivery ends delivered, on its
+/// second attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_deliverys_retry_the_broker_refuses_is_recovered() {
+    let mut config = TestConfig::default();
+    config.publisher.recovery_grace = Duration::from_secs(1);
+    let env = TestEnv::start_with(config).await;
+    let policy = json!({ "max_in_flight": 1, "retry_schedule_secs": [1] });
+    env.create_endpoint("/sim/flaky/1", &["*"], policy).await;
+    let _refusing = RefusingQueues::apply(&env.broker, "retry\\..*");
+    let events = env.post_numbered_events("a.b", 6).await;
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    assert_eq!(env.count("delivery_attempts").await, 12, "each failed once, then was delivered");
+    let metrics = scrape(&env.http, &env.api_url).await;
+    let admitted = sample(&metrics, "relayops_deliveries_admitted_total", &[]);
+    let not_sent_round = sample(&metrics, "relayops_deliveries_not_sent_round_total", &[]);
+    let requeued = sample(&metrics, "relayops_recovery_actions_total", &[("action", "requeued")]);
+    assert!(admitted > 0.0, "the fault was met: deliveries were admitted from the parked ones");
+    assert!(not_sent_round > 0.0 && requeued > 0.0, "retries refused ({not_sent_round}), recovered ({requeued})");
+}
+
 /// The broker refuses messages for the ready queue: a policy gives it a
 /// maximum length of 0 with reject-publish overflow, and one message parked
 /// in it (no worker runs yet) keeps it over that length, so RabbitMQ nacks

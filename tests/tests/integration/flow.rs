@@ -179,12 +179,7 @@ async fn a_slow_endpoint_cannot_starve_a_fast_one() {
 async fn a_saturated_endpoints_backlog_waits_parked_and_is_published_once() {
     let env = TestEnv::start().await;
     env.create_endpoint("/sim/slow/300", &["*"], json!({ "max_in_flight": 1 })).await;
-    let mut events = Vec::new();
-    for n in 0..12 {
-        let answer = env.post_event("a.b", json!({ "n": n })).await;
-        assert_eq!(answer.status, 201);
-        events.push(answer.body["id"].as_str().unwrap().to_owned());
-    }
+    let events = env.post_numbered_events("a.b", 12).await;
     for event in &events {
         env.wait_for_status(event, "delivered").await;
     }
@@ -213,12 +208,7 @@ async fn a_worker_killed_while_admitting_parked_deliveries_loses_none() {
     config.publisher.recovery_grace = Duration::from_secs(2);
     let mut env = TestEnv::start_with(config).await;
     env.create_endpoint("/sim/slow/1000", &["*"], json!({ "max_in_flight": 1 })).await;
-    let mut events = Vec::new();
-    for n in 0..6 {
-        let answer = env.post_event("a.b", json!({ "n": n })).await;
-        assert_eq!(answer.status, 201);
-        events.push(answer.body["id"].as_str().unwrap().to_owned());
-    }
+    let events = env.post_numbered_events("a.b", 6).await;
     // One admitted from the parked ones is in flight, others still parked.
     relayops_tests::eventually(relayops_tests::WAIT, || async {
         let admitted = sample(&scrape(&env.http, &env.api_url).await, "relayops_deliveries_admitted_total", &[]);
