@@ -1,7 +1,8 @@
 //! Admitting parked deliveries (SPEC §12; `repo::waiting`): a delivery whose
-//! endpoint had no free slot waits as a `parked` row, acked, with no broker
-//! message, and is taken from Postgres into a slot when one frees — so a
-//! backlog behind a slow receiver waits in one place and is published once.
+//! endpoint could not take it (no free slot, or no rate-limit token) waits as
+//! a `parked` row, acked, with no broker message, and is taken from Postgres
+//! when the endpoint can take it — so a backlog behind a slow or rate-limited
+//! receiver waits in one place and is published once.
 //!
 //! - [`Waiters`] (one per process, in the [`Processor`]): the endpoints this
 //!   process parked deliveries of, and a signal per slot of theirs it frees.
@@ -11,31 +12,37 @@
 //!   by another worker, or by a circuit that closed since), so nothing waits
 //!   on one process's memory.
 //!
-//! An endpoint's task, while the endpoint has a free slot: takes one of the
-//! worker's fair slots for the tenant, leases the endpoint's oldest parked
-//! delivery, takes the endpoint's flow-control slot and sends it on a task
-//! of its own; the next waits for a slot this process frees (or a second,
-//! for another process's). A delivery leased and then turned away (another
-//! worker took the slot first) is parked again. What an admitted delivery
-//! needs afterwards goes to the broker as for any message: a retry to its
-//! retry queue, a failure on our side to the ready queue after a pause; if
-//! that publish fails, its row (`scheduled`, or leased until the lease
-//! expires) is recovery's.
+//! An endpoint's task asks flow control first and Postgres second: it
+//! reserves one of the endpoint's slots (and a token, when it has a rate
+//! limit) under a lease id of its own, takes one of the worker's fair slots
+//! for the tenant, and only then leases the endpoint's oldest parked
+//! delivery into them and sends it on a task of its own ([`LEASES_AT_ONCE`]
+//! leases under way at a time). Waiting for a slot this process frees (or a
+//! second, for another process's) or for the bucket's refill writes nothing;
+//! a lease that finds nothing left gives the slot and the token back and
+//! ends the task. The endpoint's limits come from the deliveries it leases:
+//! the first is leased before its slot, and parked again if flow control
+//! turns it away. What an admitted delivery needs afterwards goes to the
+//! broker as for any message: a retry to its retry queue, a failure on our
+//! side to the ready queue after a pause; if that publish fails, its row
+//! (`scheduled`, or leased until the lease expires) is recovery's.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use relayops_shared::broker::{DeliveryTask, QueueMessage};
+use relayops_shared::flow::Slot;
 use relayops_shared::ids::{EndpointId, TenantId};
 use relayops_shared::repo::deliveries::DeliveryJob;
 use relayops_shared::repo::waiting;
 use relayops_shared::task::stop_requested;
 use relayops_shared::telemetry::error_chain;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::delay::DelayPublisher;
+use crate::gate::{Admission, EndpointLimits};
 use crate::process::Processor;
 use crate::report;
 use crate::saturation::Busy;
@@ -50,6 +57,11 @@ const RECHECK_EVERY: Duration = Duration::from_secs(1);
 /// An endpoint's task that found its endpoint full this many checks in a row
 /// ends (another process is sending to it); the pass starts it again.
 const FULL_CHECKS_BEFORE_ENDING: u32 = 5;
+/// How many leases of an endpoint's parked deliveries one worker has under
+/// way at once (each into a slot already reserved): enough to admit past
+/// one database round trip's pace, few enough that leases finding nothing
+/// left cost little.
+const LEASES_AT_ONCE: usize = 4;
 /// Pause after the database failed an admission before trying again.
 const PAUSE_AFTER_FAILURE: Duration = Duration::from_millis(500);
 
@@ -228,61 +240,195 @@ impl Admitter {
 
     async fn admit_while_free(&self, tenant: TenantId, endpoint: EndpointId, freed: &Notify) -> Stopped {
         let mut sends = JoinSet::new();
-        let mut max_in_flight = None;
+        // The endpoint's limits, from the last delivery leased: until the
+        // first, a delivery is leased before its slot (and parked again if
+        // flow control turns it away); after that, only into a slot (and
+        // with a token) already held, so waiting writes nothing.
+        let mut limits: Option<EndpointLimits> = None;
+        let leasing = Arc::new(Semaphore::new(LEASES_AT_ONCE));
+        let mut drained = false;
         let mut full_checks = 0;
         let mut stopping = self.stopping.clone();
         let stopped = loop {
-            while sends.try_join_next().is_some() {}
+            // A lease under way says whether anything is left before the next.
+            let turn = tokio::select! {
+                biased;
+                () = stop_requested(&mut stopping) => break Stopped::Other,
+                turn = Arc::clone(&leasing).acquire_owned() => turn.expect("never closed"),
+            };
+            while let Some(sent) = sends.try_join_next() {
+                match sent {
+                    Ok(Leased::Nothing) => drained = true,
+                    Ok(Leased::Sent { limits: now }) => limits = Some(now),
+                    Ok(Leased::Failed) | Err(_) => {}
+                }
+            }
+            if drained {
+                break Stopped::Drained;
+            }
             if self.over() {
                 break Stopped::Other;
             }
-            let full = match max_in_flight {
-                Some(max_in_flight) => self.processor.is_full(endpoint, max_in_flight).await,
-                None => false,
-            };
-            if full {
-                full_checks = if slot_freed(freed).await { 0 } else { full_checks + 1 };
-                if full_checks >= FULL_CHECKS_BEFORE_ENDING {
-                    break Stopped::Other;
+            let Some(known) = limits else {
+                match self.lease_then_admit(tenant, endpoint, &mut sends).await {
+                    LeasedFirst::Nothing => break Stopped::Drained,
+                    LeasedFirst::Stopping => break Stopped::Other,
+                    LeasedFirst::Failed => {}
+                    LeasedFirst::Sent(now) => limits = Some(now),
+                    LeasedFirst::TurnedAway(now, busy) => {
+                        limits = Some(now);
+                        self.wait_out(busy, freed).await;
+                    }
                 }
                 continue;
-            }
-            let permit = tokio::select! {
-                biased;
-                () = stop_requested(&mut stopping) => break Stopped::Other,
-                permit = self.slots.acquire(tenant) => permit,
             };
-            let claim_asked = Instant::now();
-            let job = match self.processor.admit_oldest(tenant, endpoint).await {
-                Ok(Some(job)) => job,
-                Ok(None) => break Stopped::Drained,
-                Err(error) => {
-                    tracing::warn!(endpoint_id = %endpoint, error = %error_chain(&error),
-                        "admitting a parked delivery failed; trying again");
-                    tokio::time::sleep(PAUSE_AFTER_FAILURE).await;
+            let lease_id = format!("admission:{}", uuid::Uuid::new_v4());
+            let slot = match self.processor.gate().reserve(&known, &lease_id).await {
+                Admission::Go(slot) => slot,
+                Admission::Defer { busy } => {
+                    full_checks = if self.wait_out(busy, freed).await { 0 } else { full_checks + 1 };
+                    if full_checks >= FULL_CHECKS_BEFORE_ENDING {
+                        break Stopped::Other;
+                    }
                     continue;
                 }
             };
-            max_in_flight = Some(self.processor.max_in_flight(&job));
-            match self.processor.admit(&job).await {
-                Ok(slot) => {
-                    report::admitted();
-                    let (processor, delays) = (self.processor.clone(), Arc::clone(&self.delays));
-                    sends.spawn(send_admitted(processor, delays, job, slot, permit, claim_asked));
+            full_checks = 0;
+            let permit = tokio::select! {
+                biased;
+                () = stop_requested(&mut stopping) => {
+                    self.processor.gate().give_back(&known, slot).await;
+                    break Stopped::Other;
                 }
-                Err(Busy::Full { .. }) => {
-                    drop(permit);
-                    slot_freed(freed).await;
-                }
-                Err(Busy::Rate { wait }) => {
-                    drop(permit);
-                    tokio::time::sleep(wait).await;
-                }
-            }
+                permit = self.slots.acquire(tenant) => permit,
+            };
+            let (processor, delays) = (self.processor.clone(), Arc::clone(&self.delays));
+            sends.spawn(lease_into_slot(processor, delays, tenant, known, (slot, permit, turn)));
         };
         while sends.join_next().await.is_some() {}
         stopped
     }
+
+    /// Until the endpoint's limits are known: leases the oldest parked
+    /// delivery, then asks flow control for its slot; sends it in that slot
+    /// (on a task in `sends`) or parks it again.
+    async fn lease_then_admit(
+        &self,
+        tenant: TenantId,
+        endpoint: EndpointId,
+        sends: &mut JoinSet<Leased>,
+    ) -> LeasedFirst {
+        let mut stopping = self.stopping.clone();
+        let permit = tokio::select! {
+            biased;
+            () = stop_requested(&mut stopping) => return LeasedFirst::Stopping,
+            permit = self.slots.acquire(tenant) => permit,
+        };
+        let claim_asked = Instant::now();
+        let job = match self.processor.admit_oldest(tenant, endpoint).await {
+            Ok(Some(job)) => job,
+            Ok(None) => return LeasedFirst::Nothing,
+            Err(error) => {
+                failed_to_lease(endpoint, &error).await;
+                return LeasedFirst::Failed;
+            }
+        };
+        let limits = self.processor.gate().limits(&job);
+        match self.processor.gate().admit(&job).await {
+            Admission::Go(slot) => {
+                report::admitted();
+                let (processor, delays) = (self.processor.clone(), Arc::clone(&self.delays));
+                sends.spawn(async move {
+                    send_admitted(processor, delays, job, slot, permit, claim_asked).await;
+                    Leased::Sent { limits }
+                });
+                LeasedFirst::Sent(limits)
+            }
+            Admission::Defer { busy } => {
+                self.processor.park_again(&job).await;
+                LeasedFirst::TurnedAway(limits, busy)
+            }
+        }
+    }
+
+    /// Waits out what turned the endpoint away: a slot this process frees
+    /// (up to [`RECHECK_EVERY`]; whether one was), or the rate limit's
+    /// refill (`true`), or the process stopping.
+    async fn wait_out(&self, busy: Busy, freed: &Notify) -> bool {
+        let mut stopping = self.stopping.clone();
+        tokio::select! {
+            biased;
+            () = stop_requested(&mut stopping) => false,
+            freed = async {
+                match busy {
+                    Busy::Full { .. } => slot_freed(freed).await,
+                    Busy::Rate { wait } => {
+                        tokio::time::sleep(wait).await;
+                        true
+                    }
+                }
+            } => freed,
+        }
+    }
+}
+
+/// What became of a slot reserved for an endpoint's oldest parked delivery.
+enum Leased {
+    /// A delivery was leased into it and sent; its endpoint's limits now.
+    Sent { limits: EndpointLimits },
+    /// No parked delivery was left to admit.
+    Nothing,
+    /// The database failed the lease (paused before returning).
+    Failed,
+}
+
+/// What leasing before the endpoint's limits were known came to.
+enum LeasedFirst {
+    Sent(EndpointLimits),
+    TurnedAway(EndpointLimits, Busy),
+    Nothing,
+    Failed,
+    Stopping,
+}
+
+/// Leases the endpoint's oldest parked delivery into a slot (and token)
+/// already reserved for it and one of the worker's slots, and sends it;
+/// without one, gives them back. `turn`: one of the endpoint's
+/// [`LEASES_AT_ONCE`], given back once the lease has answered.
+async fn lease_into_slot(
+    processor: Processor,
+    delays: Arc<DelayPublisher>,
+    tenant: TenantId,
+    limits: EndpointLimits,
+    (slot, permit, turn): (Option<Slot>, SlotPermit, OwnedSemaphorePermit),
+) -> Leased {
+    let claim_asked = Instant::now();
+    match processor.admit_oldest(tenant, limits.endpoint).await {
+        Ok(Some(job)) => {
+            drop(turn);
+            report::admitted();
+            let limits = processor.gate().limits(&job);
+            send_admitted(processor, delays, job, slot, permit, claim_asked).await;
+            Leased::Sent { limits }
+        }
+        Ok(None) => {
+            processor.gate().give_back(&limits, slot).await;
+            Leased::Nothing
+        }
+        Err(error) => {
+            processor.gate().give_back(&limits, slot).await;
+            drop(permit);
+            failed_to_lease(limits.endpoint, &error).await;
+            Leased::Failed
+        }
+    }
+}
+
+/// Logs a lease the database failed and pauses before the next.
+async fn failed_to_lease(endpoint: EndpointId, error: &relayops_shared::db::DbError) {
+    tracing::warn!(endpoint_id = %endpoint, error = %error_chain(error),
+        "admitting a parked delivery failed; trying again");
+    tokio::time::sleep(PAUSE_AFTER_FAILURE).await;
 }
 
 /// Waits up to [`RECHECK_EVERY`] for this process to free one of the
@@ -299,12 +445,12 @@ async fn send_admitted(
     processor: Processor,
     delays: Arc<DelayPublisher>,
     job: DeliveryJob,
-    slot: Option<relayops_shared::flow::Slot>,
+    slot: Option<Slot>,
     _permit: SlotPermit,
     claim_asked: Instant,
 ) {
     let disposition = processor.send_and_record(&job, slot, claim_asked).await;
-    let Some(again) = RoundAgain::after(disposition, 0) else { return };
+    let Some(again) = RoundAgain::after(disposition) else { return };
     let task = DeliveryTask {
         tenant_id: job.tenant_id,
         delivery_id: job.delivery_id,
@@ -312,7 +458,7 @@ async fn send_admitted(
         endpoint_id: job.endpoint_id,
     };
     let body = serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default();
-    if let Err(error) = delays.publish(&body, again.wait, again.throttles).await {
+    if let Err(error) = delays.publish(&body, again.wait).await {
         report::not_sent_round();
         tracing::warn!(delivery_id = %job.delivery_id, error = %error_chain(&error),
             "admitted delivery not sent round; left to recovery");

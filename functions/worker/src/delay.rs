@@ -1,21 +1,17 @@
 //! Sending a message round again: to a retry queue whose fixed delay is the
 //! longest not above the wait, or straight to the ready queue when there is no
 //! wait. Publishes are confirmed; if one fails, nothing is lost: after a retry
-//! or a deferral the row is `scheduled` in Postgres and the recovery pass
-//! re-enqueues it once overdue; a postponed message (row untouched) is
-//! requeued instead of acked. A refusal also renews the channel
+//! the row is `scheduled` in Postgres and the recovery pass re-enqueues it
+//! once overdue; a message whose row may still be `pending` is requeued
+//! instead of acked. A refusal also renews the channel
 //! ([`DelayPublisher::publish`]).
 use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::Confirmation;
-use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 use relayops_shared::broker::{self, BrokerError, Topology};
-
-/// How many times in a row flow control deferred the message.
-pub const THROTTLES_HEADER: &str = "x-relayops-throttles";
 
 pub struct DelayPublisher {
     connection: Arc<Connection>,
@@ -44,7 +40,7 @@ impl DelayPublisher {
 
     /// Publishes and awaits the broker's confirm. After a refusal the next
     /// publishes go out on a new channel (see [`broker::close_replaced`]).
-    pub async fn publish(&self, body: &[u8], wait: Duration, throttles: u32) -> Result<(), DelayError> {
+    pub async fn publish(&self, body: &[u8], wait: Duration) -> Result<(), DelayError> {
         let (exchange, routing_key, queue) = if wait.is_zero() {
             (&self.topology.exchange, &self.topology.ready_routing_key, &self.topology.ready_queue)
         } else {
@@ -52,12 +48,7 @@ impl DelayPublisher {
             (&self.topology.retry_exchange, &bucket.routing_key, &bucket.queue)
         };
         let error = |source| DelayError::Publish { queue: queue.clone(), source };
-        let mut headers = FieldTable::default();
-        headers.insert(THROTTLES_HEADER.into(), AMQPValue::LongLongInt(i64::from(throttles)));
-        let properties = BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_content_type("application/json".into())
-            .with_headers(headers);
+        let properties = BasicProperties::default().with_delivery_mode(2).with_content_type("application/json".into());
         let options = BasicPublishOptions { mandatory: true, ..Default::default() };
         let channel = self.channel.read().await.clone();
         let confirm = channel.basic_publish(exchange, routing_key, options, body, properties).await.map_err(error)?;

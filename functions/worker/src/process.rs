@@ -40,7 +40,7 @@ use relayops_shared::telemetry::error_chain;
 
 use crate::admission::Waiters;
 use crate::circuit;
-use crate::gate::{miss_wait, Admission, Gate};
+use crate::gate::{Admission, Gate};
 use crate::health;
 use crate::hold::Backoff;
 use crate::lane;
@@ -60,15 +60,10 @@ pub enum Disposition {
     /// Done with it (settled, or nothing to do).
     Ack,
     /// Publish the message again to come back after `wait` (zero: at once),
-    /// then ack: a retry was scheduled, the message came back before its retry
-    /// was due, or flow control said not now (`throttled`: the wait grows with
-    /// each consecutive throttle).
-    Delay { wait: Duration, throttled: bool },
-    /// Flow control turned the endpoint away moments ago: publish the message
-    /// round again (a throttle more) without having touched its row, and ack
-    /// only if that publish was confirmed — the row may be `pending`, which
-    /// recovery sweeps only after its grace, so this message must not be lost.
-    Postpone { wait: Duration },
+    /// then ack: a retry was scheduled, or the message came back before its
+    /// retry was due. (A delivery flow control turns away does not go round:
+    /// it is parked, [`crate::admission`].)
+    Delay { wait: Duration },
     /// A transient failure on our side: deliver the message again.
     Requeue,
     /// Our database failed before anything was sent: keep the message and
@@ -198,17 +193,12 @@ impl Processor {
     }
 
     /// One delivery (a `delivery.v1` message, or one of a `deliveries.v1`
-    /// bundle's); `throttles`: how many times in a row flow control deferred
-    /// its message.
-    pub async fn process(&self, task: DeliveryTask, throttles: u32) -> Disposition {
+    /// bundle's).
+    pub async fn process(&self, task: DeliveryTask) -> Disposition {
         relayops_shared::hop!("worker.received", event_id = %task.event_id);
-        let result = match self.still_saturated(task.endpoint_id, throttles).await {
-            Saturated::No => self.deliver(task.tenant_id, task.delivery_id, throttles).await,
-            Saturated::RateLimited => {
-                report::postponed();
-                return Disposition::Postpone { wait: miss_wait(throttles) };
-            }
-            Saturated::Full => self.park_or_deliver(task, throttles).await,
+        let result = match self.still_saturated(task.endpoint_id).await {
+            Saturated::No => self.deliver(task.tenant_id, task.delivery_id).await,
+            Saturated::Busy(busy) => self.park_or_deliver(task, busy).await,
         };
         match result {
             Ok(disposition) => disposition,
@@ -235,20 +225,20 @@ impl Processor {
     /// fast receiver's slots free within milliseconds, and a delivery that
     /// waits here costs nothing, where parking costs a write and, later, an
     /// admission's lease.
-    async fn still_saturated(&self, endpoint: EndpointId, throttles: u32) -> Saturated {
-        match self.saturation.recall(endpoint, throttles) {
+    async fn still_saturated(&self, endpoint: EndpointId) -> Saturated {
+        match self.saturation.recall(endpoint) {
             Recall::Claim => Saturated::No,
-            Recall::RateLimited => Saturated::RateLimited,
+            Recall::RateLimited => Saturated::Busy(ParkedFor::RateLimit),
             Recall::WasFull { max_in_flight } => {
                 if !self.gate.is_full(endpoint, max_in_flight).await {
                     return Saturated::No;
                 }
                 if !self.saturation.wait_for_freed_slot(endpoint, WAIT_FOR_SLOT).await {
-                    return Saturated::Full;
+                    return Saturated::Busy(ParkedFor::Slot);
                 }
                 report::waited_for_slot();
                 if self.gate.is_full(endpoint, max_in_flight).await {
-                    Saturated::Full
+                    Saturated::Busy(ParkedFor::Slot)
                 } else {
                     Saturated::No
                 }
@@ -256,25 +246,20 @@ impl Processor {
         }
     }
 
-    /// A delivery for an endpoint that is still full: parked without a
-    /// claim (one write; a worker admits it when the endpoint frees a slot,
+    /// A delivery for an endpoint that is still saturated: parked without a
+    /// claim (one write; a worker admits it when the endpoint can take it,
     /// [`crate::admission`]), or, if its row is not due (leased, settled, a
     /// retry not yet due), handled by the claim as any other.
-    async fn park_or_deliver(&self, task: DeliveryTask, throttles: u32) -> Result<Disposition, ProcessError> {
+    async fn park_or_deliver(&self, task: DeliveryTask, parked_for: ParkedFor) -> Result<Disposition, ProcessError> {
         if self.parks.call((task.tenant_id, task.delivery_id)).await? {
-            report::parked("endpoint_full");
+            report::parked(parked_for.reason());
             self.waiters.note(task.tenant_id, task.endpoint_id);
             return Ok(Disposition::Ack);
         }
-        self.deliver(task.tenant_id, task.delivery_id, throttles).await
+        self.deliver(task.tenant_id, task.delivery_id).await
     }
 
-    async fn deliver(
-        &self,
-        tenant: TenantId,
-        delivery: DeliveryId,
-        throttles: u32,
-    ) -> Result<Disposition, ProcessError> {
+    async fn deliver(&self, tenant: TenantId, delivery: DeliveryId) -> Result<Disposition, ProcessError> {
         let claim_asked = Instant::now();
         let job = match self.claims.call((tenant, delivery)).await? {
             ClaimOutcome::Claimed(job) => {
@@ -290,7 +275,7 @@ impl Processor {
             ClaimOutcome::NotClaimable { status: Some(DeliveryStatus::Scheduled), next_attempt_at: Some(due) } => {
                 // Early (a shorter bucket, or a duplicate): wait out the rest.
                 let remaining = (due - Utc::now()).to_std().unwrap_or_default().max(Duration::from_millis(1));
-                return Ok(Disposition::Delay { wait: remaining, throttled: false });
+                return Ok(Disposition::Delay { wait: remaining });
             }
             ClaimOutcome::NotClaimable { status, .. } => {
                 tracing::debug!(tenant_id = %tenant, delivery_id = %delivery, status = status.map(|s| s.as_str()),
@@ -307,32 +292,29 @@ impl Processor {
             return Ok(Disposition::Ack);
         }
 
-        let slot = match self.gate.admit(&job, throttles).await {
+        let slot = match self.gate.admit(&job).await {
             Admission::Go(slot) => slot,
-            Admission::Defer { wait, busy } => return self.turned_away(&job, wait, busy).await,
+            Admission::Defer { busy } => return self.turned_away(&job, busy).await,
         };
         Ok(self.send_and_record(&job, slot, claim_asked).await)
     }
 
-    /// Flow control turned a claimed delivery away: for a full endpoint it
-    /// is parked to wait for a slot (acked: a worker admits it,
-    /// [`crate::admission`]); for a rate limit it is due again after the
-    /// refill, its message sent round to come back then.
-    async fn turned_away(&self, job: &DeliveryJob, wait: Duration, busy: Busy) -> Result<Disposition, ProcessError> {
+    /// Flow control turned a claimed delivery away (its endpoint is full,
+    /// or out of rate-limit tokens): it is parked to wait (acked: a worker
+    /// admits it, [`crate::admission`]).
+    async fn turned_away(&self, job: &DeliveryJob, busy: Busy) -> Result<Disposition, ProcessError> {
         self.saturation.remember(job.endpoint_id, busy);
         let key = (job.tenant_id, job.delivery_id);
-        if let Busy::Full { .. } = busy {
-            if self.deferrals.call(Deferral { key, until: DeferUntil::SlotFree }).await? == Settled::Recorded {
-                report::parked("endpoint_full");
-                self.waiters.note(job.tenant_id, job.endpoint_id);
-            }
-            return Ok(Disposition::Ack);
+        if self.deferrals.call(Deferral { key, until: DeferUntil::SlotFree }).await? == Settled::Recorded {
+            report::parked(ParkedFor::from(busy).reason());
+            self.waiters.note(job.tenant_id, job.endpoint_id);
         }
-        self.deferrals.call(Deferral { key, until: DeferUntil::After(wait) }).await?;
-        report::deferred();
-        tracing::debug!(tenant_id = %job.tenant_id, delivery_id = %job.delivery_id,
-            endpoint_id = %job.endpoint_id, wait_ms = wait.as_millis() as u64, "deferred by flow control");
-        Ok(Disposition::Delay { wait, throttled: true })
+        Ok(Disposition::Ack)
+    }
+
+    /// The gate this worker's flow control goes through.
+    pub(crate) fn gate(&self) -> &Gate {
+        &self.gate
     }
 
     /// Leases the oldest parked delivery of `endpoint`, if it may admit one
@@ -346,30 +328,15 @@ impl Processor {
         waiting::admit_oldest(&client, tenant, endpoint, &self.config.worker_id, self.config.lease).await
     }
 
-    /// Flow control for a delivery leased from the parked ones: its slot, or
-    /// why not (then it is parked again).
-    pub(crate) async fn admit(&self, job: &DeliveryJob) -> Result<Option<Slot>, Busy> {
-        match self.gate.admit(job, 0).await {
-            Admission::Go(slot) => Ok(slot),
-            Admission::Defer { busy, .. } => {
-                let key = (job.tenant_id, job.delivery_id);
-                if let Err(error) = self.deferrals.call(Deferral { key, until: DeferUntil::SlotFree }).await {
-                    tracing::warn!(delivery_id = %job.delivery_id, error = %error_chain(&error),
-                        "admitted delivery not parked again; its lease expires and recovery sends it");
-                }
-                Err(busy)
-            }
+    /// Parks a delivery leased from the parked ones again: flow control
+    /// turned it away after all. If that fails, its lease expires and
+    /// recovery sends it.
+    pub(crate) async fn park_again(&self, job: &DeliveryJob) {
+        let key = (job.tenant_id, job.delivery_id);
+        if let Err(error) = self.deferrals.call(Deferral { key, until: DeferUntil::SlotFree }).await {
+            tracing::warn!(delivery_id = %job.delivery_id, error = %error_chain(&error),
+                "admitted delivery not parked again; its lease expires and recovery sends it");
         }
-    }
-
-    /// The endpoint's `max_in_flight` as flow control counts it.
-    pub(crate) fn max_in_flight(&self, job: &DeliveryJob) -> u32 {
-        self.gate.max_in_flight(job)
-    }
-
-    /// Whether `endpoint` has no free slot now.
-    pub(crate) async fn is_full(&self, endpoint: EndpointId, max_in_flight: u32) -> bool {
-        self.gate.is_full(endpoint, max_in_flight).await
     }
 
     /// Sends a leased delivery in the `slot` flow control gave it, records
@@ -604,7 +571,7 @@ impl Processor {
         health::after_attempt(&self.health, &self.pool, &*self.wakeup, job, delivered, window).await;
         circuit::after_attempt(&self.config.circuit, &self.pool, job, &exchange.result).await;
         Ok(match wait {
-            Some(wait) => Disposition::Delay { wait, throttled: false },
+            Some(wait) => Disposition::Delay { wait },
             None => Disposition::Ack,
         })
     }
@@ -614,10 +581,36 @@ impl Processor {
 enum Saturated {
     /// Claim as usual.
     No,
-    /// Its rate-limit wait has not passed: postpone the message.
-    RateLimited,
-    /// It has no free slot: park the delivery.
-    Full,
+    /// It cannot take the delivery now: park it.
+    Busy(ParkedFor),
+}
+
+/// Why a delivery waits parked for its endpoint.
+#[derive(Debug, Clone, Copy)]
+enum ParkedFor {
+    /// A free slot (`max_in_flight` requests in flight).
+    Slot,
+    /// A rate-limit token.
+    RateLimit,
+}
+
+impl From<Busy> for ParkedFor {
+    fn from(busy: Busy) -> Self {
+        match busy {
+            Busy::Full { .. } => Self::Slot,
+            Busy::Rate { .. } => Self::RateLimit,
+        }
+    }
+}
+
+impl ParkedFor {
+    /// The `reason` label of `relayops_deliveries_parked_total`.
+    fn reason(self) -> &'static str {
+        match self {
+            Self::Slot => "endpoint_full",
+            Self::RateLimit => "rate_limited",
+        }
+    }
 }
 
 /// The attempt's outcome and, for a retry, the wait before the next one.

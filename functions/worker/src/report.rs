@@ -7,9 +7,9 @@
 //! response body: the [`AttemptReport`] does not even hold them.
 use relayops_shared::domain::AttemptOutcome;
 use relayops_shared::observe::names::{
-    DELIVERIES_ADMITTED, DELIVERIES_DEFERRED, DELIVERIES_HELD, DELIVERIES_NOT_SENT_ROUND, DELIVERIES_PARKED,
-    DELIVERIES_POSTPONED, DELIVERIES_REPUBLISHED, DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERIES_WAITED_FOR_SLOT,
-    DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION, ENDPOINT_CIRCUITS, ENDPOINT_HEALTH_WRITES,
+    DELIVERIES_ADMITTED, DELIVERIES_HELD, DELIVERIES_NOT_SENT_ROUND, DELIVERIES_PARKED, DELIVERIES_REPUBLISHED,
+    DELIVERIES_SETTLED_WITHOUT_ATTEMPT, DELIVERIES_WAITED_FOR_SLOT, DELIVERY_ATTEMPTS, DELIVERY_ATTEMPT_DURATION,
+    ENDPOINT_CIRCUITS, ENDPOINT_HEALTH_WRITES,
 };
 use relayops_shared::repo::deliveries::DeliveryJob;
 
@@ -63,17 +63,6 @@ pub fn attempt(report: &AttemptReport<'_>) {
     metrics::histogram!(DELIVERY_ATTEMPT_DURATION, "outcome" => class).record(latency.as_secs_f64());
 }
 
-/// A delivery put back by flow control (no attempt made).
-pub fn deferred() {
-    metrics::counter!(DELIVERIES_DEFERRED).increment(1);
-}
-
-/// A message sent round again without a claim: its endpoint was just found
-/// saturated (see [`crate::saturation`]).
-pub fn postponed() {
-    metrics::counter!(DELIVERIES_POSTPONED).increment(1);
-}
-
 /// A delivery for a full endpoint waited in the worker for a slot this
 /// process freed, instead of going round through the broker.
 pub fn waited_for_slot() {
@@ -81,7 +70,8 @@ pub fn waited_for_slot() {
 }
 
 /// A delivery parked to wait in Postgres: its endpoint's circuit is open
-/// (`circuit_open`), or it had no free slot (`endpoint_full`).
+/// (`circuit_open`), it had no free slot (`endpoint_full`), or its rate
+/// limit no token (`rate_limited`).
 pub fn parked(reason: &'static str) {
     metrics::counter!(DELIVERIES_PARKED, "reason" => reason).increment(1);
 }

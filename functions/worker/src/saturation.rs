@@ -1,21 +1,13 @@
 //! A per-process memory of endpoints that flow control recently turned away,
-//! so that a message for an endpoint that is still saturated is dealt with
-//! without a claim that would only be turned away again: for a full endpoint
-//! the delivery is parked in the claim's place (one write; a worker admits
-//! it when a slot frees, [`crate::admission`]); while a rate-limit wait
-//! lasts, the message goes round again without touching its row.
+//! so that a message for an endpoint that is still saturated is parked
+//! without a claim that would only be turned away again (one write; a
+//! worker admits it when the endpoint can take it, [`crate::admission`]).
 //!
-//! The memory only says whom to ask: a message is postponed while its
-//! endpoint's rate-limit wait lasts (no token can exist before then), and
-//! parked only when flow control says the endpoint has no free slot right
-//! now — never on a guess.
-//!
-//! Nothing depends on it either. A postponed message leaves its row as it was
-//! (`pending`, or `scheduled` by an earlier deferral), and every
-//! [`FULL_CHECK_EVERY`]th round of a message takes the full path (claim, gate,
-//! deferral), which refreshes a `scheduled` row's due time well inside the
-//! recovery grace (waits are capped at 8 s: at most ~32 s between full rounds,
-//! the default grace is 60 s), so recovery does not duplicate it.
+//! The memory only says whom to ask, never decides on a guess: a message is
+//! parked while its endpoint's rate-limit wait lasts (no token can exist
+//! before then), or when flow control says the endpoint has no free slot
+//! right now. Nothing depends on it either: a delivery claimed as usual is
+//! turned away by the gate and parked the same way.
 //!
 //! A remembered endpoint also carries a signal for each slot this process
 //! frees ([`Saturation::slot_freed`]): a delivery for a full endpoint waits a
@@ -29,10 +21,8 @@ use std::time::{Duration, Instant};
 use relayops_shared::ids::EndpointId;
 use tokio::sync::Notify;
 
-/// How long after its last deferral an endpoint is remembered.
+/// How long after it was last turned away an endpoint is remembered.
 pub const MEMORY: Duration = Duration::from_secs(10);
-/// One round in this many goes the full way even while the endpoint is busy.
-pub const FULL_CHECK_EVERY: u32 = 4;
 /// Past this many remembered endpoints, stale entries are dropped.
 const PRUNE_ABOVE: usize = 1_024;
 
@@ -48,11 +38,11 @@ pub enum Busy {
 /// What the memory says about a message's endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recall {
-    /// Nothing (or time for a full round): claim as usual.
+    /// Nothing: claim as usual.
     Claim,
-    /// Its rate-limit wait has not passed: postpone.
+    /// Its rate-limit wait has not passed: park.
     RateLimited,
-    /// It was full recently: postpone if its lease set is still full.
+    /// It was full recently: park if its lease set is still full.
     WasFull { max_in_flight: u32 },
 }
 
@@ -112,12 +102,8 @@ impl Saturation {
         tokio::time::timeout(limit, freed.notified()).await.is_ok()
     }
 
-    /// What to do with a message for `endpoint` that went round `throttles`
-    /// times in a row already.
-    pub fn recall(&self, endpoint: EndpointId, throttles: u32) -> Recall {
-        if throttles % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1 {
-            return Recall::Claim;
-        }
+    /// What to do with a message for `endpoint`.
+    pub fn recall(&self, endpoint: EndpointId) -> Recall {
         let now = Instant::now();
         let map = self.endpoints.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(entry) = map.get(&endpoint).filter(|entry| now.duration_since(entry.seen) < MEMORY) else {
@@ -138,18 +124,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_endpoint_is_rechecked_and_every_fourth_round_goes_the_full_way() {
+    fn a_full_endpoint_is_remembered_with_its_limit() {
         let saturation = Saturation::default();
         let (full, other) = (EndpointId::new(), EndpointId::new());
-        assert_eq!(saturation.recall(full, 0), Recall::Claim, "nothing remembered yet");
+        assert_eq!(saturation.recall(full), Recall::Claim, "nothing remembered yet");
         saturation.remember(full, Busy::Full { max_in_flight: 3 });
-        let recalled: Vec<Recall> = (0..8).map(|throttles| saturation.recall(full, throttles)).collect();
-        let was_full = Recall::WasFull { max_in_flight: 3 };
-        assert_eq!(
-            recalled,
-            [was_full, was_full, was_full, Recall::Claim, was_full, was_full, was_full, Recall::Claim]
-        );
-        assert_eq!(saturation.recall(other, 0), Recall::Claim, "only the endpoint turned away");
+        assert_eq!(saturation.recall(full), Recall::WasFull { max_in_flight: 3 });
+        assert_eq!(saturation.recall(other), Recall::Claim, "only the endpoint turned away");
     }
 
     #[tokio::test]
@@ -171,12 +152,12 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_wait_postpones_until_it_has_passed() {
+    fn a_rate_wait_parks_until_it_has_passed() {
         let saturation = Saturation::default();
         let (waiting, passed) = (EndpointId::new(), EndpointId::new());
         saturation.remember(waiting, Busy::Rate { wait: Duration::from_secs(60) });
         saturation.remember(passed, Busy::Rate { wait: Duration::ZERO });
-        assert_eq!(saturation.recall(waiting, 0), Recall::RateLimited);
-        assert_eq!(saturation.recall(passed, 0), Recall::Claim);
+        assert_eq!(saturation.recall(waiting), Recall::RateLimited);
+        assert_eq!(saturation.recall(passed), Recall::Claim);
     }
 }

@@ -19,7 +19,7 @@ use relayops_shared::telemetry::error_chain;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::delay::{DelayPublisher, THROTTLES_HEADER};
+use crate::delay::DelayPublisher;
 use crate::hold::{delivery_count, near_delivery_limit, Backoff};
 use crate::process::{Disposition, Processor};
 use crate::report;
@@ -28,17 +28,6 @@ use crate::slots::FairSlots;
 /// Pause before requeueing after a failure on our side, so a database outage
 /// does not become a hot redelivery loop.
 const REQUEUE_PAUSE: Duration = Duration::from_millis(500);
-
-/// How many times in a row flow control deferred this message (a header the
-/// worker sets when it sends a message round).
-fn throttles(delivery: &Delivery) -> u32 {
-    let value = delivery
-        .properties
-        .headers()
-        .as_ref()
-        .and_then(|headers| headers.inner().get(THROTTLES_HEADER).and_then(|value| value.as_long_long_int()));
-    value.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32
-}
 
 /// What a message from the ready queue asks for.
 enum Message {
@@ -63,32 +52,25 @@ fn read(body: &[u8]) -> Message {
     }
 }
 
-/// How a delivery goes round again as a message of its own (after `wait`,
-/// with its consecutive throttles counted), from its disposition: the one
-/// table for a `delivery.v1`, a bundle's deliveries and a delivery admitted
-/// from the parked ones alike.
+/// How a delivery goes round again as a message of its own (after `wait`),
+/// from its disposition: the one table for a `delivery.v1`, a bundle's
+/// deliveries and a delivery admitted from the parked ones alike.
 pub(crate) struct RoundAgain {
     pub(crate) wait: Duration,
-    pub(crate) throttles: u32,
     /// Its row does not say it is due (it may be `pending` or leased): the
     /// message that brought it must not be acknowledged unless this one is out.
     lost_unless_published: bool,
 }
 
 impl RoundAgain {
-    /// `throttles`: those of the message that brought the delivery (0 for a
-    /// bundle, or a delivery admitted from the parked ones).
-    pub(crate) fn after(disposition: Disposition, throttles: u32) -> Option<Self> {
-        let again = |wait, throttles, lost_unless_published| Some(Self { wait, throttles, lost_unless_published });
+    pub(crate) fn after(disposition: Disposition) -> Option<Self> {
+        let again = |wait, lost_unless_published| Some(Self { wait, lost_unless_published });
         match disposition {
             Disposition::Ack | Disposition::Reject => None,
             // The row is scheduled in Postgres: recovery re-enqueues it if this is lost.
-            Disposition::Delay { wait, throttled } => {
-                again(wait, if throttled { throttles.saturating_add(1) } else { 0 }, false)
-            }
-            // Its row was not touched (it may be `pending`).
-            Disposition::Postpone { wait } => again(wait, throttles.saturating_add(1), true),
-            Disposition::Requeue | Disposition::Hold => again(REQUEUE_PAUSE, throttles, true),
+            Disposition::Delay { wait } => again(wait, false),
+            // Its row may be `pending` or leased.
+            Disposition::Requeue | Disposition::Hold => again(REQUEUE_PAUSE, true),
         }
     }
 }
@@ -126,7 +108,7 @@ impl Settler {
     /// tenants) meanwhile; one not
     /// started when the process is told to stop (a bundle's later deliveries)
     /// is not started: [`Disposition::Requeue`], its row untouched.
-    async fn process_holding(&self, task: DeliveryTask, throttles: u32) -> Disposition {
+    async fn process_holding(&self, task: DeliveryTask) -> Disposition {
         let mut stopping = self.stopping.clone();
         // (A stop already requested resolves at once: checked first.)
         let _permit = tokio::select! {
@@ -136,7 +118,7 @@ impl Settler {
         };
         let mut backoff = Backoff::default();
         loop {
-            match self.processor.process(task, throttles).await {
+            match self.processor.process(task).await {
                 Disposition::Hold => match backoff.next_pause() {
                     Some(pause) if self.channel.status().connected() => {
                         report::held();
@@ -154,12 +136,11 @@ impl Settler {
     /// if that failed and the delivery would be lost). A requeue is left to
     /// [`settle`](Self::settle), as a bundle's is.
     async fn process_one(&self, delivery: &Delivery, task: DeliveryTask) -> Disposition {
-        let throttles = throttles(delivery);
-        let disposition = self.process_holding(task, throttles).await;
+        let disposition = self.process_holding(task).await;
         if matches!(disposition, Disposition::Requeue) {
             return disposition;
         }
-        let Some(again) = RoundAgain::after(disposition, throttles) else { return disposition };
+        let Some(again) = RoundAgain::after(disposition) else { return disposition };
         if self.send_round(&delivery.data, &again, task).await || !again.lost_unless_published {
             Disposition::Ack
         } else {
@@ -170,7 +151,7 @@ impl Settler {
     /// Publishes `body` (one delivery's message) to come back as `again`
     /// says; whether it is out. A failure is logged with what follows from it.
     async fn send_round(&self, body: &[u8], again: &RoundAgain, task: DeliveryTask) -> bool {
-        let Err(error) = self.delays.publish(body, again.wait, again.throttles).await else { return true };
+        let Err(error) = self.delays.publish(body, again.wait).await else { return true };
         report::not_sent_round();
         let outcome = if again.lost_unless_published {
             "its message is requeued"
@@ -183,8 +164,8 @@ impl Settler {
 
     /// A bundle (`deliveries.v1` or `v2`): each delivery attempted as if it had come
     /// alone (each on a task of its own, within the worker's concurrency);
-    /// as each ends, if it must go round again — a retry, a postponement, a
-    /// failure on our side — it is published as a `delivery.v1` of its own.
+    /// as each ends, if it must go round again — a retry, a failure on our
+    /// side — it is published as a `delivery.v1` of its own.
     /// [`Disposition::Ack`] once every delivery is settled or sent round;
     /// [`Disposition::Requeue`] (the whole bundle: the next claims drop the
     /// deliveries already settled) when one that would otherwise be lost
@@ -195,7 +176,7 @@ impl Settler {
         let mut attempts = JoinSet::new();
         for task in tasks {
             let settler = self.clone();
-            attempts.spawn(async move { (task, settler.process_holding(task, 0).await) });
+            attempts.spawn(async move { (task, settler.process_holding(task).await) });
         }
         let mut whole = Disposition::Ack;
         // Each as it ends: a retry goes round without waiting for its siblings.
@@ -205,7 +186,7 @@ impl Settler {
                 whole = Disposition::Requeue;
                 continue;
             };
-            let Some(again) = RoundAgain::after(disposition, 0) else { continue };
+            let Some(again) = RoundAgain::after(disposition) else { continue };
             let body = serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default();
             if !self.send_round(&body, &again, task).await && again.lost_unless_published {
                 whole = Disposition::Requeue;
@@ -223,7 +204,7 @@ impl Settler {
     async fn republish_near_limit(&self, delivery: &Delivery) -> Disposition {
         tokio::time::sleep(REQUEUE_PAUSE).await;
         let redeliveries = delivery_count(delivery);
-        match self.delays.publish(&delivery.data, Duration::ZERO, throttles(delivery)).await {
+        match self.delays.publish(&delivery.data, Duration::ZERO).await {
             Ok(()) => {
                 report::republished();
                 tracing::warn!(redeliveries, "message near the delivery limit re-published");
@@ -253,7 +234,7 @@ impl Settler {
             Disposition::Reject => delivery.acker.reject(BasicRejectOptions { requeue: false }).await,
             // (Whatever went round again was resolved into `Ack` or `Requeue`
             // above, a hold into another disposition or `Requeue`.)
-            Disposition::Requeue | Disposition::Hold | Disposition::Delay { .. } | Disposition::Postpone { .. } => {
+            Disposition::Requeue | Disposition::Hold | Disposition::Delay { .. } => {
                 tokio::time::sleep(REQUEUE_PAUSE).await;
                 delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
             }

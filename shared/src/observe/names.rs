@@ -19,15 +19,18 @@ pub const DELIVERY_ATTEMPTS: &str = "relayops_delivery_attempts_total";
 pub const DELIVERY_ATTEMPT_DURATION: &str = "relayops_delivery_attempt_duration_seconds";
 /// Deliveries settled without an attempt; `reason`: `endpoint_disabled`.
 pub const DELIVERIES_SETTLED_WITHOUT_ATTEMPT: &str = "relayops_deliveries_settled_without_attempt_total";
-/// Deliveries put back by flow control (endpoint lease or rate); no labels.
+/// Not counted by this build, whose turned-away deliveries wait parked: a
+/// build that sent them round through the retry queues counted each
+/// deferral (claimed, then put back) and postponement (sent round
+/// unclaimed) here. `relayops-bench` reads them to compare with such a build.
 pub const DELIVERIES_DEFERRED: &str = "relayops_deliveries_deferred_total";
-/// Messages sent round again without claiming their row, because flow control
-/// had just turned their endpoint away; no labels.
+/// See [`DELIVERIES_DEFERRED`].
 pub const DELIVERIES_POSTPONED: &str = "relayops_deliveries_postponed_total";
 /// Deliveries for a full endpoint that waited in the worker for a slot this
 /// process freed, instead of going round through the broker; no labels.
 pub const DELIVERIES_WAITED_FOR_SLOT: &str = "relayops_deliveries_waited_for_slot_total";
-/// Deliveries a claim parked because their endpoint's circuit was open; no labels.
+/// Deliveries parked to wait in Postgres, by `reason`: `circuit_open`,
+/// `endpoint_full`, `rate_limited`.
 pub const DELIVERIES_PARKED: &str = "relayops_deliveries_parked_total";
 pub const DELIVERIES_ADMITTED: &str = "relayops_deliveries_admitted_total";
 /// Endpoint circuits changed by a worker, by `change` (`opened`, `reopened`,
@@ -100,15 +103,13 @@ pub fn describe_all() {
     describe_counter!(DELIVERY_ATTEMPTS, "Delivery attempts by outcome.");
     describe_histogram!(DELIVERY_ATTEMPT_DURATION, Unit::Seconds, "Outbound webhook request duration by outcome.");
     describe_counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "Deliveries settled without an attempt, by reason.");
-    describe_counter!(DELIVERIES_DEFERRED, "Deliveries put back by endpoint flow control.");
-    describe_counter!(DELIVERIES_POSTPONED, "Messages sent round again unclaimed: their endpoint was just saturated.");
     describe_counter!(
         DELIVERIES_PARKED,
-        "Deliveries parked to wait in Postgres, by reason (circuit_open, endpoint_full)."
+        "Deliveries parked to wait in Postgres, by reason (circuit_open, endpoint_full, rate_limited)."
     );
     describe_counter!(
         DELIVERIES_ADMITTED,
-        "Parked deliveries a worker took straight from Postgres into a free slot of their endpoint."
+        "Parked deliveries a worker took straight from Postgres into a free slot (and token) of their endpoint."
     );
     describe_counter!(ENDPOINT_CIRCUITS, "Endpoint circuits opened, reopened after a failed probe, or closed.");
     describe_counter!(

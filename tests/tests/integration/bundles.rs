@@ -136,10 +136,10 @@ async fn a_worker_killed_mid_bundle_leaves_no_delivery_behind_and_sends_no_settl
 }
 
 /// Flow control turns one bundled delivery away (its endpoint's rate limit):
-/// it goes round alone, without spending an attempt, and is delivered once
+/// it waits parked alone, without spending an attempt, and is delivered once
 /// its turn comes; the other deliveries of the same bundles are sent once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bundled_delivery_flow_control_turns_away_goes_round_alone_without_an_attempt() {
+async fn a_bundled_delivery_flow_control_turns_away_waits_alone_without_an_attempt() {
     const EVENTS: usize = 3;
     let env = TestEnv::start().await;
     for _ in 0..2 {
@@ -158,9 +158,10 @@ async fn a_bundled_delivery_flow_control_turns_away_goes_round_alone_without_an_
     }
     let counts = requests_per_path(&env);
     assert_eq!((counts["/sim/ok"], counts["/sim/status/200"]), (2 * EVENTS, EVENTS), "{counts:?}");
-    let turned_away = env.metric("relayops_deliveries_deferred_total", &[]).await
-        + env.metric("relayops_deliveries_postponed_total", &[]).await;
+    let turned_away = env.metric("relayops_deliveries_parked_total", &[("reason", "rate_limited")]).await;
     assert!(turned_away >= 1.0, "the rate limit turned at least one delivery away ({turned_away})");
+    let admitted = env.metric("relayops_deliveries_admitted_total", &[]).await;
+    assert_eq!(admitted, turned_away, "each delivery the rate limit parked was admitted once");
 }
 
 /// A bundle none of whose deliveries can be sent round — each claim fails on

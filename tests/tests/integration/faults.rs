@@ -191,51 +191,29 @@ async fn a_broker_that_accepts_but_never_answers_is_an_error_not_a_hang() {
     holder.abort();
 }
 
-/// The broker refuses to take back messages sent round (a policy makes the
-/// retry queues refuse every message, so each re-publish is nacked) while an
-/// endpoint's rate limit turns deliveries away. A postponed message's row was
-/// never touched — it may still be `pending`, which recovery does not sweep —
-/// so the worker must not ack it: it is requeued and delivered once the
-/// limit has a token. Deferred rows are `scheduled` and come back through
-/// recovery. (Deliveries turned away by `max_in_flight` wait parked in
-/// Postgres and need no re-publish at all.)
+/// A rate-limited endpoint's backlog waits parked, not going round: with
+/// the retry queues refusing every message (a policy), deliveries its rate
+/// limit turns away need no re-publish at all — each is parked (one write),
+/// admitted with a token as the bucket refills, and delivered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postponed_messages_the_broker_refuses_to_take_back_are_not_lost() {
+async fn rate_limited_deliveries_wait_parked_and_need_no_re_publish() {
     let mut config = TestConfig::default();
     config.publisher.recovery_grace = Duration::from_secs(1);
     let env = TestEnv::start_with(config).await;
-    env.create_endpoint("/sim/ok", &["*"], json!({ "rate_limit_per_sec": 1, "rate_limit_burst": 1 })).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({ "rate_limit_per_sec": 2, "rate_limit_burst": 1 })).await;
     let _refusing = RefusingQueues::apply(&env.broker, "retry\\..*");
-    let post = |n: u32| {
-        let env = &env;
-        async move {
-            let answer = env.post_event("a.b", json!({ "n": n })).await;
-            assert_eq!(answer.status, 201);
-            answer.body["id"].as_str().unwrap().to_owned()
-        }
-    };
-    // One sent, one turned away: the worker now knows the endpoint has no token.
-    let mut events = vec![post(0).await, post(1).await];
-    eventually(WAIT, || async {
-        let deferred = sample(&scrape(&env.http, &env.api_url).await, "relayops_deliveries_deferred_total", &[]);
-        if deferred >= 1.0 {
-            Ok(())
-        } else {
-            Err("no deferral yet".to_owned())
-        }
-    })
-    .await;
-    // These arrive while it still has none: postponed with their rows `pending`.
-    for n in 2..6 {
-        events.push(post(n).await);
-    }
+    let events = env.post_numbered_events("a.b", 6).await;
     for event in &events {
         env.wait_for_status(event, "delivered").await;
     }
     assert_eq!(env.count("delivery_attempts").await, 6, "each delivered once");
     let metrics = scrape(&env.http, &env.api_url).await;
-    let postponed = sample(&metrics, "relayops_deliveries_postponed_total", &[]);
-    assert!(postponed > 0.0, "the fault was met: messages were postponed while their re-publish was refused");
+    let parked = sample(&metrics, "relayops_deliveries_parked_total", &[("reason", "rate_limited")]);
+    assert!(parked > 0.0, "the fault was met: the rate limit turned deliveries away");
+    assert_eq!(sample(&metrics, "relayops_deliveries_admitted_total", &[]), parked, "each admitted once");
+    let not_sent_round = sample(&metrics, "relayops_deliveries_not_sent_round_total", &[]);
+    assert_eq!(not_sent_round, 0.0, "nothing needed the refusing retry queues");
+    assert_eq!(sample(&metrics, "relayops_outbox_published_total", &[]), 6.0, "each published once");
 }
 
 /// A delivery admitted from the parked ones (its endpoint was full) whose
