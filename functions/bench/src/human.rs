@@ -208,6 +208,19 @@ fn print_noisy_sides<'r>(phases: impl Iterator<Item = (&'static str, &'r serde_j
                 count("outcome=\"retry\""),
             );
         }
+        let w = &p["postgres_writes"];
+        if w.is_object() {
+            println!(
+                "             postgres {:.2} rows written, {:.2} commits per delivery ({} rows over {} deliveries)",
+                w["rows_per_delivery"].as_f64().unwrap_or(0.0),
+                w["commits_per_delivery"].as_f64().unwrap_or(0.0),
+                w["rows_written"],
+                w["deliveries"],
+            );
+        }
+        if p["cost"].is_object() {
+            println!("             {}", crate::cost::describe(&p["cost"]));
+        }
     }
 }
 

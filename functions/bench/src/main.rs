@@ -17,6 +17,7 @@ mod memory;
 mod noisy;
 mod noisy_tenant;
 mod paced;
+mod pg_writes;
 mod proc_cpu;
 mod protocol;
 mod queueing;
@@ -128,7 +129,9 @@ struct Args {
     /// `noisy-neighbour` phases, comma-separated (run in this order): alone,
     /// burst-alone, burst, slow, slow-default, failing, fanout, same-tenant-failing;
     /// also burst-default-alone (A's burst alone to a fast endpoint at the
-    /// default `max_in_flight`, so that most of it waits parked for a slot)
+    /// default `max_in_flight`, so that most of it waits parked for a slot),
+    /// burst-rated (A's burst to a fast endpoint with a 1,000/s rate limit
+    /// and `max_in_flight` 100, so that most of it waits for a token)
     /// and circuit-close (A's flood to an endpoint answering 500 for 20 s, then
     /// 200: its circuit opens on the backlog and closes on it).
     #[arg(

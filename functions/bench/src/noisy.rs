@@ -15,8 +15,10 @@ use serde::Serialize;
 use relayops_shared::db::Pool;
 
 use crate::broker_messages::{self, BrokerMessages};
+use crate::cost::{Cost, Meter};
 use crate::noisy_tenant::{NoisySide, Settled};
 use crate::paced::Offered;
+use crate::pg_writes::{self, PgWrites};
 use crate::receiver::Receiver;
 use crate::scenarios::Target;
 use crate::stats::{percentiles, Percentiles};
@@ -27,6 +29,7 @@ pub const PHASES: &[&str] = &[
     "burst-alone",
     "burst",
     "burst-default-alone",
+    "burst-rated",
     "slow",
     "slow-default",
     "failing",
@@ -49,6 +52,9 @@ pub enum Noise {
     Quiet,
     /// A's burst to one fast endpoint, with this `max_in_flight` (`None`: the default).
     Burst(Option<u32>),
+    /// A's burst to one fast endpoint with a rate limit
+    /// ([`RATED`](crate::noisy_tenant::RATED)).
+    BurstRated,
     /// A's flood to a 2,000 ms endpoint, with this `max_in_flight` (`None`: the default).
     Slow(Option<u32>),
     /// A's flood to an endpoint answering 503.
@@ -71,6 +77,7 @@ impl Noise {
             "burst-alone" => (Self::Burst(Some(crate::noisy_tenant::FAST_MAX_IN_FLIGHT)), false),
             "burst" => (Self::Burst(Some(crate::noisy_tenant::FAST_MAX_IN_FLIGHT)), true),
             "burst-default-alone" => (Self::Burst(None), false),
+            "burst-rated" => (Self::BurstRated, true),
             "slow" => (Self::Slow(Some(crate::noisy_tenant::MAX_IN_FLIGHT_LIMIT)), true),
             "slow-default" => (Self::Slow(None), true),
             "failing" => (Self::Failing, true),
@@ -83,7 +90,7 @@ impl Noise {
     /// Whether A's events can all be delivered (its rate is then its drain's);
     /// otherwise A's rate is its arrivals while B posts.
     pub fn drains(self) -> bool {
-        matches!(self, Self::Burst(_) | Self::Fanout | Self::CircuitClose)
+        matches!(self, Self::Burst(_) | Self::BurstRated | Self::Fanout | Self::CircuitClose)
     }
 }
 
@@ -142,6 +149,10 @@ pub struct PhaseFigures {
     /// receiver, per attempt: answered 503s count as arrivals), from the
     /// target's own counters; `None` where `/metrics` could not be read.
     pub broker_messages: Option<BrokerMessages>,
+    /// What was written to Postgres over the same window, per delivery.
+    pub postgres_writes: Option<PgWrites>,
+    /// The server's CPU over the same window, per 1,000 deliveries.
+    pub cost: Option<Cost>,
 }
 
 pub struct NoisyRun<'a> {
@@ -202,6 +213,8 @@ impl NoisyRun<'_> {
         );
 
         let before = broker_messages::scrape(&self.target.http, &self.target.api).await.ok();
+        let pg_before = pg_writes::read(self.pool).await.ok();
+        let meter = Meter::start();
         let started = Instant::now();
         let feed = side.as_ref().map(|side| {
             let (target, event_type, events) = (side.target.clone(), side.event_type.clone(), side.events);
@@ -224,18 +237,21 @@ impl NoisyRun<'_> {
             Some(offered) => Some(self.quiet_figures(quiet, phase, offered).await),
             None => None,
         };
-        let (a, settle, broker_messages) = match (side, fed) {
+        let (a, settle, broker_messages, postgres_writes, cost) = match (side, fed) {
             (Some(side), Some(fed)) => {
                 let a = self.noisy_figures(&side, fed.accepted, started, window).await;
                 let after = broker_messages::scrape(&self.target.http, &self.target.api).await.ok();
+                let pg_after = pg_writes::read(self.pool).await.ok();
                 let arrived = a.arrivals + b.as_ref().map_or(0, |b| b.delivered);
+                let cost = meter.finish("deliveries", arrived);
                 let messages =
                     before.zip(after).map(|(before, after)| broker_messages::between(&before, &after, arrived));
-                (Some(a), Some(self.quieten(&side).await?), messages)
+                let writes = pg_before.zip(pg_after).map(|(before, after)| pg_writes::between(before, after, arrived));
+                (Some(a), Some(self.quieten(&side).await?), messages, writes, cost)
             }
-            _ => (None, None, None),
+            _ => (None, None, None, None, None),
         };
-        Ok(PhaseFigures { b, a, b_p99_vs_alone: None, settle, broker_messages })
+        Ok(PhaseFigures { b, a, b_p99_vs_alone: None, settle, broker_messages, postgres_writes, cost })
     }
 
     /// Waits for B's deliveries, then B's figures.

@@ -20,6 +20,9 @@ const SLOW_MS: u64 = 2000;
 const FANOUT_ENDPOINTS: usize = 50;
 /// How long the `circuit-close` phase's endpoint answers 500.
 pub const DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(20);
+/// The `burst-rated` phase's endpoint: `max_in_flight`, rate limit per
+/// second, and its burst.
+pub const RATED: (u32, u32, u32) = (100, 1000, 100);
 /// The `max_in_flight` of the fast endpoints, as the other scenarios give theirs.
 pub(crate) const FAST_MAX_IN_FLIGHT: u32 = 256;
 /// The longest wait for the noisy side to settle after a phase.
@@ -89,6 +92,18 @@ impl NoisyRun<'_> {
                 }
                 let limit = max_in_flight.map_or("the default".to_owned(), |n| n.to_string());
                 let load = format!("{} events to a fast endpoint, max_in_flight {limit}", self.burst_events);
+                (vec![body], self.burst_events, load)
+            }
+            Noise::BurstRated => {
+                let (max_in_flight, per_sec, burst) = RATED;
+                let mut body = subscribed(&format!("hook/a-{phase}"));
+                body["max_in_flight"] = json!(max_in_flight);
+                body["rate_limit_per_sec"] = json!(per_sec);
+                body["rate_limit_burst"] = json!(burst);
+                let load = format!(
+                    "{} events to a fast endpoint, max_in_flight {max_in_flight}, rate limit {per_sec}/s (burst {burst})",
+                    self.burst_events
+                );
                 (vec![body], self.burst_events, load)
             }
             Noise::Slow(max_in_flight) => {

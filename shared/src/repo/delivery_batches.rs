@@ -496,8 +496,8 @@ pub struct Deferral {
 pub enum DeferUntil {
     /// `scheduled`, due after this wait (a rate limit's refill).
     After(Duration),
-    /// `parked` until a worker admits it (its endpoint had no free slot:
-    /// `repo::waiting`).
+    /// `parked` until a worker admits it (its endpoint had no free slot or
+    /// no rate-limit token: `repo::waiting`).
     SlotFree,
 }
 

@@ -3,13 +3,15 @@
 //! take one more.
 //!
 //! A delivery parks when its endpoint's circuit is open ([`circuits`]), or
-//! when its endpoint had no free slot (`max_in_flight` requests in flight):
-//! the worker that found it full parks it instead of sending it round the
-//! retry queues (`delivery_batches::park_many`, or a deferral that parks).
-//! A worker that frees one of the endpoint's slots — or its pass over the
-//! endpoints with parked deliveries, once a second — takes the oldest parked
-//! delivery of that endpoint straight from here ([`admit_oldest`]): leased
-//! as a claim would, and sent in the slot it holds. A delivery that waited
+//! when its endpoint could not take it now (`max_in_flight` requests in
+//! flight, or no rate-limit token): the worker that found it so parks it
+//! instead of sending it round the retry queues
+//! (`delivery_batches::park_many`, or a deferral that parks). A worker that
+//! noted the endpoint — or its pass over the endpoints with parked
+//! deliveries, once a second — takes the oldest parked delivery of that
+//! endpoint straight from here ([`admit_oldest`]) into a slot (and token) it
+//! holds: leased as a claim would, and sent. "Waiting for a slot" below
+//! means either (no give-up time). A delivery that waited
 //! is published once, and written once more than one that did not (its park).
 //!
 //! Only enabled endpoints admit (a disabled endpoint's parked deliveries are
