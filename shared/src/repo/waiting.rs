@@ -113,9 +113,11 @@ const ADMITTING_ENDPOINTS: &str = parked_endpoints_then!(
 
 /// Leases the oldest parked delivery of `endpoint` to `worker` for `lease`,
 /// if the endpoint may admit one now; `None` when it has none it may admit
-/// (or it is disabled).
+/// (or it is disabled). Committed without waiting for the WAL flush, like a
+/// claim ([`sql::query_unflushed`]): a lease a database crash undoes leaves
+/// the delivery parked, to be admitted (and sent) again.
 pub async fn admit_oldest(
-    client: &impl GenericClient,
+    client: &deadpool_postgres::Client,
     tenant: TenantId,
     endpoint: EndpointId,
     worker: &str,
@@ -124,7 +126,7 @@ pub async fn admit_oldest(
     let lease_ms = lease.as_millis().min(i64::MAX as u128) as i64;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
         [&tenant.as_uuid(), &endpoint.as_uuid(), &worker, &lease_ms];
-    let row = sql::query_opt(client, ADMIT_OLDEST, &params).await?;
+    let row = sql::query_unflushed(client, ADMIT_OLDEST, &params).await?.into_iter().next();
     Ok(row.map(|row| job_from_row(tenant, DeliveryId::from_uuid(row.get("id")), &row)))
 }
 
