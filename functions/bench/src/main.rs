@@ -131,7 +131,10 @@ struct Args {
     /// also burst-default-alone (A's burst alone to a fast endpoint at the
     /// default `max_in_flight`, so that most of it waits parked for a slot),
     /// burst-rated (A's burst to a fast endpoint with a 1,000/s rate limit
-    /// and `max_in_flight` 100, so that most of it waits for a token)
+    /// and `max_in_flight` 100, so that most of it waits for a token),
+    /// slow-backlog-alone (A's flood alone to a 2 s endpoint at
+    /// `max_in_flight` 100, until drained: its cost per delivery beside a
+    /// fast receiver's at the same rate, `--scenarios paced --paced-rates 50`)
     /// and circuit-close (A's flood to an endpoint answering 500 for 20 s, then
     /// 200: its circuit opens on the backlog and closes on it).
     #[arg(

@@ -32,6 +32,7 @@ pub const PHASES: &[&str] = &[
     "burst-rated",
     "slow",
     "slow-default",
+    "slow-backlog-alone",
     "failing",
     "fanout",
     "same-tenant-failing",
@@ -57,6 +58,10 @@ pub enum Noise {
     BurstRated,
     /// A's flood to a 2,000 ms endpoint, with this `max_in_flight` (`None`: the default).
     Slow(Option<u32>),
+    /// A's flood to a 2,000 ms endpoint at `max_in_flight`
+    /// [`SLOW_BACKLOG_MAX_IN_FLIGHT`](crate::noisy_tenant::SLOW_BACKLOG_MAX_IN_FLIGHT),
+    /// waited for until it drains: most of it waits for a slot.
+    SlowBacklog,
     /// A's flood to an endpoint answering 503.
     Failing,
     /// A's events to 50 fast endpoints.
@@ -80,6 +85,7 @@ impl Noise {
             "burst-rated" => (Self::BurstRated, true),
             "slow" => (Self::Slow(Some(crate::noisy_tenant::MAX_IN_FLIGHT_LIMIT)), true),
             "slow-default" => (Self::Slow(None), true),
+            "slow-backlog-alone" => (Self::SlowBacklog, false),
             "failing" => (Self::Failing, true),
             "fanout" => (Self::Fanout, true),
             "circuit-close" => (Self::CircuitClose, true),
@@ -90,7 +96,7 @@ impl Noise {
     /// Whether A's events can all be delivered (its rate is then its drain's);
     /// otherwise A's rate is its arrivals while B posts.
     pub fn drains(self) -> bool {
-        matches!(self, Self::Burst(_) | Self::BurstRated | Self::Fanout | Self::CircuitClose)
+        matches!(self, Self::Burst(_) | Self::BurstRated | Self::SlowBacklog | Self::Fanout | Self::CircuitClose)
     }
 }
 

@@ -23,6 +23,9 @@ pub const DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(20);
 /// The `burst-rated` phase's endpoint: `max_in_flight`, rate limit per
 /// second, and its burst.
 pub const RATED: (u32, u32, u32) = (100, 1000, 100);
+/// The `slow-backlog-alone` phase's endpoint's `max_in_flight`: its 2 s
+/// receiver takes 50 deliveries/s.
+pub const SLOW_BACKLOG_MAX_IN_FLIGHT: u32 = 100;
 /// The `max_in_flight` of the fast endpoints, as the other scenarios give theirs.
 pub(crate) const FAST_MAX_IN_FLIGHT: u32 = 256;
 /// The longest wait for the noisy side to settle after a phase.
@@ -113,6 +116,15 @@ impl NoisyRun<'_> {
                 }
                 let limit = max_in_flight.map_or("the default".to_owned(), |n| n.to_string());
                 let load = format!("{} events to a {SLOW_MS} ms endpoint, max_in_flight {limit}", self.flood_events);
+                (vec![body], self.flood_events, load)
+            }
+            Noise::SlowBacklog => {
+                let mut body = subscribed(&format!("slow/{SLOW_MS}/a-{phase}"));
+                body["max_in_flight"] = json!(SLOW_BACKLOG_MAX_IN_FLIGHT);
+                let load = format!(
+                    "{} events to a {SLOW_MS} ms endpoint, max_in_flight {SLOW_BACKLOG_MAX_IN_FLIGHT}, until drained",
+                    self.flood_events
+                );
                 (vec![body], self.flood_events, load)
             }
             Noise::Failing | Noise::SameTenantFailing => {

@@ -107,6 +107,12 @@ impl Waiters {
         self.noted.notify_one();
     }
 
+    /// Whether a task of this process admits `endpoint`'s parked deliveries
+    /// now: a new delivery of it waits behind them.
+    pub fn admitting(&self, endpoint: EndpointId) -> bool {
+        self.lock().get(&endpoint).is_some_and(|waiting| waiting.admitting)
+    }
+
     /// This process freed one of `endpoint`'s slots.
     pub fn slot_freed(&self, endpoint: EndpointId) {
         if let Some(waiting) = self.lock().get(&endpoint) {
@@ -474,8 +480,10 @@ mod tests {
         let waiters = Waiters::default();
         let (tenant, endpoint) = (TenantId::new(), EndpointId::new());
         waiters.note(tenant, endpoint);
+        assert!(!waiters.admitting(endpoint), "noted, not yet admitting");
         let started = waiters.to_start();
         assert_eq!(started.len(), 1);
+        assert!(waiters.admitting(endpoint));
         assert!(waiters.to_start().is_empty(), "one task per endpoint");
         waiters.note(tenant, endpoint);
         assert!(!waiters.end(endpoint, true), "parked meanwhile: look again");

@@ -196,7 +196,14 @@ impl Processor {
     /// bundle's).
     pub async fn process(&self, task: DeliveryTask) -> Disposition {
         relayops_shared::hop!("worker.received", event_id = %task.event_id);
-        let result = match self.still_saturated(task.endpoint_id).await {
+        // Behind deliveries of its endpoint already parked and being
+        // admitted here, a delivery waits its turn: parked, not racing the
+        // oldest for the next free slot.
+        let saturated = match self.waiters.admitting(task.endpoint_id) {
+            true => Saturated::Busy(ParkedFor::Turn),
+            false => self.still_saturated(task.endpoint_id).await,
+        };
+        let result = match saturated {
             Saturated::No => self.deliver(task.tenant_id, task.delivery_id).await,
             Saturated::Busy(busy) => self.park_or_deliver(task, busy).await,
         };
@@ -592,6 +599,8 @@ enum ParkedFor {
     Slot,
     /// A rate-limit token.
     RateLimit,
+    /// Its turn: the endpoint's parked deliveries are being admitted.
+    Turn,
 }
 
 impl From<Busy> for ParkedFor {
@@ -609,6 +618,7 @@ impl ParkedFor {
         match self {
             Self::Slot => "endpoint_full",
             Self::RateLimit => "rate_limited",
+            Self::Turn => "behind_parked",
         }
     }
 }

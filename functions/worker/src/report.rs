@@ -70,8 +70,9 @@ pub fn waited_for_slot() {
 }
 
 /// A delivery parked to wait in Postgres: its endpoint's circuit is open
-/// (`circuit_open`), it had no free slot (`endpoint_full`), or its rate
-/// limit no token (`rate_limited`).
+/// (`circuit_open`), it had no free slot (`endpoint_full`), its rate
+/// limit no token (`rate_limited`), or its endpoint's parked deliveries were
+/// being admitted (`behind_parked`).
 pub fn parked(reason: &'static str) {
     metrics::counter!(DELIVERIES_PARKED, "reason" => reason).increment(1);
 }
