@@ -149,6 +149,11 @@ struct Args {
     /// `recovery`: how long events are posted, seconds (the broker stops after 10).
     #[arg(long, default_value_t = 45)]
     recovery_secs: u64,
+    /// `recovery`: also send each event to a second endpoint that fails every
+    /// other delivery's first attempt (fan-out 2, retries pending when the
+    /// broker stops).
+    #[arg(long)]
+    recovery_retries: bool,
     /// `recovery`: how long RabbitMQ is stopped (`rabbitmqctl stop_app`), seconds.
     #[arg(long, default_value_t = 15)]
     recovery_outage_secs: u64,
@@ -295,6 +300,7 @@ async fn main() -> anyhow::Result<()> {
             seconds: args.recovery_secs,
             outage_secs: args.recovery_outage_secs,
             yield_to: &args.recovery_yield_to,
+            with_retries: args.recovery_retries,
         };
         report.insert("recovery".into(), serde_json::to_value(run.run().await?)?);
     }

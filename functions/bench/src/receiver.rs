@@ -1,8 +1,9 @@
 //! The bench's own webhook receiver on loopback: answers 200 at once (or, on
 //! `/slow/{ms}/{name}`, after `ms` milliseconds; on `/status/{code}/{name}`,
 //! with that status and no `Retry-After`; on `/until/{unix_ms}/{name}`, 500
-//! until that moment and 200 after, a delivery counting as arrived only once
-//! answered 200) and records when each delivery
+//! until that moment and 200 after; on `/fails-once/{name}`, 503 to the
+//! first request of every other delivery and 200 to the next — a delivery counting as
+//! arrived only once answered 200) and records when each delivery
 //! arrived (first arrival per delivery id, with the hook it came to, and how
 //! many requests each delivery took).
 use std::collections::HashMap;
@@ -19,6 +20,8 @@ pub struct Arrivals {
     /// delivery id -> (event id, first arrival, hook name)
     pub by_delivery: HashMap<String, (String, Instant, String)>,
     pub requests: u64,
+    /// Deliveries `/fails-once/` answered 503 already.
+    failed_once: std::collections::HashSet<String>,
 }
 
 #[derive(Clone, Default)]
@@ -115,6 +118,29 @@ async fn receive_once_up(
     StatusCode::OK
 }
 
+/// 503 to the first request (counted, not an arrival) of every other
+/// delivery (by its id's last character), 200 after: half the deliveries
+/// need one retry, and failures never come twenty in a row (an endpoint's
+/// circuit stays closed). Recorded as hook `retried-{name}`.
+async fn receive_after_one_failure(
+    State(receiver): State<Receiver>,
+    Path(hook): Path<String>,
+    headers: HeaderMap,
+) -> StatusCode {
+    let delivery = headers.get("x-relayops-delivery-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let fails = delivery.bytes().last().is_some_and(|last| last % 2 == 0);
+    let first =
+        fails && receiver.arrivals.lock().map(|mut a| a.failed_once.insert(delivery.to_owned())).unwrap_or(false);
+    if first {
+        if let Ok(mut arrivals) = receiver.arrivals.lock() {
+            arrivals.requests += 1;
+        }
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    record(&receiver, &headers, format!("retried-{hook}"));
+    StatusCode::OK
+}
+
 /// Serves on an OS-chosen loopback port; returns the receiver and its base URL.
 pub async fn start() -> anyhow::Result<(Receiver, String)> {
     let receiver = Receiver::default();
@@ -123,6 +149,7 @@ pub async fn start() -> anyhow::Result<(Receiver, String)> {
         .route("/slow/{ms}/{name}", post(receive_slowly))
         .route("/status/{code}/{name}", post(receive_with_status))
         .route("/until/{unix_ms}/{name}", post(receive_once_up))
+        .route("/fails-once/{name}", post(receive_after_one_failure))
         .with_state(receiver.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;

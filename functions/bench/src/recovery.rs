@@ -37,6 +37,8 @@ const ARRIVALS_WAIT: Duration = Duration::from_secs(300);
 const DRAIN_TARGET_FACTOR: f64 = 1.5;
 const DRAIN_TARGET_SLACK_SECS: f64 = 10.0;
 const HOOK: &str = "recovery";
+/// Where the second endpoint's deliveries arrive (`--recovery-retries`).
+const RETRIED_HOOK: &str = "retried-recovery";
 const EVENT_TYPE: &str = "bench.recovery";
 
 pub struct RecoveryRun<'a> {
@@ -48,6 +50,10 @@ pub struct RecoveryRun<'a> {
     pub outage_secs: u64,
     /// `--recovery-yield-to`: the broker's other users, waited for (see `broker_outage`).
     pub yield_to: &'a [String],
+    /// `--recovery-retries`: each event also goes to a second endpoint that
+    /// fails every other delivery's first attempt, so retries are pending
+    /// in the retry queues when the broker stops (fan-out 2).
+    pub with_retries: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -88,6 +94,11 @@ pub struct RecoveryFigures {
     pub broker_messages: Option<BrokerMessages>,
     pub receiver_requests: u64,
     pub requests_per_delivery: f64,
+    /// With `--recovery-retries`: deliveries that arrived at the second
+    /// endpoint (after a retry for half of them), and the broker's
+    /// publishes per attempt (a retry the policy asks for is not waste).
+    pub retried_endpoint_delivered: Option<usize>,
+    pub broker_publishes_per_attempt: Option<f64>,
 }
 
 impl RecoveryRun<'_> {
@@ -104,6 +115,14 @@ impl RecoveryRun<'_> {
         let (receiver, receiver_url) = crate::receiver::start().await?;
         let target = Target { key, receiver, receiver_url, ..self.target.clone() };
         target.endpoint(&format!("hook/{HOOK}"), EVENT_TYPE, 256).await?;
+        if self.with_retries {
+            let body = serde_json::json!({
+                "url": format!("{}/fails-once/{HOOK}", target.receiver_url),
+                "event_types": [EVENT_TYPE],
+                "retry_schedule_secs": [2, 4, 8],
+            });
+            target.create_endpoint(&body).await?;
+        }
         eprintln!(
             "[recovery] {} events/s for {} s; RabbitMQ stopped after {} s for {} s",
             self.rate,
@@ -144,7 +163,10 @@ impl RecoveryRun<'_> {
         posting.await?;
         progress.abort();
         let offered = std::mem::take(&mut *offered.lock().unwrap_or_else(|p| p.into_inner()));
-        let complete = target.await_arrivals(HOOK, offered.sent.len(), ARRIVALS_WAIT).await;
+        let mut complete = target.await_arrivals(HOOK, offered.sent.len(), ARRIVALS_WAIT).await;
+        if self.with_retries {
+            complete &= target.await_arrivals(RETRIED_HOOK, offered.sent.len(), ARRIVALS_WAIT).await;
+        }
         let after = broker_messages::scrape(&target.http, &target.api).await;
         let broker_messages = match (before, after) {
             (Ok(before), Ok(after)) => {
@@ -166,6 +188,11 @@ impl RecoveryRun<'_> {
             .collect();
         let (_, end_to_end_outage) = target.end_to_end(HOOK, &during_outage);
         let requests = target.receiver.arrivals.lock().map(|a| a.requests).unwrap_or(0);
+        let retried_endpoint_delivered = self.with_retries.then(|| target.receiver.delivered_to(RETRIED_HOOK));
+        let broker_publishes_per_attempt = broker_messages
+            .as_ref()
+            .filter(|_| self.with_retries)
+            .map(|messages| messages.published_to_broker / requests.max(1) as f64);
         let drain_target_secs =
             DRAIN_TARGET_FACTOR * backlog.len() as f64 / normal.max(0.001) + DRAIN_TARGET_SLACK_SECS;
         let accepted = offered.sent.len();
@@ -195,7 +222,10 @@ impl RecoveryRun<'_> {
             ingest_latency: percentiles(offered.latencies),
             broker_messages,
             receiver_requests: requests,
-            requests_per_delivery: requests as f64 / delivered.max(1) as f64,
+            requests_per_delivery: requests as f64
+                / (delivered + retried_endpoint_delivered.unwrap_or(0)).max(1) as f64,
+            retried_endpoint_delivered,
+            broker_publishes_per_attempt,
         })
     }
 }
