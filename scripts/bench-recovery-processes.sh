@@ -2,8 +2,10 @@
 # relayops-bench's recovery scenario (RabbitMQ stopped 15 s at 100 events/s)
 # against the roles as production runs them: `relayops api`, `relayops
 # publisher` and two `relayops worker` processes on a database of their own.
-# Prefix with scripts/with-cpu-hog.sh to run it on a loaded machine.
-# usage: scripts/bench-recovery-processes.sh [relayops binary] [relayops-bench binary]
+# Prefix with scripts/with-cpu-hog.sh to run it on a loaded machine; add
+# --recovery-retries (after the two binaries) for fan-out 2 with retries
+# pending when the broker stops.
+# usage: scripts/bench-recovery-processes.sh [relayops binary] [relayops-bench binary] [bench arguments…]
 set -euo pipefail
 target="${CARGO_TARGET_DIR:-target}/release"
 bin="${1:-$target/relayops}" bench="${2:-$target/relayops-bench}"
@@ -15,7 +17,7 @@ export RELAYOPS_AMQP_URL="${RELAYOPS_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672
 export RELAYOPS_REDIS_URL="${RELAYOPS_REDIS_URL:-redis://127.0.0.1:6379}"
 export RELAYOPS_QUEUE_NAMESPACE="$run" RELAYOPS_REDIS_PREFIX="$run" RELAYOPS_LOG=warn
 export RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_JWT_SECRET=bench-only-jwt-secret-0123456789abcdef
-export RELAYOPS_API_LISTEN=127.0.0.1:18280 RELAYOPS_WORKER_HEALTH_LISTEN=127.0.0.1:0
+export RELAYOPS_API_LISTEN=127.0.0.1:18280
 "$bin" migrate >/dev/null
 pids=()
 cleanup() {
@@ -27,9 +29,17 @@ cleanup() {
   done
 }
 trap cleanup EXIT
+# Each role but the API serves /metrics on an operations port of its own:
+# the bench sums the broker counters over all of them.
+ops_port=18281 metrics_also=()
 for role in api publisher worker worker; do
-  "$bin" "$role" > "/tmp/$run-$role-${#pids[@]}.log" 2>&1 &
+  ops="off"
+  if [ "$role" != api ]; then
+    ops="127.0.0.1:$ops_port" && metrics_also+=("http://$ops/metrics") && ops_port=$((ops_port + 1))
+  fi
+  RELAYOPS_WORKER_HEALTH_LISTEN="$ops" "$bin" "$role" > "/tmp/$run-$role-${#pids[@]}.log" 2>&1 &
   pids+=($!)
 done
 for _ in $(seq 1 120); do curl -sf http://127.0.0.1:18280/health/ready >/dev/null && break; sleep 0.5; done
-"$bench" --api http://127.0.0.1:18280 --scenarios recovery "${@:3}"
+"$bench" --api http://127.0.0.1:18280 --scenarios recovery \
+  --metrics-also "$(IFS=,; echo "${metrics_also[*]}")" "${@:3}"

@@ -1,6 +1,7 @@
 //! What went to RabbitMQ per delivery, from the target's own counters
 //! (`GET {api}/metrics`, Prometheus text; `relayops all` serves it on the API
-//! port) read twice, the increase between the reads divided by the
+//! port; with roles as processes of their own, summed with the others'
+//! `--metrics-also`) read twice, the increase between the reads divided by the
 //! deliveries that arrived in between. Summed (`published_to_broker`):
 //!
 //! - `relayops_outbox_published_total`: the publisher's confirmed publishes.
@@ -33,6 +34,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use relayops_shared::observe::{names, series_sum};
+
+use crate::scenarios::Target;
 use serde::Serialize;
 
 /// How a counter enters the sum.
@@ -74,11 +77,17 @@ pub struct Scrape {
     text: String,
 }
 
-/// Reads `{api}/metrics`.
-pub async fn scrape(http: &reqwest::Client, api: &str) -> anyhow::Result<Scrape> {
-    let response = http.get(format!("{api}/metrics")).send().await?.error_for_status()?;
-    let at = Instant::now();
-    Ok(Scrape { at, text: response.text().await? })
+/// Reads `{api}/metrics` and every `--metrics-also` URL, as one text (the
+/// same series in several add up).
+pub async fn scrape(target: &Target) -> anyhow::Result<Scrape> {
+    let api = format!("{}/metrics", target.api);
+    let mut text = String::new();
+    for url in std::iter::once(&api).chain(&target.metrics_also) {
+        let response = target.http.get(url).send().await?.error_for_status()?;
+        text.push_str(&response.text().await?);
+        text.push('\n');
+    }
+    Ok(Scrape { at: Instant::now(), text })
 }
 
 impl Scrape {

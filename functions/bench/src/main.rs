@@ -162,6 +162,11 @@ struct Args {
     /// runs (waited for up to 30 min); `""` for none.
     #[arg(long, value_delimiter = ',', default_value = "cargo-nextest,/deps/")]
     recovery_yield_to: Vec<String>,
+    /// The `/metrics` URLs of the target's other processes (`relayops
+    /// publisher`, `relayops worker` on their operations ports), comma-separated:
+    /// the broker counters are summed over them and the API's.
+    #[arg(long, value_delimiter = ',')]
+    metrics_also: Vec<String>,
     /// Print one JSON document instead of the human report.
     #[arg(long)]
     json: bool,
@@ -198,7 +203,8 @@ async fn main() -> anyhow::Result<()> {
     let tenant::BenchTenant { api_key, email, password } = tenant::fresh(&pool, "bench").await?;
 
     let (receiver, receiver_url) = receiver::start().await?;
-    let target = scenarios::Target { http, api: args.api.clone(), key: api_key, receiver, receiver_url };
+    let metrics_also = args.metrics_also.clone();
+    let target = scenarios::Target { http, api: args.api.clone(), key: api_key, receiver, receiver_url, metrics_also };
     let timeout = Duration::from_secs(300);
     let mut report = serde_json::Map::new();
     // What the figures were measured against: a fresh database has the

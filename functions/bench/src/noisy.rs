@@ -218,7 +218,7 @@ impl NoisyRun<'_> {
                 .unwrap_or_default()
         );
 
-        let before = broker_messages::scrape(&self.target.http, &self.target.api).await.ok();
+        let before = broker_messages::scrape(self.target).await.ok();
         let pg_before = pg_writes::read(self.pool).await.ok();
         let meter = Meter::start();
         let started = Instant::now();
@@ -246,7 +246,7 @@ impl NoisyRun<'_> {
         let (a, settle, broker_messages, postgres_writes, cost) = match (side, fed) {
             (Some(side), Some(fed)) => {
                 let a = self.noisy_figures(&side, fed.accepted, started, window).await;
-                let after = broker_messages::scrape(&self.target.http, &self.target.api).await.ok();
+                let after = broker_messages::scrape(self.target).await.ok();
                 let pg_after = pg_writes::read(self.pool).await.ok();
                 let arrived = a.arrivals + b.as_ref().map_or(0, |b| b.delivered);
                 let cost = meter.finish("deliveries", arrived);

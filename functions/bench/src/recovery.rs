@@ -140,7 +140,7 @@ impl RecoveryRun<'_> {
         let progress = progress(target.clone(), offered.clone());
         tokio::time::sleep_until((started + STEADY).into()).await;
         let normal = target.receiver.delivered_between(started, started + STEADY) as f64 / STEADY.as_secs_f64();
-        let before = broker_messages::scrape(&target.http, &target.api).await;
+        let before = broker_messages::scrape(&target).await;
         if let Some(user) = broker_outage::other_broker_user(self.yield_to) {
             posting.abort();
             progress.abort();
@@ -167,7 +167,7 @@ impl RecoveryRun<'_> {
         if self.with_retries {
             complete &= target.await_arrivals(RETRIED_HOOK, offered.sent.len(), ARRIVALS_WAIT).await;
         }
-        let after = broker_messages::scrape(&target.http, &target.api).await;
+        let after = broker_messages::scrape(&target).await;
         let broker_messages = match (before, after) {
             (Ok(before), Ok(after)) => {
                 let deliveries = target.receiver.delivered_between(before.at, after.at);

@@ -21,6 +21,9 @@ pub struct Target {
     pub key: String,
     pub receiver: Receiver,
     pub receiver_url: String,
+    /// `--metrics-also`: the other processes' `/metrics` URLs (roles run as
+    /// processes of their own), whose counters are added to the API's.
+    pub metrics_also: Vec<String>,
 }
 
 /// An event the API stored.
