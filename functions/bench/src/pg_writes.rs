@@ -1,6 +1,8 @@
 //! What was written to Postgres per delivery: the bench's database's own
-//! counters (`pg_stat_database`: rows inserted, updated and deleted, and
-//! transactions committed) read twice, the increase divided by the
+//! counters (rows inserted, updated and deleted in its tables,
+//! `pg_stat_user_tables` — not the catalogs, which a partition created
+//! meanwhile would swell —, and transactions committed, `pg_stat_database`)
+//! read twice, the increase divided by the
 //! deliveries that arrived in between. Postgres publishes a backend's
 //! counts at most once a second, so a window of a few seconds or more reads
 //! within a second's work of the truth. Counts everything on the database
@@ -23,8 +25,8 @@ pub async fn read(pool: &Pool) -> anyhow::Result<PgCounters> {
     client.batch_execute("SELECT pg_stat_clear_snapshot()").await?;
     let row = client
         .query_one(
-            "SELECT (tup_inserted + tup_updated + tup_deleted)::bigint, xact_commit::bigint
-             FROM pg_stat_database WHERE datname = current_database()",
+            "SELECT (SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables)::bigint,
+                    (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())::bigint",
             &[],
         )
         .await?;

@@ -9,6 +9,7 @@
 //! | `POST /sim/slow/{ms}` | 200 after `ms` milliseconds |
 //! | `POST /sim/retry-after/{secs}` | 429 with `Retry-After: secs` |
 //! | `POST /sim/flaky/{n}` | 503 for the first `n` requests of a delivery id, then 200 |
+//! | `POST /sim/alternate/{code}` | that status to every other first attempt (the 1st, 3rd, … of any delivery), 200 to the others and to every retry |
 //! | `POST /sim/slow-once/{ms}` | 200 after `ms` milliseconds the first time a delivery id comes, at once after |
 //! | `POST /sim/timeout` | never answers in time |
 //! | `POST /sim/redirect` | 302 to the cloud metadata address (a receiver must not be followed) |
@@ -41,6 +42,7 @@ pub fn router(simulator: Simulator) -> Router {
         .route("/sim/slow-once/{ms}", post(slow_once))
         .route("/sim/retry-after/{secs}", post(retry_after))
         .route("/sim/flaky/{failures}", post(flaky))
+        .route("/sim/alternate/{code}", post(alternate))
         .route("/sim/timeout", post(timeout))
         .route("/sim/chaos", post(chaos))
         .route("/sim/redirect", post(redirect))
@@ -86,6 +88,14 @@ async fn flaky(State(sim): State<Simulator>, Path(failures): Path<u32>, headers:
     let status = if seen <= failures { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
     sim.record(&format!("/sim/flaky/{failures}"), &headers, &body, status.as_u16());
     (status, "flaky").into_response()
+}
+
+async fn alternate(State(sim): State<Simulator>, Path(code): Path<u16>, headers: HeaderMap, body: Bytes) -> Response {
+    let failing = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let retry = headers.get("x-relayops-attempt").and_then(|v| v.to_str().ok()).is_some_and(|attempt| attempt != "1");
+    let status = if !retry && sim.odd_alternating_request() { failing } else { StatusCode::OK };
+    sim.record(&format!("/sim/alternate/{code}"), &headers, &body, status.as_u16());
+    (status, "alternate").into_response()
 }
 
 async fn timeout(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) -> Response {

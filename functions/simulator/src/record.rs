@@ -41,6 +41,8 @@ struct Inner {
     secrets: Vec<SigningSecret>,
     received: Vec<Received>,
     per_delivery: HashMap<String, u32>,
+    /// First attempts to `/sim/alternate/…` so far.
+    alternating: u64,
     /// Per path: requests open now, and the most ever open at once.
     in_flight: HashMap<String, (u32, u32)>,
 }
@@ -94,6 +96,14 @@ impl Simulator {
     }
 
     /// How many requests this delivery id has made so far, this one included.
+    /// Whether this first attempt to `/sim/alternate/…` is an odd one (the
+    /// 1st, 3rd, …), counted across every delivery.
+    pub fn odd_alternating_request(&self) -> bool {
+        let mut inner = self.lock();
+        inner.alternating += 1;
+        inner.alternating % 2 == 1
+    }
+
     pub fn count_for_delivery(&self, headers: &HeaderMap) -> u32 {
         let key = header(headers, signing::HEADER_DELIVERY_ID).unwrap_or_default();
         let mut inner = self.lock();

@@ -129,6 +129,8 @@ pub struct Processor {
     /// slots it frees ([`crate::admission`]).
     waiters: Arc<Waiters>,
     health: Arc<health::HealthMemo>,
+    /// The endpoints this process counted a circuit failure of lately.
+    circuit_failures: Arc<circuit::RecentFailures>,
     /// Wakes the publisher after committing outbox rows (a lane's next
     /// delivery, an operational event): `NOTIFY relayops_outbox`, so a
     /// listening publisher sends them at once (in AWS the schedule picks them
@@ -173,7 +175,22 @@ impl Processor {
         );
         let (saturation, health, waiters) = (Arc::default(), Arc::default(), Arc::default());
         let wakeup = Arc::new(PgNotifier::new(pool.clone()));
-        Self { pool, sender, gate, config, claims, records, deferrals, parks, saturation, health, waiters, wakeup }
+        let circuit_failures = Arc::default();
+        Self {
+            pool,
+            sender,
+            gate,
+            config,
+            claims,
+            records,
+            deferrals,
+            parks,
+            saturation,
+            health,
+            circuit_failures,
+            waiters,
+            wakeup,
+        }
     }
 
     /// The database pool the worker's statements run on.
@@ -576,7 +593,8 @@ impl Processor {
         let delivered = outcome == AttemptOutcome::Delivered;
         let window = self.config.endpoint_disable_after;
         health::after_attempt(&self.health, &self.pool, &*self.wakeup, job, delivered, window).await;
-        circuit::after_attempt(&self.config.circuit, &self.pool, job, &exchange.result).await;
+        let recent = &self.circuit_failures;
+        circuit::after_attempt(&self.config.circuit, recent, &self.pool, job, &exchange.result).await;
         Ok(match wait {
             Some(wait) => Disposition::Delay { wait },
             None => Disposition::Ack,

@@ -217,6 +217,31 @@ async fn failures_seen_by_different_workers_add_up_to_open_the_circuit() {
     .await;
 }
 
+/// An endpoint that fails every other first attempt is up, and its circuit
+/// (the production default: open after 20 failures in a row) stays closed
+/// while two workers send to it at its `max_in_flight` with a backlog
+/// parked: each answer ends the run, also one whose claim came before the
+/// run began. 400 deliveries, half of them failing once: every one
+/// delivered on its first or second attempt, the circuit never opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_failing_every_other_request_keeps_its_circuit_closed() {
+    let env = TestEnv::start().await;
+    let _second_worker = env.spawn_role("worker", &[]);
+    let policy = json!({ "retry_schedule_secs": [1] });
+    let endpoint = env.create_endpoint("/sim/alternate/503", &["a.b"], policy).await;
+    let uuid = uuid_of(endpoint["id"].as_str().unwrap());
+    for _ in 0..4 {
+        post_events(&env, "a.b", 100).await;
+    }
+    let delivered = "(SELECT count(*) = 400 FROM relayops.deliveries WHERE status = 'delivered')";
+    let opened = format!("(SELECT circuit_open_until IS NOT NULL FROM relayops.webhook_endpoints WHERE id = '{uuid}')");
+    env.wait_for_sql("every delivery delivered, or the circuit opened", &format!("SELECT {delivered} OR {opened}"))
+        .await;
+    let opened = env.query_i64(&format!("SELECT {opened}::int::bigint")).await;
+    assert_eq!(opened, 0, "the circuit of an endpoint answering every other first attempt opened");
+    assert_eq!(count(&env, "status = 'delivered' AND attempt_count <= 2").await, 400);
+}
+
 /// A half-open circuit whose parked rows are all locked (a replay or a
 /// give-up holding them) is left open for the next pass, not closed as if
 /// nothing were parked; once they are free, the oldest is released as the probe.
