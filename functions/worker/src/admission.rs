@@ -300,13 +300,9 @@ impl Admitter {
                 }
             };
             full_checks = 0;
-            let permit = tokio::select! {
-                biased;
-                () = stop_requested(&mut stopping) => {
-                    self.processor.gate().give_back(&known, slot).await;
-                    break Stopped::Other;
-                }
-                permit = self.slots.acquire(tenant) => permit,
+            let Some(permit) = self.fair_slot(tenant).await else {
+                self.processor.gate().give_back(&known, slot).await;
+                break Stopped::Other;
             };
             let (processor, delays) = (self.processor.clone(), Arc::clone(&self.delays));
             sends.spawn(lease_into_slot(processor, delays, tenant, known, (slot, permit, turn)));
@@ -324,12 +320,7 @@ impl Admitter {
         endpoint: EndpointId,
         sends: &mut JoinSet<Leased>,
     ) -> LeasedFirst {
-        let mut stopping = self.stopping.clone();
-        let permit = tokio::select! {
-            biased;
-            () = stop_requested(&mut stopping) => return LeasedFirst::Stopping,
-            permit = self.slots.acquire(tenant) => permit,
-        };
+        let Some(permit) = self.fair_slot(tenant).await else { return LeasedFirst::Stopping };
         let claim_asked = Instant::now();
         let job = match self.processor.admit_oldest(tenant, endpoint).await {
             Ok(Some(job)) => job,
@@ -342,18 +333,25 @@ impl Admitter {
         let limits = self.processor.gate().limits(&job);
         match self.processor.gate().admit(&job).await {
             Admission::Go(slot) => {
-                report::admitted();
                 let (processor, delays) = (self.processor.clone(), Arc::clone(&self.delays));
-                sends.spawn(async move {
-                    send_admitted(processor, delays, job, slot, permit, claim_asked).await;
-                    Leased::Sent { limits }
-                });
+                sends.spawn(send_admitted(processor, delays, job, slot, permit, claim_asked));
                 LeasedFirst::Sent(limits)
             }
             Admission::Defer { busy } => {
                 self.processor.park_again(&job).await;
                 LeasedFirst::TurnedAway(limits, busy)
             }
+        }
+    }
+
+    /// One of the worker's fair slots for `tenant`; `None` if the process is
+    /// told to stop first.
+    async fn fair_slot(&self, tenant: TenantId) -> Option<SlotPermit> {
+        let mut stopping = self.stopping.clone();
+        tokio::select! {
+            biased;
+            () = stop_requested(&mut stopping) => None,
+            permit = self.slots.acquire(tenant) => Some(permit),
         }
     }
 
@@ -412,10 +410,7 @@ async fn lease_into_slot(
     match processor.admit_oldest(tenant, limits.endpoint).await {
         Ok(Some(job)) => {
             drop(turn);
-            report::admitted();
-            let limits = processor.gate().limits(&job);
-            send_admitted(processor, delays, job, slot, permit, claim_asked).await;
-            Leased::Sent { limits }
+            send_admitted(processor, delays, job, slot, permit, claim_asked).await
         }
         Ok(None) => {
             processor.gate().give_back(&limits, slot).await;
@@ -446,7 +441,8 @@ async fn slot_freed(freed: &Notify) -> bool {
 /// Sends an admitted delivery (holding one of the worker's slots) and does
 /// what its disposition asks of the broker, as for a message's delivery
 /// ([`RoundAgain`]); a publish that fails leaves the row to recovery
-/// (`scheduled`, or leased until its lease expires).
+/// (`scheduled`, or leased until its lease expires). Counts the admission;
+/// gives the endpoint's limits as the delivery's row has them.
 async fn send_admitted(
     processor: Processor,
     delays: Arc<DelayPublisher>,
@@ -454,9 +450,11 @@ async fn send_admitted(
     slot: Option<Slot>,
     _permit: SlotPermit,
     claim_asked: Instant,
-) {
+) -> Leased {
+    report::admitted();
+    let sent = Leased::Sent { limits: processor.gate().limits(&job) };
     let disposition = processor.send_and_record(&job, slot, claim_asked).await;
-    let Some(again) = RoundAgain::after(disposition) else { return };
+    let Some(again) = RoundAgain::after(disposition) else { return sent };
     let task = DeliveryTask {
         tenant_id: job.tenant_id,
         delivery_id: job.delivery_id,
@@ -469,6 +467,7 @@ async fn send_admitted(
         tracing::warn!(delivery_id = %job.delivery_id, error = %error_chain(&error),
             "admitted delivery not sent round; left to recovery");
     }
+    sent
 }
 
 #[cfg(test)]

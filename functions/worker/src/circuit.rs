@@ -108,7 +108,8 @@ pub async fn after_attempt(
     result: &SendResult,
 ) {
     let Some(down) = is_down(result) else { return };
-    let failing = job.circuit.failing || recent.lately(job.endpoint_id);
+    // (Only an answer asks the memory: a failure counts whatever it says.)
+    let failing = job.circuit.failing || (!down && recent.lately(job.endpoint_id));
     let Some(change) = change_after(config, job.circuit, failing, down) else { return };
     if change == Change::Failed {
         recent.failed(job.endpoint_id);
