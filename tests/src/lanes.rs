@@ -41,6 +41,8 @@ pub enum Reply {
     Status(u16),
     /// Never answers (the worker times out or dies first).
     Hang,
+    /// That status after that many milliseconds.
+    Slow(u16, u64),
 }
 
 type Rule = dyn Fn(&Arrival) -> Reply + Send + Sync;
@@ -99,7 +101,7 @@ async fn receive(State(receiver): State<LaneReceiver>, headers: HeaderMap, body:
             ended: None,
         };
         let reply = (receiver.rule)(&arrival);
-        if let Reply::Status(code) = reply {
+        if let Reply::Status(code) | Reply::Slow(code, _) = reply {
             arrival.answered = Some(code);
         }
         arrivals.push(arrival);
@@ -113,6 +115,10 @@ async fn receive(State(receiver): State<LaneReceiver>, headers: HeaderMap, body:
         Reply::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             StatusCode::OK.into_response()
+        }
+        Reply::Slow(code, ms) => {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            StatusCode::from_u16(code).unwrap_or(StatusCode::OK).into_response()
         }
     }
 }

@@ -453,7 +453,7 @@ async fn send_admitted(
 ) -> Leased {
     report::admitted();
     let sent = Leased::Sent { limits: processor.gate().limits(&job) };
-    let disposition = processor.send_and_record(&job, slot, claim_asked).await;
+    let disposition = processor.send_and_record(&job, slot, claim_asked, Some(&delays)).await;
     let Some(again) = RoundAgain::after(disposition) else { return sent };
     let task = DeliveryTask {
         tenant_id: job.tenant_id,

@@ -5,13 +5,44 @@
 //! once overdue; a message whose row may still be `pending` is requeued
 //! instead of acked. A refusal also renews the channel
 //! ([`DelayPublisher::publish`]).
+//!
+//! A message may be marked to recheck a leased row ([`RECHECK_HEADER`]): one
+//! published before the attempt it follows is recorded (an admitted
+//! delivery's retry, [`crate::admission`]), which may arrive while the row is
+//! still leased and must then come back, not be dropped.
 use std::sync::Arc;
 use std::time::Duration;
 
+use lapin::message::Delivery;
 use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::Confirmation;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
 use relayops_shared::broker::{self, BrokerError, Topology};
+
+/// The header of a message that, finding its delivery leased, comes back
+/// after this many milliseconds (and twice as many the next time) instead
+/// of being dropped.
+pub const RECHECK_HEADER: &str = "x-relayops-recheck-ms";
+/// The first recheck's wait: the shortest retry queue serves it.
+pub const FIRST_RECHECK: Duration = Duration::from_millis(250);
+/// Rechecks double up to this (a lease that outlives them all has expired by
+/// then, and the row is claimable).
+const LONGEST_RECHECK: Duration = Duration::from_secs(30);
+
+/// The recheck wait a message carries ([`RECHECK_HEADER`]), if any.
+pub fn recheck_of(delivery: &Delivery) -> Option<Duration> {
+    let headers = delivery.properties.headers().as_ref()?;
+    match headers.inner().get(RECHECK_HEADER)? {
+        AMQPValue::LongLongInt(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+        _ => None,
+    }
+}
+
+/// The recheck wait after one of `wait`.
+pub fn next_recheck(wait: Duration) -> Duration {
+    (wait * 2).min(LONGEST_RECHECK)
+}
 
 pub struct DelayPublisher {
     connection: Arc<Connection>,
@@ -41,6 +72,17 @@ impl DelayPublisher {
     /// Publishes and awaits the broker's confirm. After a refusal the next
     /// publishes go out on a new channel (see [`broker::close_replaced`]).
     pub async fn publish(&self, body: &[u8], wait: Duration) -> Result<(), DelayError> {
+        self.publish_rechecking(body, wait, None).await
+    }
+
+    /// As [`publish`](Self::publish), the message marked to recheck a leased
+    /// row after `recheck` ([`RECHECK_HEADER`]) when given.
+    pub async fn publish_rechecking(
+        &self,
+        body: &[u8],
+        wait: Duration,
+        recheck: Option<Duration>,
+    ) -> Result<(), DelayError> {
         let (exchange, routing_key, queue) = if wait.is_zero() {
             (&self.topology.exchange, &self.topology.ready_routing_key, &self.topology.ready_queue)
         } else {
@@ -48,7 +90,14 @@ impl DelayPublisher {
             (&self.topology.retry_exchange, &bucket.routing_key, &bucket.queue)
         };
         let error = |source| DelayError::Publish { queue: queue.clone(), source };
-        let properties = BasicProperties::default().with_delivery_mode(2).with_content_type("application/json".into());
+        let mut properties =
+            BasicProperties::default().with_delivery_mode(2).with_content_type("application/json".into());
+        if let Some(recheck) = recheck {
+            let mut headers = FieldTable::default();
+            let ms = AMQPValue::LongLongInt(recheck.as_millis().min(i64::MAX as u128) as i64);
+            headers.insert(ShortString::from(RECHECK_HEADER), ms);
+            properties = properties.with_headers(headers);
+        }
         let options = BasicPublishOptions { mandatory: true, ..Default::default() };
         let channel = self.channel.read().await.clone();
         let confirm = channel.basic_publish(exchange, routing_key, options, body, properties).await.map_err(error)?;

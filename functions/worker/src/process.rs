@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use chrono::Utc;
 use relayops_shared::api::{PublisherWakeup, Wakeups};
-use relayops_shared::broker::DeliveryTask;
+use relayops_shared::broker::{DeliveryTask, QueueMessage};
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::db::batcher::{BatchError, BatchFn, BatchLimits, Batcher};
 use relayops_shared::db::listen::PgNotifier;
@@ -40,6 +40,7 @@ use relayops_shared::telemetry::error_chain;
 
 use crate::admission::Waiters;
 use crate::circuit;
+use crate::delay::{DelayPublisher, FIRST_RECHECK};
 use crate::gate::{Admission, Gate};
 use crate::health;
 use crate::hold::Backoff;
@@ -64,6 +65,11 @@ pub enum Disposition {
     /// retry was due. (A delivery flow control turns away does not go round:
     /// it is parked, [`crate::admission`].)
     Delay { wait: Duration },
+    /// Publish the message again to come back after `wait`, still marked to
+    /// recheck (with twice the wait), then ack: it came ahead of the record
+    /// of the attempt it follows, whose worker still holds the lease
+    /// ([`crate::delay::RECHECK_HEADER`]).
+    Recheck { wait: Duration },
     /// A transient failure on our side: deliver the message again.
     Requeue,
     /// Our database failed before anything was sent: keep the message and
@@ -210,8 +216,9 @@ impl Processor {
     }
 
     /// One delivery (a `delivery.v1` message, or one of a `deliveries.v1`
-    /// bundle's).
-    pub async fn process(&self, task: DeliveryTask) -> Disposition {
+    /// bundle's); `recheck` is the message's recheck wait, if it is marked
+    /// ([`crate::delay::RECHECK_HEADER`]).
+    pub async fn process(&self, task: DeliveryTask, recheck: Option<Duration>) -> Disposition {
         relayops_shared::hop!("worker.received", event_id = %task.event_id);
         // Behind deliveries of its endpoint already parked and being
         // admitted here, a delivery waits its turn: parked, not racing the
@@ -221,8 +228,8 @@ impl Processor {
             false => self.still_saturated(task.endpoint_id).await,
         };
         let result = match saturated {
-            Saturated::No => self.deliver(task.tenant_id, task.delivery_id).await,
-            Saturated::Busy(busy) => self.park_or_deliver(task, busy).await,
+            Saturated::No => self.deliver(task.tenant_id, task.delivery_id, recheck).await,
+            Saturated::Busy(busy) => self.park_or_deliver(task, busy, recheck).await,
         };
         match result {
             Ok(disposition) => disposition,
@@ -274,16 +281,26 @@ impl Processor {
     /// claim (one write; a worker admits it when the endpoint can take it,
     /// [`crate::admission`]), or, if its row is not due (leased, settled, a
     /// retry not yet due), handled by the claim as any other.
-    async fn park_or_deliver(&self, task: DeliveryTask, parked_for: ParkedFor) -> Result<Disposition, ProcessError> {
+    async fn park_or_deliver(
+        &self,
+        task: DeliveryTask,
+        parked_for: ParkedFor,
+        recheck: Option<Duration>,
+    ) -> Result<Disposition, ProcessError> {
         if self.parks.call((task.tenant_id, task.delivery_id)).await? {
             report::parked(parked_for.reason());
             self.waiters.note(task.tenant_id, task.endpoint_id);
             return Ok(Disposition::Ack);
         }
-        self.deliver(task.tenant_id, task.delivery_id).await
+        self.deliver(task.tenant_id, task.delivery_id, recheck).await
     }
 
-    async fn deliver(&self, tenant: TenantId, delivery: DeliveryId) -> Result<Disposition, ProcessError> {
+    async fn deliver(
+        &self,
+        tenant: TenantId,
+        delivery: DeliveryId,
+        recheck: Option<Duration>,
+    ) -> Result<Disposition, ProcessError> {
         let claim_asked = Instant::now();
         let job = match self.claims.call((tenant, delivery)).await? {
             ClaimOutcome::Claimed(job) => {
@@ -300,6 +317,10 @@ impl Processor {
                 // Early (a shorter bucket, or a duplicate): wait out the rest.
                 let remaining = (due - Utc::now()).to_std().unwrap_or_default().max(Duration::from_millis(1));
                 return Ok(Disposition::Delay { wait: remaining });
+            }
+            // Ahead of the record of the attempt it follows: come back.
+            ClaimOutcome::NotClaimable { status: Some(DeliveryStatus::InProgress), .. } if recheck.is_some() => {
+                return Ok(Disposition::Recheck { wait: recheck.unwrap_or_default() });
             }
             ClaimOutcome::NotClaimable { status, .. } => {
                 tracing::debug!(tenant_id = %tenant, delivery_id = %delivery, status = status.map(|s| s.as_str()),
@@ -320,7 +341,7 @@ impl Processor {
             Admission::Go(slot) => slot,
             Admission::Defer { busy } => return self.turned_away(&job, busy).await,
         };
-        Ok(self.send_and_record(&job, slot, claim_asked).await)
+        Ok(self.send_and_record(&job, slot, claim_asked, None).await)
     }
 
     /// Flow control turned a claimed delivery away (its endpoint is full,
@@ -365,11 +386,22 @@ impl Processor {
 
     /// Sends a leased delivery in the `slot` flow control gave it, records
     /// the attempt and frees the slot; what to do with its message.
+    ///
+    /// With `retry_ahead` (a delivery no message brought: admitted from the
+    /// parked ones), a retry's message is published there before the attempt
+    /// is recorded, marked to recheck a row it finds still leased: a worker
+    /// that dies between the two then leaves a message behind, as the message
+    /// path's unacknowledged one is. (Published after the record, a death in
+    /// between left the row `scheduled` with no message, for recovery to find
+    /// a grace later.) [`Disposition::Ack`] then, if the record scheduled
+    /// the retry; if the publish failed, the retry's [`Disposition::Delay`]
+    /// as usual.
     pub(crate) async fn send_and_record(
         &self,
         job: &DeliveryJob,
         slot: Option<Slot>,
         claim_asked: Instant,
+        retry_ahead: Option<&DelayPublisher>,
     ) -> Disposition {
         relayops_shared::hop!("worker.admitted", event_id = %job.event_id);
         let started_at = Utc::now();
@@ -382,6 +414,12 @@ impl Processor {
         let policy = RetryPolicy::for_endpoint(job.max_attempts, job.retry_schedule_secs.as_deref());
         let (outcome, wait) = decide(&verdict, &policy, job.attempt_number as u32);
         report::attempt(&AttemptReport { job, exchange: &exchange, outcome });
+        // Taken before a message ahead is published: it comes back no earlier.
+        let due = wait.and_then(|wait| chrono::Duration::from_std(wait).ok()).map(|wait| Utc::now() + wait);
+        let sent_ahead = match (retry_ahead, wait) {
+            (Some(delays), Some(wait)) => publish_retry_ahead(delays, job, wait).await,
+            _ => false,
+        };
         // The receiver has been asked: from here on, the attempt must be
         // recorded. Through a database outage (unreachable, not a failing
         // statement) the record is retried with the same hold as a claim (the lease still names this worker, and settling
@@ -389,7 +427,11 @@ impl Processor {
         // back, and the next claim decides after the lease expired.
         let mut backoff = Backoff::default();
         loop {
-            match self.record(job, &exchange, &verdict, outcome, wait, started_at).await {
+            match self.record(job, &exchange, &verdict, outcome, (wait, due), started_at).await {
+                Ok(disposition @ Disposition::Delay { .. }) if retry_ahead.is_some() => {
+                    relayops_shared::failpoint::crash_if_armed("worker.after_admitted_retry_recorded");
+                    return if sent_ahead { Disposition::Ack } else { disposition };
+                }
                 Ok(disposition) => return disposition,
                 Err(error) => {
                     // A statement that failed on a reachable database would fail
@@ -552,7 +594,7 @@ impl Processor {
         exchange: &Exchange,
         verdict: &Verdict,
         outcome: AttemptOutcome,
-        wait: Option<Duration>,
+        (wait, due): (Option<Duration>, Option<chrono::DateTime<Utc>>),
         started_at: chrono::DateTime<Utc>,
     ) -> Result<Disposition, ProcessError> {
         let record = AttemptRecord {
@@ -563,7 +605,7 @@ impl Processor {
             response_body: exchange.response_body.clone(),
             latency_ms: exchange.latency.as_millis().min(i32::MAX as u128) as i32,
             started_at,
-            next_attempt_at: wait.and_then(|wait| chrono::Duration::from_std(wait).ok()).map(|wait| Utc::now() + wait),
+            next_attempt_at: due,
         };
         let disables_endpoint = *verdict == (Verdict::Permanent { disable_endpoint: true });
         // A lane's head that ends moves its lane on in the same transaction.
@@ -599,6 +641,26 @@ impl Processor {
             Some(wait) => Disposition::Delay { wait },
             None => Disposition::Ack,
         })
+    }
+}
+
+/// Publishes an admitted delivery's retry, due after `wait`, before its
+/// attempt is recorded ([`Processor::send_and_record`]); whether it is out.
+async fn publish_retry_ahead(delays: &DelayPublisher, job: &DeliveryJob, wait: Duration) -> bool {
+    let task = DeliveryTask {
+        tenant_id: job.tenant_id,
+        delivery_id: job.delivery_id,
+        event_id: job.event_id,
+        endpoint_id: job.endpoint_id,
+    };
+    let body = serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default();
+    match delays.publish_rechecking(&body, wait, Some(FIRST_RECHECK)).await {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::debug!(delivery_id = %job.delivery_id, error = %error_chain(&error),
+                "retry not published ahead of its record; published after it");
+            false
+        }
     }
 }
 

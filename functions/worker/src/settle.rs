@@ -19,7 +19,7 @@ use relayops_shared::telemetry::error_chain;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::delay::DelayPublisher;
+use crate::delay::{next_recheck, recheck_of, DelayPublisher};
 use crate::hold::{delivery_count, near_delivery_limit, Backoff};
 use crate::process::{Disposition, Processor};
 use crate::report;
@@ -60,15 +60,22 @@ pub(crate) struct RoundAgain {
     /// Its row does not say it is due (it may be `pending` or leased): the
     /// message that brought it must not be acknowledged unless this one is out.
     lost_unless_published: bool,
+    /// The recheck wait it carries ([`crate::delay::RECHECK_HEADER`]).
+    recheck: Option<Duration>,
 }
 
 impl RoundAgain {
     pub(crate) fn after(disposition: Disposition) -> Option<Self> {
-        let again = |wait, lost_unless_published| Some(Self { wait, lost_unless_published });
+        let again = |wait, lost_unless_published| Some(Self { wait, lost_unless_published, recheck: None });
         match disposition {
             Disposition::Ack | Disposition::Reject => None,
             // The row is scheduled in Postgres: recovery re-enqueues it if this is lost.
             Disposition::Delay { wait } => again(wait, false),
+            // The row is leased: if its worker dies, recovery finds the
+            // expired lease.
+            Disposition::Recheck { wait } => {
+                Some(Self { wait, lost_unless_published: false, recheck: Some(next_recheck(wait)) })
+            }
             // Its row may be `pending` or leased.
             Disposition::Requeue | Disposition::Hold => again(REQUEUE_PAUSE, true),
         }
@@ -108,7 +115,7 @@ impl Settler {
     /// tenants) meanwhile; one not
     /// started when the process is told to stop (a bundle's later deliveries)
     /// is not started: [`Disposition::Requeue`], its row untouched.
-    async fn process_holding(&self, task: DeliveryTask) -> Disposition {
+    async fn process_holding(&self, task: DeliveryTask, recheck: Option<Duration>) -> Disposition {
         let mut stopping = self.stopping.clone();
         // (A stop already requested resolves at once: checked first.)
         let _permit = tokio::select! {
@@ -118,7 +125,7 @@ impl Settler {
         };
         let mut backoff = Backoff::default();
         loop {
-            match self.processor.process(task).await {
+            match self.processor.process(task, recheck).await {
                 Disposition::Hold => match backoff.next_pause() {
                     Some(pause) if self.channel.status().connected() => {
                         report::held();
@@ -136,7 +143,7 @@ impl Settler {
     /// if that failed and the delivery would be lost). A requeue is left to
     /// [`settle`](Self::settle), as a bundle's is.
     async fn process_one(&self, delivery: &Delivery, task: DeliveryTask) -> Disposition {
-        let disposition = self.process_holding(task).await;
+        let disposition = self.process_holding(task, recheck_of(delivery)).await;
         if matches!(disposition, Disposition::Requeue) {
             return disposition;
         }
@@ -151,12 +158,12 @@ impl Settler {
     /// Publishes `body` (one delivery's message) to come back as `again`
     /// says; whether it is out. A failure is logged with what follows from it.
     async fn send_round(&self, body: &[u8], again: &RoundAgain, task: DeliveryTask) -> bool {
-        let Err(error) = self.delays.publish(body, again.wait).await else { return true };
+        let Err(error) = self.delays.publish_rechecking(body, again.wait, again.recheck).await else { return true };
         report::not_sent_round();
-        let outcome = if again.lost_unless_published {
-            "its message is requeued"
-        } else {
-            "left to recovery (the row is scheduled)"
+        let outcome = match (again.lost_unless_published, again.recheck) {
+            (true, _) => "its message is requeued",
+            (false, None) => "left to recovery (the row is scheduled)",
+            (false, Some(_)) => "left to recovery (the row is leased)",
         };
         tracing::warn!(delivery_id = %task.delivery_id, error = %error_chain(&error), outcome, "delivery not sent round");
         false
@@ -176,7 +183,7 @@ impl Settler {
         let mut attempts = JoinSet::new();
         for task in tasks {
             let settler = self.clone();
-            attempts.spawn(async move { (task, settler.process_holding(task).await) });
+            attempts.spawn(async move { (task, settler.process_holding(task, None).await) });
         }
         let mut whole = Disposition::Ack;
         // Each as it ends: a retry goes round without waiting for its siblings.
@@ -234,7 +241,7 @@ impl Settler {
             Disposition::Reject => delivery.acker.reject(BasicRejectOptions { requeue: false }).await,
             // (Whatever went round again was resolved into `Ack` or `Requeue`
             // above, a hold into another disposition or `Requeue`.)
-            Disposition::Requeue | Disposition::Hold | Disposition::Delay { .. } => {
+            Disposition::Requeue | Disposition::Hold | Disposition::Delay { .. } | Disposition::Recheck { .. } => {
                 tokio::time::sleep(REQUEUE_PAUSE).await;
                 delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
             }

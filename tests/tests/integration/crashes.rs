@@ -2,11 +2,13 @@
 //! (SIGKILL), a publisher between the broker's confirm and marking the row,
 //! after claiming an event's row, half-way through an event's messages or a
 //! batch of events' messages, and
-//! an api between its commit and publishing the event itself (crash points
-//! that abort the process there).
+//! an api between its commit and publishing the event itself, and a worker
+//! right after recording an admitted delivery's retry (crash points that
+//! abort the process there).
 use std::time::Duration;
 
 use relayops_shared::config::IngestConfig;
+use relayops_tests::lanes::{LaneReceiver, Reply};
 use relayops_tests::{TestConfig, TestEnv, WAIT};
 use serde_json::json;
 
@@ -269,4 +271,83 @@ async fn an_api_killed_between_its_commit_and_its_own_publish_leaves_the_event_t
     env.wait_for_status(&event_id, "delivered").await;
     env.wait_for_outbox_drained().await;
     assert_eq!(env.simulator.received().len(), 1, "one request: {:?}", env.simulator.received());
+}
+
+/// A delivery admitted from the parked ones came with no message of its own:
+/// its retry's message is published before the failed attempt is recorded,
+/// so a worker that dies right after the record (crash point) leaves that
+/// message behind, as the message path leaves its unacknowledged one. The
+/// retry then comes from the broker within its schedule; recovery, which
+/// would otherwise find the row only a grace later, is kept out of reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_after_recording_an_admitted_deliverys_retry_leaves_its_message_behind() {
+    let mut config = TestConfig { run_worker: false, ..Default::default() };
+    config.publisher.recovery_grace = Duration::from_secs(3600);
+    let env = TestEnv::start_with(config).await;
+    // The first event holds the endpoint's one slot for a second; every later
+    // event's first request fails, its retry succeeds.
+    let (receiver, url) = LaneReceiver::start(|arrival| match (arrival.n, arrival.seen) {
+        (0, _) => Reply::Slow(200, 1_000),
+        (_, 1) => Reply::Status(503),
+        _ => Reply::Status(200),
+    })
+    .await;
+    env.create_lane_endpoint(&url, json!({ "max_in_flight": 1, "retry_schedule_secs": [1] })).await;
+    let mut doomed = env.spawn_role("worker", &[("RELAYOPS_FAILPOINTS", "worker.after_admitted_retry_recorded")]);
+    let first = env.post_event("a.b", json!({ "key": "", "n": 0 })).await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    receiver.wait_until(WAIT, |arrivals| !arrivals.is_empty()).await;
+    // Posted while the slot is taken: each waits parked, then is admitted.
+    let second = env.post_event("a.b", json!({ "key": "", "n": 1 })).await;
+    let second = second.body["id"].as_str().unwrap().to_owned();
+    env.wait_for_sql(
+        "the second delivery parked",
+        "SELECT count(*) = 1 FROM relayops.deliveries WHERE status = 'parked'",
+    )
+    .await;
+
+    let status = doomed.exited(WAIT).await.expect("the worker reached its crash point");
+    assert!(!status.success(), "it crashed: {status:?}");
+    let row = env.wait_for_deliveries(&second, |deliveries| deliveries.len() == 1).await;
+    assert_eq!(row[0]["status"], "scheduled", "the failed attempt was recorded: {row:?}");
+    assert_eq!(row[0]["attempt_count"], 1);
+
+    let _survivor = env.spawn_role("worker", &[]);
+    env.wait_for_status(&second, "delivered").await;
+    let tries: Vec<u32> = receiver.arrivals().iter().filter(|a| a.n == 1).map(|a| a.seen).collect();
+    assert_eq!(tries, [1, 2], "the failed attempt, then its retry from the message left behind");
+}
+
+/// An admitted delivery's retry due at once is published ahead of its
+/// record, so its message can arrive while the row is still leased: it comes
+/// back to look again (not dropped as a duplicate would be), and every retry
+/// is sent with recovery out of reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_deliverys_retry_that_arrives_before_its_record_comes_back_for_it() {
+    let mut config = TestConfig::default();
+    config.publisher.recovery_grace = Duration::from_secs(3600);
+    let env = TestEnv::start_with(config).await;
+    let (receiver, url) = LaneReceiver::start(|arrival| match (arrival.n, arrival.seen) {
+        (0, _) => Reply::Slow(200, 500),
+        (_, 1) => Reply::Status(503),
+        _ => Reply::Status(200),
+    })
+    .await;
+    env.create_lane_endpoint(&url, json!({ "max_in_flight": 1, "retry_schedule_secs": [0] })).await;
+    env.post_event("a.b", json!({ "key": "", "n": 0 })).await;
+    receiver.wait_until(WAIT, |arrivals| !arrivals.is_empty()).await;
+    let mut events = Vec::new();
+    for n in 1..=6 {
+        events.push(env.post_event("a.b", json!({ "key": "", "n": n })).await.body["id"].as_str().unwrap().to_owned());
+    }
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    let admitted = env.metric("relayops_deliveries_admitted_total", &[]).await;
+    assert!(admitted >= 6.0, "each waited parked and was admitted: {admitted}");
+    let arrivals = receiver.arrivals();
+    for n in 1..=6 {
+        let tries: Vec<u32> = arrivals.iter().filter(|a| a.n == n).map(|a| a.seen).collect();
+        assert_eq!(tries, [1, 2], "event {n}: the failed attempt and its retry");
+    }
 }
