@@ -25,7 +25,9 @@
 //! no publish), `relayops_outbox_publish_failures_total` (refused rows are
 //! published again later; failed ticks publish nothing), and
 //! `relayops_delivery_attempts_total{outcome="delivered"}` (the target's own
-//! count of deliveries, beside the receiver's). Counted by nothing: the
+//! count of deliveries, beside the receiver's) and every attempt
+//! (`per_attempt`: at a failing receiver the policy's retries are not
+//! waste, so the publishes are set against the attempts). Counted by nothing: the
 //! worker's early-arrival delays (a message come before its row is due),
 //! a bundle's deliveries sent round to be requeued, and the broker's
 //! redeliveries of messages requeued or unacknowledged when a channel closed
@@ -69,6 +71,7 @@ const COUNTERS: &[Counter] = &[
     counter(names::DELIVERIES_HELD, None, Role::Shown),
     counter(names::OUTBOX_PUBLISH_FAILURES, None, Role::Shown),
     counter(names::DELIVERY_ATTEMPTS, Some(("outcome", "delivered")), Role::Shown),
+    counter(names::DELIVERY_ATTEMPTS, None, Role::Shown),
 ];
 
 /// One read of `/metrics` (Prometheus text) and when it was taken.
@@ -111,6 +114,9 @@ pub struct BrokerMessages {
     /// Deliveries that first arrived at the receiver between the reads.
     pub deliveries: usize,
     pub per_delivery: f64,
+    /// Attempts made between the reads (every outcome), and the publishes per attempt.
+    pub attempts: f64,
+    pub per_attempt: f64,
     pub window_secs: f64,
     pub note: &'static str,
 }
@@ -125,6 +131,8 @@ pub fn between(before: &Scrape, after: &Scrape, deliveries: usize) -> BrokerMess
         published_to_broker: 0.0,
         deliveries,
         per_delivery: 0.0,
+        attempts: 0.0,
+        per_attempt: 0.0,
         window_secs: after.at.saturating_duration_since(before.at).as_secs_f64(),
         note: "relayops_outbox_published_total counts deliveries, not messages (a bundle message carries several)",
     };
@@ -154,5 +162,7 @@ pub fn between(before: &Scrape, after: &Scrape, deliveries: usize) -> BrokerMess
     }
     figures.published_to_broker = figures.published_to_broker.max(0.0);
     figures.per_delivery = figures.published_to_broker / deliveries.max(1) as f64;
+    figures.attempts = figures.shown.get(names::DELIVERY_ATTEMPTS).copied().unwrap_or(0.0);
+    figures.per_attempt = figures.published_to_broker / figures.attempts.max(1.0);
     figures
 }

@@ -21,6 +21,9 @@ pub struct Cost {
     /// Postgres + RabbitMQ + Redis + RelayOps.
     pub server_cpu_secs: f64,
     pub server_cpu_secs_per_1000: f64,
+    /// Less the idle platform's CPU over the wall time (`crate::idle`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_secs_per_1000_less_idle: Option<f64>,
     /// Server CPU seconds per wall second: how many cores the run kept busy.
     pub server_cores_busy: f64,
     /// Per component: CPU seconds per 1,000.
@@ -61,6 +64,7 @@ impl Meter {
             wall_secs: rounded(wall_secs),
             server_cpu_secs: secs(server_ticks),
             server_cpu_secs_per_1000: per_1000(server_ticks),
+            server_cpu_secs_per_1000_less_idle: None,
             server_cores_busy: rounded(secs(server_ticks) / wall_secs.max(0.001)),
             by_component_per_1000: COMPONENTS.iter().map(|c| (*c, per_1000(used(c)))).collect(),
             postgres_own_database_per_1000: per_1000(

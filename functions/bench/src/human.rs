@@ -134,6 +134,16 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
 fn print_noisy_neighbour(phases: &serde_json::Value) {
     let ms = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
     let ran = || crate::noisy::PHASES.iter().filter_map(|name| Some((*name, phases.get(*name)?)));
+    if let Some(idle) = phases["idle"].as_object() {
+        let f = |key: &str| idle.get(key).and_then(|v| v.as_f64()).unwrap_or(0.0);
+        println!(
+            "noisy      idle platform ({:.0} s): {:.1} rows/s, {:.1} commits/s, {:.3} cores",
+            f("secs"),
+            f("rows_per_sec"),
+            f("commits_per_sec"),
+            f("server_cpu_secs_per_sec")
+        );
+    }
     let Some(b) = ran().find_map(|(_, p)| p["b"].as_object()) else {
         println!("noisy      A alone only (no phase measured B)");
         return print_noisy_sides(ran());
@@ -197,10 +207,12 @@ fn print_noisy_sides<'r>(phases: impl Iterator<Item = (&'static str, &'r serde_j
                     .sum::<f64>()
             };
             println!(
-                "             broker {:.2} publishes per delivery ({} over {} deliveries): outbox {} (recovery re-enqueues {}), postponed {}, deferred {}, retries {}",
+                "             broker {:.2} publishes per delivery, {:.2} per attempt ({} over {} deliveries, {} attempts): outbox {} (recovery re-enqueues {}), postponed {}, deferred {}, retries {}",
                 b["per_delivery"].as_f64().unwrap_or(0.0),
+                b["per_attempt"].as_f64().unwrap_or(0.0),
                 b["published_to_broker"],
                 b["deliveries"],
+                b["attempts"],
                 count("outbox_published"),
                 count("requeued"),
                 count("postponed"),
@@ -210,16 +222,25 @@ fn print_noisy_sides<'r>(phases: impl Iterator<Item = (&'static str, &'r serde_j
         }
         let w = &p["postgres_writes"];
         if w.is_object() {
+            let less_idle = w["rows_per_delivery_less_idle"]
+                .as_f64()
+                .map(|x| format!(", {x:.2} less the idle platform's"))
+                .unwrap_or_default();
             println!(
-                "             postgres {:.2} rows written, {:.2} commits per delivery ({} rows over {} deliveries)",
+                "             postgres {:.2} rows written{less_idle}, {:.2} commits per delivery ({} rows over {} deliveries in {:.0} s)",
                 w["rows_per_delivery"].as_f64().unwrap_or(0.0),
                 w["commits_per_delivery"].as_f64().unwrap_or(0.0),
                 w["rows_written"],
                 w["deliveries"],
+                w["window_secs"].as_f64().unwrap_or(0.0),
             );
         }
         if p["cost"].is_object() {
-            println!("             {}", crate::cost::describe(&p["cost"]));
+            let less_idle = p["cost"]["server_cpu_secs_per_1000_less_idle"]
+                .as_f64()
+                .map(|x| format!(" ({x:.2} less the idle platform's)"))
+                .unwrap_or_default();
+            println!("             {}{less_idle}", crate::cost::describe(&p["cost"]));
         }
     }
 }

@@ -13,6 +13,7 @@ mod ceilings;
 mod console;
 mod cost;
 mod human;
+mod idle;
 mod memory;
 mod noisy;
 mod noisy_tenant;
@@ -135,8 +136,11 @@ struct Args {
     /// slow-backlog-alone (A's flood alone to a 2 s endpoint at
     /// `max_in_flight` 100, until drained: its cost per delivery beside a
     /// fast receiver's at the same rate, `--scenarios paced --paced-rates 50`)
-    /// and circuit-close (A's flood to an endpoint answering 500 for 20 s, then
-    /// 200: its circuit opens on the backlog and closes on it).
+    /// circuit-close (A's flood to an endpoint answering 500 for 20 s, then
+    /// 200: its circuit opens on the backlog and closes on it) and
+    /// circuit-close-steady (the same endpoint under A's steady 100 events/s
+    /// for 40 s). The idle platform is watched for 10 s first: per-delivery
+    /// rows and CPU are also given less its background.
     #[arg(
         long,
         value_delimiter = ',',

@@ -16,6 +16,7 @@ use relayops_shared::db::Pool;
 
 use crate::broker_messages::{self, BrokerMessages};
 use crate::cost::{Cost, Meter};
+use crate::idle::Idle;
 use crate::noisy_tenant::{NoisySide, Settled};
 use crate::paced::Offered;
 use crate::pg_writes::{self, PgWrites};
@@ -37,7 +38,10 @@ pub const PHASES: &[&str] = &[
     "fanout",
     "same-tenant-failing",
     "circuit-close",
+    "circuit-close-steady",
 ];
+/// How long the platform is watched idle before the phases (`crate::idle`).
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
 /// How long A has been posting when B starts.
 const NOISE_LEAD: Duration = Duration::from_millis(100);
 /// How long B's deliveries may take to arrive once B stops posting.
@@ -72,6 +76,10 @@ pub enum Noise {
     /// [`DOWN_FOR`](crate::noisy_tenant::DOWN_FOR), then 200: its circuit
     /// opens on the backlog and closes on it.
     CircuitClose,
+    /// The same endpoint under A's steady rate
+    /// ([`STEADY`](crate::noisy_tenant::STEADY)) rather than a flood at
+    /// once: deliveries keep arriving while the circuit is open and after it closed.
+    CircuitCloseSteady,
 }
 
 impl Noise {
@@ -89,6 +97,7 @@ impl Noise {
             "failing" => (Self::Failing, true),
             "fanout" => (Self::Fanout, true),
             "circuit-close" => (Self::CircuitClose, true),
+            "circuit-close-steady" => (Self::CircuitCloseSteady, true),
             _ => (Self::SameTenantFailing, true),
         }
     }
@@ -96,7 +105,15 @@ impl Noise {
     /// Whether A's events can all be delivered (its rate is then its drain's);
     /// otherwise A's rate is its arrivals while B posts.
     pub fn drains(self) -> bool {
-        matches!(self, Self::Burst(_) | Self::BurstRated | Self::SlowBacklog | Self::Fanout | Self::CircuitClose)
+        matches!(
+            self,
+            Self::Burst(_)
+                | Self::BurstRated
+                | Self::SlowBacklog
+                | Self::Fanout
+                | Self::CircuitClose
+                | Self::CircuitCloseSteady
+        )
     }
 }
 
@@ -161,6 +178,15 @@ pub struct PhaseFigures {
     pub cost: Option<Cost>,
 }
 
+/// The noisy-neighbour report: the idle platform's background, then the
+/// phases' figures by name.
+#[derive(Debug, Serialize)]
+struct Report {
+    idle: Option<Idle>,
+    #[serde(flatten)]
+    phases: serde_json::Map<String, serde_json::Value>,
+}
+
 pub struct NoisyRun<'a> {
     /// The bench's target: its receiver takes A's deliveries.
     pub target: &'a Target,
@@ -183,9 +209,15 @@ impl NoisyRun<'_> {
         }
         anyhow::ensure!(self.quiet_rate > 0 && self.seconds > 0, "--noisy-quiet-rate and --noisy-secs: at least 1");
         let quiet = self.quiet_tenant().await?;
+        eprintln!("[noisy-neighbour] the idle platform for {} s", IDLE_WINDOW.as_secs());
+        let idle = crate::idle::measure(self.pool, IDLE_WINDOW).await;
         let mut figures: Vec<(&str, PhaseFigures)> = Vec::new();
         for phase in PHASES.iter().copied().filter(|p| self.phases.iter().any(|asked| asked == p)) {
-            figures.push((phase, self.phase(phase, &quiet).await?));
+            let mut f = self.phase(phase, &quiet).await?;
+            if let Some(idle) = &idle {
+                idle.subtract(f.postgres_writes.as_mut(), f.cost.as_mut());
+            }
+            figures.push((phase, f));
         }
         let find = |name: &str| figures.iter().find(|(phase, _)| *phase == name).map(|(_, f)| f);
         let baseline = find("alone").and_then(|f| f.b.as_ref()).map(|b| b.end_to_end.p99_ms);
@@ -198,7 +230,7 @@ impl NoisyRun<'_> {
             }
             report.insert(phase.to_owned(), serde_json::to_value(f)?);
         }
-        Ok(serde_json::Value::Object(report))
+        Ok(serde_json::to_value(Report { idle, phases: report })?)
     }
 
     async fn phase(&self, phase: &str, quiet: &Target) -> anyhow::Result<PhaseFigures> {
@@ -224,7 +256,15 @@ impl NoisyRun<'_> {
         let started = Instant::now();
         let feed = side.as_ref().map(|side| {
             let (target, event_type, events) = (side.target.clone(), side.event_type.clone(), side.events);
-            tokio::spawn(async move { target.ingest_batches(&event_type, events, NOISE_BATCH, NOISE_CLIENTS).await.0 })
+            match side.noise {
+                Noise::CircuitCloseSteady => tokio::spawn(async move {
+                    let (rate, secs) = crate::noisy_tenant::STEADY;
+                    target.offer(&event_type, rate, secs).await.sent.len()
+                }),
+                _ => tokio::spawn(async move {
+                    target.ingest_batches(&event_type, events, NOISE_BATCH, NOISE_CLIENTS).await.0.accepted
+                }),
+            }
         });
         if feed.is_some() && measures_quiet {
             tokio::time::sleep(NOISE_LEAD).await;
@@ -245,7 +285,7 @@ impl NoisyRun<'_> {
         };
         let (a, settle, broker_messages, postgres_writes, cost) = match (side, fed) {
             (Some(side), Some(fed)) => {
-                let a = self.noisy_figures(&side, fed.accepted, started, window).await;
+                let a = self.noisy_figures(&side, fed, started, window).await;
                 let after = broker_messages::scrape(self.target).await.ok();
                 let pg_after = pg_writes::read(self.pool).await.ok();
                 let arrived = a.arrivals + b.as_ref().map_or(0, |b| b.delivered);

@@ -20,6 +20,9 @@ const SLOW_MS: u64 = 2000;
 const FANOUT_ENDPOINTS: usize = 50;
 /// How long the `circuit-close` phase's endpoint answers 500.
 pub const DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(20);
+/// The `circuit-close-steady` phase's pace: events per second, for so many
+/// seconds (the endpoint is down for the first [`DOWN_FOR`]).
+pub const STEADY: (u32, u64) = (100, 40);
 /// The `burst-rated` phase's endpoint: `max_in_flight`, rate limit per
 /// second, and its burst.
 pub const RATED: (u32, u32, u32) = (100, 1000, 100);
@@ -144,6 +147,17 @@ impl NoisyRun<'_> {
                     DOWN_FOR.as_secs()
                 );
                 (vec![body], self.flood_events, load)
+            }
+            Noise::CircuitCloseSteady => {
+                let up_at = std::time::SystemTime::now() + DOWN_FOR;
+                let unix_ms = up_at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+                let body = subscribed(&format!("until/{unix_ms}/a-{phase}"));
+                let (rate, secs) = STEADY;
+                let load = format!(
+                    "{rate} events/s for {secs} s to an endpoint answering 500 for its first {} s, then 200",
+                    DOWN_FOR.as_secs()
+                );
+                (vec![body], rate as usize * secs as usize, load)
             }
             Noise::Fanout => {
                 let events = (self.burst_events / 10).max(1);

@@ -16,6 +16,7 @@ use relayops_shared::db::Pool;
 pub struct PgCounters {
     rows_written: i64,
     commits: i64,
+    at: std::time::Instant,
 }
 
 /// Reads the counters of the database `pool` connects to (fresh: the
@@ -30,7 +31,7 @@ pub async fn read(pool: &Pool) -> anyhow::Result<PgCounters> {
             &[],
         )
         .await?;
-    Ok(PgCounters { rows_written: row.get(0), commits: row.get(1) })
+    Ok(PgCounters { rows_written: row.get(0), commits: row.get(1), at: std::time::Instant::now() })
 }
 
 #[derive(Debug, Serialize)]
@@ -41,6 +42,11 @@ pub struct PgWrites {
     pub deliveries: usize,
     pub rows_per_delivery: f64,
     pub commits_per_delivery: f64,
+    /// Between the two reads.
+    pub window_secs: f64,
+    /// Less the idle platform's rows over the window (`crate::idle`), per delivery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_per_delivery_less_idle: Option<f64>,
 }
 
 /// The increase from `before` to `after`, per delivery of the `deliveries` between.
@@ -54,5 +60,7 @@ pub fn between(before: PgCounters, after: PgCounters, deliveries: usize) -> PgWr
         deliveries,
         rows_per_delivery: per(rows_written),
         commits_per_delivery: per(commits),
+        window_secs: after.at.saturating_duration_since(before.at).as_secs_f64(),
+        rows_per_delivery_less_idle: None,
     }
 }

@@ -358,3 +358,38 @@ async fn retries_go_through_the_retry_queues_again_once_the_broker_takes_them_ag
     }
     assert_eq!(not_sent_round().await, 1.0, "once the queue takes messages again, retries go through it");
 }
+
+/// Admission's lease failing in the database after the endpoint's slot was
+/// reserved for it (a planted fault: after the first, which tells admission
+/// the endpoint's limits, three leases of a parked delivery are refused): the
+/// slot is given back, admission pauses and tries
+/// again, and every parked delivery is then sent once, never more than
+/// `max_in_flight` at a time, with no slot left held afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_lease_the_database_refuses_gives_its_slot_back_and_is_tried_again() {
+    let env = TestEnv::start().await;
+    let endpoint = env.create_endpoint("/sim/slow/200", &["*"], json!({ "max_in_flight": 1 })).await;
+    let client = env.pool.get().await.unwrap();
+    client.batch_execute("CREATE SEQUENCE relayops.refused_admissions").await.unwrap();
+    env.create_trigger(
+        "refuse_first_admissions",
+        "BEFORE UPDATE ON relayops.deliveries",
+        "IF OLD.status = 'parked' AND NEW.status = 'in_progress'
+            AND nextval('relayops.refused_admissions') BETWEEN 2 AND 4 THEN
+             RAISE EXCEPTION 'admission refused by the test';
+         END IF;
+         RETURN NEW;",
+    )
+    .await;
+    let events = env.post_numbered_events("a.b", 6).await;
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    let refused = env.query_i64("SELECT last_value FROM relayops.refused_admissions").await;
+    assert!(refused >= 4, "the fault was met: {refused} leases tried");
+    assert_eq!(env.count("delivery_attempts").await, 6, "each sent once");
+    assert_eq!(env.simulator.max_in_flight("/sim/slow/200"), 1, "the endpoint's limit held");
+    let flow = relayops_tests::relayops_shared::flow::FlowControl::new(&env.config.flow).unwrap();
+    let endpoint = endpoint["id"].as_str().unwrap();
+    assert!(!flow.is_full("endpoint-lease", endpoint, 1).await, "no slot left held for a refused lease");
+}

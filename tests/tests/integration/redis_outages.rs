@@ -333,3 +333,27 @@ async fn a_redis_that_never_answers_costs_ingest_one_timeout_per_retry_interval_
     let peak = env.simulator.max_in_flight(SLOW);
     assert!(peak <= MAX_IN_FLIGHT, "one worker, max_in_flight {MAX_IN_FLIGHT}: {peak} at once");
 }
+
+/// With Redis unreachable, admission reserves a parked delivery's slot from
+/// the process's own share of the endpoint (the same local decision a
+/// message's delivery gets): a saturated endpoint's backlog still waits
+/// parked, is admitted as slots free, and is delivered once each, never past
+/// `max_in_flight`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_unreachable_parked_deliveries_are_admitted_under_the_process_limits() {
+    let mut config = TestConfig::default();
+    config.flow.redis_url = "redis://127.0.0.1:1".into(); // nothing listens there
+    let env = TestEnv::start_with(config).await;
+    env.create_endpoint("/sim/slow/200", &["*"], json!({ "max_in_flight": 1 })).await;
+    let events = env.post_numbered_events("a.b", 6).await;
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    let metrics = scrape(&env.http, &env.api_url).await;
+    assert_eq!(sample(&metrics, "relayops_flow_degraded", &[]), 1.0, "flow control decided locally");
+    let parked = sample(&metrics, "relayops_deliveries_parked_total", &[]);
+    assert!(parked >= 1.0, "the backlog waited parked: {parked}");
+    assert_eq!(sample(&metrics, "relayops_deliveries_admitted_total", &[]), parked, "each admitted once");
+    assert_eq!(env.count("delivery_attempts").await, 6, "each sent once");
+    assert_eq!(env.simulator.max_in_flight("/sim/slow/200"), 1, "the endpoint's limit held");
+}
