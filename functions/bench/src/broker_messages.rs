@@ -117,6 +117,10 @@ pub struct BrokerMessages {
     /// Attempts made between the reads (every outcome), and the publishes per attempt.
     pub attempts: f64,
     pub per_attempt: f64,
+    /// Publishes per delivery that entered in the window, whether it has
+    /// arrived yet or not (set by the scenario that knows what it posted;
+    /// behind a failing endpoint most deliveries wait parked, unattempted).
+    pub per_entered_delivery: f64,
     pub window_secs: f64,
     pub note: &'static str,
 }
@@ -133,6 +137,7 @@ pub fn between(before: &Scrape, after: &Scrape, deliveries: usize) -> BrokerMess
         per_delivery: 0.0,
         attempts: 0.0,
         per_attempt: 0.0,
+        per_entered_delivery: 0.0,
         window_secs: after.at.saturating_duration_since(before.at).as_secs_f64(),
         note: "relayops_outbox_published_total counts deliveries, not messages (a bundle message carries several)",
     };

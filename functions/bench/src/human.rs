@@ -207,9 +207,10 @@ fn print_noisy_sides<'r>(phases: impl Iterator<Item = (&'static str, &'r serde_j
                     .sum::<f64>()
             };
             println!(
-                "             broker {:.2} publishes per delivery, {:.2} per attempt ({} over {} deliveries, {} attempts): outbox {} (recovery re-enqueues {}), postponed {}, deferred {}, retries {}",
+                "             broker {:.2} publishes per delivery arrived, {:.2} per attempt, {:.2} per delivery entered ({} over {} deliveries, {} attempts): outbox {} (recovery re-enqueues {}), postponed {}, deferred {}, retries {}",
                 b["per_delivery"].as_f64().unwrap_or(0.0),
                 b["per_attempt"].as_f64().unwrap_or(0.0),
+                b["per_entered_delivery"].as_f64().unwrap_or(0.0),
                 b["published_to_broker"],
                 b["deliveries"],
                 b["attempts"],

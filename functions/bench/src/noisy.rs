@@ -290,8 +290,14 @@ impl NoisyRun<'_> {
                 let pg_after = pg_writes::read(self.pool).await.ok();
                 let arrived = a.arrivals + b.as_ref().map_or(0, |b| b.delivered);
                 let cost = meter.finish("deliveries", arrived);
-                let messages =
-                    before.zip(after).map(|(before, after)| broker_messages::between(&before, &after, arrived));
+                // Every delivery that entered in the window, attempted or not
+                // (behind a failing endpoint's open circuit most wait parked).
+                let entered = a.accepted * a.endpoints + b.as_ref().map_or(0, |b| b.accepted);
+                let messages = before.zip(after).map(|(before, after)| {
+                    let mut messages = broker_messages::between(&before, &after, arrived);
+                    messages.per_entered_delivery = messages.published_to_broker / entered.max(1) as f64;
+                    messages
+                });
                 let writes = pg_before.zip(pg_after).map(|(before, after)| pg_writes::between(before, after, arrived));
                 (Some(a), Some(self.quieten(&side).await?), messages, writes, cost)
             }

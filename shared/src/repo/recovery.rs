@@ -142,7 +142,10 @@ const REVIVE: &str = "UPDATE relayops.deliveries
 /// older than the grace; two are kept: `seen_empty_at` is kept until it is
 /// older than the grace (newer sightings meanwhile are dropped), then it
 /// becomes `seen_empty_before` and the next sighting takes its place. So the
-/// search's time trails the best one by at most about the grace.
+/// search's time trails the best one by at most about the grace. A row
+/// changes only then: a sighting that changes nothing writes nothing (an
+/// idle installation's passes would otherwise rewrite every queue's row
+/// each second).
 const RECORD_SIGHTINGS: &str = "INSERT INTO relayops.ready_queue_sightings AS s (queue, seen_empty_at)
      SELECT queue, now() - age_ms * interval '1 millisecond'
      FROM unnest($1::text[], $2::bigint[]) AS seen(queue, age_ms)
@@ -151,7 +154,8 @@ const RECORD_SIGHTINGS: &str = "INSERT INTO relayops.ready_queue_sightings AS s 
      SET seen_empty_before = CASE WHEN s.seen_empty_at < now() - $3::bigint * interval '1 millisecond'
                                   THEN s.seen_empty_at ELSE s.seen_empty_before END,
          seen_empty_at = CASE WHEN s.seen_empty_at < now() - $3::bigint * interval '1 millisecond'
-                              THEN excluded.seen_empty_at ELSE s.seen_empty_at END";
+                              THEN excluded.seen_empty_at ELSE s.seen_empty_at END
+     WHERE s.seen_empty_at < now() - $3::bigint * interval '1 millisecond'";
 
 /// Records when each of `queues` was last seen empty (`ages[i]` ago; `None`:
 /// not seen empty lately), for [`requeue_stranded`].
