@@ -454,8 +454,13 @@ pub fn outbound_allow_from_env() -> Result<crate::net_policy::AllowList, ConfigE
 pub struct AuthConfig {
     /// `RELAYOPS_JWT_SECRET` (at least 32 bytes; unset: login is disabled).
     pub jwt_secret: Option<String>,
-    /// `RELAYOPS_JWT_TTL_SECS` (default 900): how long a login token lives.
-    pub jwt_ttl: Duration,
+    /// `RELAYOPS_SESSION_LIFETIME_SECS` (default 43200, 12 h; the older
+    /// `RELAYOPS_JWT_TTL_SECS` is read when it is unset): the longest a login
+    /// session (console sign-in, API login token) lives, however it is used.
+    pub session_lifetime: Duration,
+    /// `RELAYOPS_SESSION_IDLE_SECS` (default 1800): a session unused this
+    /// long has ended (measured to the minute).
+    pub session_idle: Duration,
     /// `RELAYOPS_BOOTSTRAP_TOKEN` (unset: `POST /v1/bootstrap` is disabled). Usable
     /// once: its hash is stored when used.
     pub bootstrap_token: Option<String>,
@@ -475,7 +480,8 @@ impl std::fmt::Debug for AuthConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuthConfig")
             .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
-            .field("jwt_ttl", &self.jwt_ttl)
+            .field("session_lifetime", &self.session_lifetime)
+            .field("session_idle", &self.session_idle)
             .field("bootstrap_token", &self.bootstrap_token.as_ref().map(|_| "<set>"))
             .field("admin_token_sha256", &self.admin_token_sha256.as_ref().map(|_| "<set>"))
             .finish()
@@ -490,7 +496,11 @@ impl AuthConfig {
         }
         Ok(Self {
             jwt_secret: secret,
-            jwt_ttl: Duration::from_secs(positive("JWT_TTL_SECS", 900)?),
+            session_lifetime: Duration::from_secs(match std::env::var(key("SESSION_LIFETIME_SECS")) {
+                Ok(_) => positive("SESSION_LIFETIME_SECS", 43_200)?,
+                Err(_) => positive("JWT_TTL_SECS", 43_200)?,
+            }),
+            session_idle: Duration::from_secs(positive("SESSION_IDLE_SECS", 1_800)?),
             bootstrap_token: std::env::var(key("BOOTSTRAP_TOKEN")).ok().filter(|s| !s.is_empty()),
             api_key_cache_ttl: Some(Duration::from_millis(parsed("API_KEY_CACHE_MS", 2_000u64)?)),
             admin_token_sha256: admin_token_sha256()?,

@@ -157,7 +157,8 @@ impl Default for TestConfig {
             },
             auth: AuthConfig {
                 jwt_secret: Some(format!("test-jwt-secret-{}", uuid::Uuid::new_v4().simple())),
-                jwt_ttl: Duration::from_secs(900),
+                session_lifetime: Duration::from_secs(43_200),
+                session_idle: Duration::from_secs(1_800),
                 bootstrap_token: Some(format!("bootstrap-{}", uuid::Uuid::new_v4().simple())),
                 api_key_cache_ttl: None,
                 admin_token_sha256: Some(relayops_shared::auth::admin::token_sha256(&admin_token)),

@@ -139,8 +139,11 @@ struct Args {
     /// circuit-close (A's flood to an endpoint answering 500 for 20 s, then
     /// 200: its circuit opens on the backlog and closes on it) and
     /// circuit-close-steady (the same endpoint under A's steady 100 events/s
-    /// for 40 s). The idle platform is watched for 10 s first: per-delivery
-    /// rows and CPU are also given less its background.
+    /// for 40 s); steady-fast and steady-slow (A alone, 50 events/s for 60 s
+    /// to a fast endpoint, and to a 2 s one with room for all of it in
+    /// flight: what a slow receiver itself costs per delivery). The idle
+    /// platform is watched for 10 s first: per-delivery rows and CPU are
+    /// also given less its background.
     #[arg(
         long,
         value_delimiter = ',',

@@ -39,6 +39,8 @@ pub const PHASES: &[&str] = &[
     "same-tenant-failing",
     "circuit-close",
     "circuit-close-steady",
+    "steady-fast",
+    "steady-slow",
 ];
 /// How long the platform is watched idle before the phases (`crate::idle`).
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
@@ -80,6 +82,11 @@ pub enum Noise {
     /// ([`STEADY`](crate::noisy_tenant::STEADY)) rather than a flood at
     /// once: deliveries keep arriving while the circuit is open and after it closed.
     CircuitCloseSteady,
+    /// A's steady rate ([`STEADY_PAIR`](crate::noisy_tenant::STEADY_PAIR))
+    /// to a fast endpoint, or (`true`) to a 2,000 ms one with room for all
+    /// of it in flight: the same deliveries at the same pace, differing only
+    /// in how long the receiver takes (the cost of a slow receiver itself).
+    Steady { slow: bool },
 }
 
 impl Noise {
@@ -98,6 +105,8 @@ impl Noise {
             "fanout" => (Self::Fanout, true),
             "circuit-close" => (Self::CircuitClose, true),
             "circuit-close-steady" => (Self::CircuitCloseSteady, true),
+            "steady-fast" => (Self::Steady { slow: false }, false),
+            "steady-slow" => (Self::Steady { slow: true }, false),
             _ => (Self::SameTenantFailing, true),
         }
     }
@@ -113,6 +122,7 @@ impl Noise {
                 | Self::Fanout
                 | Self::CircuitClose
                 | Self::CircuitCloseSteady
+                | Self::Steady { .. }
         )
     }
 }
@@ -259,6 +269,10 @@ impl NoisyRun<'_> {
             match side.noise {
                 Noise::CircuitCloseSteady => tokio::spawn(async move {
                     let (rate, secs) = crate::noisy_tenant::STEADY;
+                    target.offer(&event_type, rate, secs).await.sent.len()
+                }),
+                Noise::Steady { .. } => tokio::spawn(async move {
+                    let (rate, secs) = crate::noisy_tenant::STEADY_PAIR;
                     target.offer(&event_type, rate, secs).await.sent.len()
                 }),
                 _ => tokio::spawn(async move {

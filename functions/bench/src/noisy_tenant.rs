@@ -23,6 +23,9 @@ pub const DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(20);
 /// The `circuit-close-steady` phase's pace: events per second, for so many
 /// seconds (the endpoint is down for the first [`DOWN_FOR`]).
 pub const STEADY: (u32, u64) = (100, 40);
+/// The `steady-fast` and `steady-slow` phases' pace: events per second, for
+/// so many seconds (the slow endpoint's `max_in_flight` holds all of it).
+pub const STEADY_PAIR: (u32, u64) = (50, 60);
 /// The `burst-rated` phase's endpoint: `max_in_flight`, rate limit per
 /// second, and its burst.
 pub const RATED: (u32, u32, u32) = (100, 1000, 100);
@@ -157,6 +160,17 @@ impl NoisyRun<'_> {
                     "{rate} events/s for {secs} s to an endpoint answering 500 for its first {} s, then 200",
                     DOWN_FOR.as_secs()
                 );
+                (vec![body], rate as usize * secs as usize, load)
+            }
+            Noise::Steady { slow } => {
+                let (rate, secs) = STEADY_PAIR;
+                let (path, what) = match slow {
+                    true => (format!("slow/{SLOW_MS}/a-{phase}"), format!("a {SLOW_MS} ms endpoint")),
+                    false => (format!("hook/a-{phase}"), "a fast endpoint".to_owned()),
+                };
+                let mut body = subscribed(&path);
+                body["max_in_flight"] = json!(FAST_MAX_IN_FLIGHT);
+                let load = format!("{rate} events/s for {secs} s to {what}, max_in_flight {FAST_MAX_IN_FLIGHT}");
                 (vec![body], rate as usize * secs as usize, load)
             }
             Noise::Fanout => {

@@ -55,6 +55,10 @@ pub fn page(session: &Session, section: Section, title: &str, body: Markup) -> H
                         (csrf_field(session))
                         button.link type="submit" { "Sign out" }
                     }
+                    form.signout method="post" action="/console/logout-everywhere" {
+                        (csrf_field(session))
+                        button.link type="submit" title="End every session of yours, in every browser" { "Sign out everywhere" }
+                    }
                 }
                 main {
                     h1 { (title) }

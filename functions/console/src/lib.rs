@@ -53,6 +53,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/console/assets/favicon.svg", get(favicon))
         .route("/console/login", get(session::login_page).post(session::login))
         .route("/console/logout", post(session::logout))
+        .route("/console/logout-everywhere", post(session::logout_everywhere))
         .route("/console/endpoints", get(endpoints::list))
         .route("/console/endpoints/{endpoint_id}", get(endpoint_page::show))
         .route("/console/endpoints/{endpoint_id}/enabled", post(endpoint_page::set_enabled))

@@ -1,11 +1,14 @@
 //! Signing in and out, the session, and CSRF protection.
 //!
 //! The session cookie holds the API's own login token (a JWT from
-//! `POST /v1/auth/login`'s handler), `HttpOnly`, `SameSite=Strict`, scoped to
-//! `/console`, `Secure` when the request came over HTTPS, and lives as long as
-//! the token: when the token expires the next page sends the browser to the
-//! sign-in page. Each request resolves the token exactly as a bearer token is
-//! resolved (user and role re-read from the database).
+//! `POST /v1/auth/login`'s handler, naming a login session kept in Postgres),
+//! `HttpOnly`, `SameSite=Strict`, scoped to `/console`, `Secure` when the
+//! request came over HTTPS, and lives as long as the session may. Each
+//! request resolves the token exactly as a bearer token is resolved (the
+//! session must be live; user and role re-read from the database), so when
+//! the session ends — "Sign out" here, "Sign out everywhere", the idle
+//! timeout, its lifetime — the next page sends the browser to the sign-in
+//! page, and the old cookie value opens nothing and posts nothing anywhere.
 //!
 //! CSRF: every state-changing form carries a token derived from the session
 //! (SHA-256 of a label and the session token, which only the server and the
@@ -23,7 +26,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::Utc;
 use maud::html;
-use relayops_shared::api::{by_login_token, ApiError, ApiJson, ApiState, Authenticated, ClientAddress};
+use relayops_shared::api::{by_login_token, end_sessions, ApiError, ApiJson, ApiState, Authenticated, ClientAddress};
 use relayops_shared::auth::Scope;
 use relayops_shared::ids::TenantId;
 use serde::de::DeserializeOwned;
@@ -42,6 +45,8 @@ const CSRF_LABEL: &[u8] = b"relayops-console-csrf\0";
 pub struct Session {
     pub caller: Authenticated,
     csrf: String,
+    /// The login token the cookie holds (to end its session).
+    token: String,
 }
 
 impl Session {
@@ -107,7 +112,7 @@ impl FromRequestParts<ApiState> for Session {
             .filter(|token| !token.is_empty())
             .ok_or(ConsoleError::SignIn { expired: false })?;
         match by_login_token(state, &token).await {
-            Ok(caller) => Ok(Session { caller, csrf: csrf_for(&token) }),
+            Ok(caller) => Ok(Session { caller, csrf: csrf_for(&token), token }),
             Err(ApiError::Unauthorized) => Err(ConsoleError::SignIn { expired: true }),
             Err(other) => Err(other.into()),
         }
@@ -225,9 +230,25 @@ pub async fn login(
         .into_response()
 }
 
-/// Forgets the session in this browser (the token itself lapses at its expiry).
-pub async fn logout(form: ConsoleForm<NoFields>) -> Response {
-    let _ = form.session;
-    (StatusCode::SEE_OTHER, [(header::LOCATION, "/console/login".to_owned()), (header::SET_COOKIE, clear_cookie())])
-        .into_response()
+/// Ends the session (server-side: its token is refused from now on,
+/// wherever it is presented) and forgets it in this browser.
+pub async fn logout(State(state): State<ApiState>, form: ConsoleForm<NoFields>) -> Response {
+    signed_out(&state, &form.session, false).await
+}
+
+/// Ends every session of the signed-in user, in every browser and client.
+pub async fn logout_everywhere(State(state): State<ApiState>, form: ConsoleForm<NoFields>) -> Response {
+    signed_out(&state, &form.session, true).await
+}
+
+async fn signed_out(state: &ApiState, session: &Session, everywhere: bool) -> Response {
+    match end_sessions(state, &session.token, everywhere).await {
+        // Ended meanwhile (another tab signed out): as good as done here.
+        Ok(_) | Err(ApiError::Unauthorized) => (
+            StatusCode::SEE_OTHER,
+            [(header::LOCATION, "/console/login".to_owned()), (header::SET_COOKIE, clear_cookie())],
+        )
+            .into_response(),
+        Err(other) => ConsoleError::Api(other).into_response(),
+    }
 }

@@ -34,12 +34,14 @@ pub use lambda_peer::source_ip_as_peer;
 pub use sessions::{checked_email, checked_password};
 /// The login handler itself, so the console signs in through exactly the
 /// API's path (the same checks, throttling and errors).
-pub use sessions::{login, LoginRequest, LoginResponse};
+pub use sessions::{login, LoginRequest, LoginResponse, LoginSession};
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {
     Router::new()
         .route("/v1/auth/login", post(sessions::login))
+        .route("/v1/auth/logout", post(sessions::logout))
+        .route("/v1/auth/logout-everywhere", post(sessions::logout_everywhere))
         .route("/v1/bootstrap", post(sessions::bootstrap))
         .route("/v1/api-keys", post(api_keys::create).get(api_keys::list))
         .route("/v1/api-keys/{key_id}", axum::routing::delete(api_keys::revoke))
@@ -63,6 +65,8 @@ pub fn router(state: ApiState) -> Router {
 #[openapi(
     paths(
         sessions::login,
+        sessions::logout,
+        sessions::logout_everywhere,
         sessions::bootstrap,
         api_keys::create,
         api_keys::list,

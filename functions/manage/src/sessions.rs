@@ -1,20 +1,26 @@
-//! `POST /v1/auth/login` (email + password → a short-lived token) and
+//! `POST /v1/auth/login` (email + password → a login token naming a login
+//! session kept server-side, `repo::login_sessions`), `POST /v1/auth/logout`
+//! and `POST /v1/auth/logout-everywhere` (the token's session, or all of its
+//! user's, end at once: every request with them is refused from then on), and
 //! `POST /v1/bootstrap` (the one-time token from the environment → the first
 //! tenant, its admin and an API key). A login is checked in the order that
 //! costs a guesser most and the server least: the field sizes (422, before
 //! anything else), the throttle (429 per account and client address, see
 //! `api::login_throttle`), and only then the password hash.
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use relayops_shared::api::{ApiError, ApiJson, ApiState, ClientAddress};
+use relayops_shared::api::{bearer, end_sessions, ApiError, ApiJson, ApiState, ClientAddress};
 use relayops_shared::auth::password::{decoy_hash, verify_password_blocking};
 use relayops_shared::auth::token_hash;
+use relayops_shared::auth::ApiKeySecret;
 use relayops_shared::bootstrap::{bootstrap_with_token, BootstrapError, BootstrapRequest};
 use relayops_shared::db::DbError;
 use relayops_shared::domain::ValidationError;
 use relayops_shared::ids::{ApiKeyId, TenantId, UserId};
+use relayops_shared::repo::login_sessions::{self, SessionLimits};
 use relayops_shared::repo::users;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -66,7 +72,9 @@ impl LoginRequest {
     }
 }
 
-/// A login token: send it as `Authorization: Bearer <token>`.
+/// A login token: send it as `Authorization: Bearer <token>`. It works until
+/// `expires_at`, or until its session ends first (sign-out, "sign out
+/// everywhere", or unused for the installation's idle timeout).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LoginResponse {
     token: String,
@@ -125,9 +133,60 @@ pub async fn login(
         admitted.succeeded().await;
     }
     users::touch_login(&client, user.tenant_id, user.id).await?;
-    let (token, expires_at) = keys.issue(user.id, user.tenant_id, &user.role).map_err(ApiError::internal)?;
+    let limits = SessionLimits { idle: keys.idle(), lifetime: keys.lifetime() };
+    let (session, expires_at) = login_sessions::start(&client, user.tenant_id, user.id, limits).await?;
+    let token = keys.issue(user.id, user.tenant_id, &user.role, session, expires_at).map_err(ApiError::internal)?;
     tracing::info!(tenant_id = %user.tenant_id, user_id = %user.id, "login");
     Ok(Json(LoginResponse { token, token_type: "Bearer", expires_at, tenant_id: user.tenant_id, user_id: user.id }))
+}
+
+/// The login token a request presents (`Authorization: Bearer`); an API key
+/// has no session to end (401).
+pub struct LoginSession(pub String);
+
+impl FromRequestParts<ApiState> for LoginSession {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &ApiState) -> Result<Self, Self::Rejection> {
+        let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
+        if ApiKeySecret::from_presented(token).is_some() {
+            return Err(ApiError::Unauthenticated("an API key has no session to end; revoke the key instead".into()));
+        }
+        Ok(Self(token.to_owned()))
+    }
+}
+
+/// Ends the session of the login token presented: from now on it is refused
+/// everywhere (the console's cookie holding it too).
+#[utoipa::path(
+    post, path = "/v1/auth/logout", tag = "identity",
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Signed out: the token no longer works"),
+        (status = 401, description = "No live login session: no token, an API key, or a session that has ended")
+    )
+)]
+pub async fn logout(State(state): State<ApiState>, LoginSession(token): LoginSession) -> Result<StatusCode, ApiError> {
+    end_sessions(&state, &token, false).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Ends every live session of the token's user (this one included), in every
+/// browser and client: signing out everywhere.
+#[utoipa::path(
+    post, path = "/v1/auth/logout-everywhere", tag = "identity",
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Every session of the user ended"),
+        (status = 401, description = "No live login session: no token, an API key, or a session that has ended")
+    )
+)]
+pub async fn logout_everywhere(
+    State(state): State<ApiState>,
+    LoginSession(token): LoginSession,
+) -> Result<StatusCode, ApiError> {
+    end_sessions(&state, &token, true).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// The first tenant, from the installation's one-time bootstrap token.

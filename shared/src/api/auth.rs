@@ -6,10 +6,12 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
 use super::{ApiError, ApiState};
+use crate::auth::jwt::Claims;
 use crate::auth::{ApiKeySecret, Scope};
 use crate::db::DbError;
 use crate::ids::{ApiKeyId, TenantId, UserId};
-use crate::repo::{api_keys, users};
+use crate::repo::users::UserPrincipal;
+use crate::repo::{api_keys, login_sessions};
 
 /// Who is calling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,10 +95,7 @@ async fn by_api_key(state: &ApiState, presented: &ApiKeySecret) -> Result<Authen
 /// A user's login token (the console's session cookie holds one) → the caller,
 /// exactly as `Authorization: Bearer <token>` would resolve it.
 pub async fn by_login_token(state: &ApiState, token: &str) -> Result<Authenticated, ApiError> {
-    let keys = state.jwt.as_ref().ok_or(ApiError::Unauthorized)?;
-    let claims = keys.verify(token).map_err(|_| ApiError::Unauthorized)?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let user = users::principal(&client, claims.tid, claims.sub).await?.ok_or(ApiError::Unauthorized)?;
+    let (claims, user) = live_session(state, token).await?;
     // The role is read from the database, so a demotion takes effect at once.
     let scopes = match user.role.as_str() {
         "admin" => vec![Scope::Admin],
@@ -109,4 +108,32 @@ pub async fn by_login_token(state: &ApiState, token: &str) -> Result<Authenticat
         ingest_limit: (user.ingest_rate_per_sec, user.ingest_burst),
         tenant_suspended: user.tenant_suspended,
     })
+}
+
+/// The token's claims and user, if its session is live (not signed out, not
+/// idle past its timeout, not past its lifetime) and its user still exists.
+async fn live_session(state: &ApiState, token: &str) -> Result<(Claims, UserPrincipal), ApiError> {
+    let keys = state.jwt.as_ref().ok_or(ApiError::Unauthorized)?;
+    let claims = keys.verify(token).map_err(|_| ApiError::Unauthorized)?;
+    let session = claims.sid.ok_or(ApiError::Unauthorized)?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let user = login_sessions::live_principal(&client, claims.tid, claims.sub, session, keys.idle())
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    Ok((claims, user))
+}
+
+/// Ends the live login session `token` names (a sign-out), or every live
+/// session of its user (`everywhere`); how many ended. A token whose session
+/// has ended already is refused as any request with it is (401).
+pub async fn end_sessions(state: &ApiState, token: &str, everywhere: bool) -> Result<u64, ApiError> {
+    let (claims, _) = live_session(state, token).await?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let ended = match (everywhere, claims.sid) {
+        (true, _) => login_sessions::end_all(&client, claims.tid, claims.sub).await?,
+        (false, Some(session)) => u64::from(login_sessions::end(&client, claims.tid, claims.sub, session).await?),
+        (false, None) => 0,
+    };
+    tracing::info!(tenant_id = %claims.tid, user_id = %claims.sub, ended, everywhere, "signed out");
+    Ok(ended)
 }

@@ -20,7 +20,7 @@ use crate::db::Pool;
 use crate::flow::{FlowControl, Limit, TokenDecision};
 use crate::net_policy::{AddressPolicy, AllowList};
 
-pub use auth::{bearer, by_login_token, Authenticated, Principal};
+pub use auth::{bearer, by_login_token, end_sessions, Authenticated, Principal};
 pub use client_address::ClientAddress;
 pub use json::ApiJson;
 pub use key_cache::KeyCache;
@@ -127,7 +127,7 @@ impl ApiState {
     /// Login tokens, the bootstrap token and the admin token, as configured.
     pub fn with_auth(mut self, config: &AuthConfig) -> Result<Self, crate::auth::jwt::JwtError> {
         if let Some(secret) = &config.jwt_secret {
-            self.jwt = Some(Arc::new(JwtKeys::new(secret.as_bytes(), config.jwt_ttl)?));
+            self.jwt = Some(Arc::new(JwtKeys::new(secret.as_bytes(), config.session_lifetime, config.session_idle)?));
         }
         self.bootstrap_token_hash = config.bootstrap_token.as_deref().map(crate::auth::token_hash::token_sha256);
         self.admin_token_sha256 = config.admin_token_sha256;

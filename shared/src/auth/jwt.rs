@@ -1,11 +1,14 @@
-//! Short-lived session tokens for users: HS256 JWTs whose key comes only from
-//! the environment (`RELAYOPS_JWT_SECRET`, at least 32 bytes). Claims carry the
-//! user and its tenant; the tenant is never taken from a request.
+//! Login tokens for users: HS256 JWTs whose key comes only from the
+//! environment (`RELAYOPS_JWT_SECRET`, at least 32 bytes). Claims carry the
+//! user, its tenant and its login session (`repo::login_sessions`, which
+//! decides whether the token still lets anyone in); the tenant is never
+//! taken from a request. A token lives as long as its session may.
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::ids::{TenantId, UserId};
 
@@ -19,6 +22,10 @@ pub struct Claims {
     pub iss: String,
     pub iat: i64,
     pub exp: i64,
+    /// The login session (tokens issued before sessions were kept have
+    /// none, and are refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sid: Option<Uuid>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -35,11 +42,14 @@ pub struct JwtKeys {
     encoding: EncodingKey,
     decoding: DecodingKey,
     validation: Validation,
-    ttl: Duration,
+    /// A session's absolute lifetime, and its idle timeout.
+    lifetime: Duration,
+    idle: Duration,
 }
 
 impl JwtKeys {
-    pub fn new(secret: &[u8], ttl: Duration) -> Result<Self, JwtError> {
+    /// Keys for sessions of at most `lifetime`, ended after `idle` unused.
+    pub fn new(secret: &[u8], lifetime: Duration, idle: Duration) -> Result<Self, JwtError> {
         if secret.len() < 32 {
             return Err(JwtError::WeakSecret);
         }
@@ -51,24 +61,40 @@ impl JwtKeys {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
             validation,
-            ttl,
+            lifetime,
+            idle,
         })
     }
 
-    /// A token for the user, and when it expires.
-    pub fn issue(&self, user: UserId, tenant: TenantId, role: &str) -> Result<(String, DateTime<Utc>), JwtError> {
-        let now = Utc::now();
-        let expires = now + chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::minutes(15));
+    /// A session's absolute lifetime (`RELAYOPS_SESSION_LIFETIME_SECS`).
+    pub fn lifetime(&self) -> Duration {
+        self.lifetime
+    }
+
+    /// A session's idle timeout (`RELAYOPS_SESSION_IDLE_SECS`).
+    pub fn idle(&self) -> Duration {
+        self.idle
+    }
+
+    /// A token for the user's `session`, valid until `expires` (the session's end).
+    pub fn issue(
+        &self,
+        user: UserId,
+        tenant: TenantId,
+        role: &str,
+        session: Uuid,
+        expires: DateTime<Utc>,
+    ) -> Result<String, JwtError> {
         let claims = Claims {
             sub: user,
             tid: tenant,
             role: role.to_owned(),
             iss: ISSUER.to_owned(),
-            iat: now.timestamp(),
+            iat: Utc::now().timestamp(),
             exp: expires.timestamp(),
+            sid: Some(session),
         };
-        let token = encode(&Header::new(Algorithm::HS256), &claims, &self.encoding).map_err(JwtError::Sign)?;
-        Ok((token, expires))
+        encode(&Header::new(Algorithm::HS256), &claims, &self.encoding).map_err(JwtError::Sign)
     }
 
     /// Checks signature, algorithm, issuer and expiry.
@@ -83,17 +109,25 @@ mod tests {
 
     #[test]
     fn tokens_verify_only_with_their_key_and_before_expiry() {
-        let keys = JwtKeys::new(&[7u8; 32], Duration::from_secs(60)).unwrap();
-        let (user, tenant) = (UserId::new(), TenantId::new());
-        let (token, _) = keys.issue(user, tenant, "admin").unwrap();
+        let minute = Duration::from_secs(60);
+        let keys = JwtKeys::new(&[7u8; 32], minute, minute).unwrap();
+        let (user, tenant, session) = (UserId::new(), TenantId::new(), Uuid::new_v4());
+        let token = keys.issue(user, tenant, "admin", session, Utc::now() + chrono::Duration::minutes(1)).unwrap();
         let claims = keys.verify(&token).unwrap();
-        assert_eq!((claims.sub, claims.tid), (user, tenant));
-        let other = JwtKeys::new(&[8u8; 32], Duration::from_secs(60)).unwrap();
+        assert_eq!((claims.sub, claims.tid, claims.sid), (user, tenant, Some(session)));
+        let other = JwtKeys::new(&[8u8; 32], minute, minute).unwrap();
         assert!(other.verify(&token).is_err(), "forged with another key");
-        let expired = JwtKeys::new(&[7u8; 32], Duration::ZERO).unwrap();
-        let claims = Claims { sub: user, tid: tenant, role: "admin".into(), iss: ISSUER.into(), iat: 0, exp: 1 };
-        let old = encode(&Header::new(Algorithm::HS256), &claims, &expired.encoding).unwrap();
+        let claims = Claims {
+            sub: user,
+            tid: tenant,
+            role: "admin".into(),
+            iss: ISSUER.into(),
+            iat: 0,
+            exp: 1,
+            sid: Some(session),
+        };
+        let old = encode(&Header::new(Algorithm::HS256), &claims, &keys.encoding).unwrap();
         assert!(keys.verify(&old).is_err(), "expired");
-        assert!(JwtKeys::new(b"short", Duration::from_secs(1)).is_err());
+        assert!(JwtKeys::new(b"short", minute, minute).is_err());
     }
 }

@@ -62,6 +62,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ),
     ("0023_ready_queue_sightings", include_str!("../../../migrations/0023_ready_queue_sightings.sql")),
     ("0024_deliveries_wait_for_a_slot", include_str!("../../../migrations/0024_deliveries_wait_for_a_slot.sql")),
+    ("0025_login_sessions", include_str!("../../../migrations/0025_login_sessions.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

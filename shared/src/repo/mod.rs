@@ -21,6 +21,7 @@ pub mod event_batches;
 pub mod event_queries;
 pub mod events;
 pub mod lanes;
+pub mod login_sessions;
 pub mod operational;
 pub mod outbox;
 pub mod outbox_fanout;

@@ -11,13 +11,6 @@ const FIND_BY_EMAIL: &str = "SELECT id, tenant_id, password_hash, role FROM rela
 
 const TOUCH_LOGIN: &str = "UPDATE relayops.user_accounts SET last_login_at = now() WHERE tenant_id = $1 AND id = $2";
 
-/// The user still exists (a deleted user's token stops working), with the
-/// tenant limits requests are checked against.
-const PRINCIPAL: &str = "SELECT u.role, t.ingest_rate_per_sec, t.ingest_burst,
-            t.suspended_at IS NOT NULL AS tenant_suspended
-     FROM relayops.user_accounts u JOIN relayops.tenants t ON t.id = u.tenant_id
-     WHERE u.tenant_id = $1 AND u.id = $2";
-
 pub struct LoginCandidate {
     pub id: UserId,
     pub tenant_id: TenantId,
@@ -40,6 +33,8 @@ pub async fn touch_login(client: &impl GenericClient, tenant: TenantId, user: Us
     Ok(())
 }
 
+/// A signed-in user as requests see it: role and the tenant's limits
+/// (`repo::login_sessions::live_principal`).
 pub struct UserPrincipal {
     pub role: String,
     pub ingest_rate_per_sec: Option<i32>,
@@ -47,18 +42,16 @@ pub struct UserPrincipal {
     pub tenant_suspended: bool,
 }
 
-pub async fn principal(
-    client: &impl GenericClient,
-    tenant: TenantId,
-    user: UserId,
-) -> Result<Option<UserPrincipal>, DbError> {
-    let row = sql::query_opt(client, PRINCIPAL, &[&tenant.as_uuid(), &user.as_uuid()]).await?;
-    Ok(row.map(|row| UserPrincipal {
-        role: row.get("role"),
-        ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
-        ingest_burst: row.get("ingest_burst"),
-        tenant_suspended: row.get("tenant_suspended"),
-    }))
+impl UserPrincipal {
+    /// From a row with `role`, `ingest_rate_per_sec`, `ingest_burst` and `tenant_suspended`.
+    pub(crate) fn from_row(row: &tokio_postgres::Row) -> Self {
+        Self {
+            role: row.get("role"),
+            ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
+            ingest_burst: row.get("ingest_burst"),
+            tenant_suspended: row.get("tenant_suspended"),
+        }
+    }
 }
 
 const USE_BOOTSTRAP_TOKEN: &str = "INSERT INTO relayops.used_bootstrap_tokens (token_hash) VALUES ($1)

@@ -103,7 +103,7 @@ async fn console_pages_forbid_scripts_and_the_session_cookie_is_http_only_and_st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_session_ends_when_its_token_expires_and_on_sign_out() {
     let mut config = TestConfig::default();
-    config.auth.jwt_ttl = Duration::from_secs(1);
+    config.auth.session_lifetime = Duration::from_secs(1);
     let env = TestEnv::start_with(config).await;
     let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
     assert!(console.set_cookie.contains("Max-Age=1"), "the cookie lives as long as the token: {}", console.set_cookie);
@@ -121,11 +121,34 @@ async fn console_session_ends_when_its_token_expires_and_on_sign_out() {
 
     let env = TestEnv::start().await;
     let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
-    let out = console.post("/console/logout", &[("csrf", &console.csrf().await)]).await;
+    let other_browser = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let csrf = console.csrf().await;
+    let out = console.post("/console/logout", &[("csrf", &csrf)]).await;
     assert_eq!(out.status(), 303);
     assert_eq!(out.headers()[LOCATION], "/console/login");
     let (cleared, _) = cookie_from(&out, "relayops_session").unwrap();
     assert_eq!(cleared, "", "the session cookie is removed");
+
+    // The session ended server-side: the old cookie value, kept (a copy from
+    // a shared machine or a proxy log), opens no page, posts no form (with
+    // its CSRF token) and is no bearer token.
+    let page = console.request(reqwest::Method::GET, "/console/endpoints", None).await;
+    assert_eq!(page.status(), 303, "the old cookie opens nothing");
+    assert!(page.headers()[LOCATION].to_str().unwrap().starts_with("/console/login"));
+    let keys_before = env.count("api_keys").await;
+    let form = console.post("/console/api-keys", &[("csrf", &csrf), ("name", "after sign-out")]).await;
+    assert_eq!(form.status(), 303, "the old cookie posts nothing");
+    assert_eq!(env.count("api_keys").await, keys_before, "no key was created");
+    let bearer = env.request(reqwest::Method::GET, "/v1/endpoints", Some(&console.session_cookie), None).await;
+    bearer.expect_problem(401);
+    let (status, _) = other_browser.get("/console/endpoints").await;
+    assert_eq!(status, 200, "a session in another browser goes on");
+
+    // "Sign out everywhere" ends that one too.
+    let everywhere = other_browser.post("/console/logout-everywhere", &[("csrf", &other_browser.csrf().await)]).await;
+    assert_eq!(everywhere.status(), 303);
+    let page = other_browser.request(reqwest::Method::GET, "/console/endpoints", None).await;
+    assert_eq!(page.status(), 303, "every session ended");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -136,11 +136,17 @@ async fn console_in_a_browser_shows_a_script_payload_as_text_and_another_tenant_
     browser.screenshot("payload-as-text").await;
 
     // Sign out: the pages ask to sign in again.
+    let kept = browser.client.get_named_cookie("relayops_session").await.expect("the session cookie");
     browser.click("form.signout button").await;
     browser.wait_for("form.login").await;
     assert_eq!(browser.path().await, "/console/login");
     browser.goto("/console/endpoints").await;
     assert_eq!(browser.path().await, "/console/login");
+    // The session ended server-side: the old cookie, put back (a copy kept
+    // from before), opens nothing either.
+    browser.client.add_cookie(kept).await.expect("the old cookie put back");
+    browser.goto("/console/endpoints").await;
+    assert_eq!(browser.path().await, "/console/login", "the old session cookie opens nothing");
 
     // Tenant B, signed in, cannot open tenant A's delivery or event.
     let account = env.second_account().await;

@@ -43,7 +43,16 @@ async fn forged_expired_tampered_and_orphaned_tokens_are_refused() {
         iss: String,
         iat: i64,
         exp: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sid: Option<String>,
     }
+    // The login token's own session, read from its payload.
+    let payload = token.split('.').nth(1).unwrap();
+    let payload: serde_json::Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload).unwrap(),
+    )
+    .unwrap();
+    let session = payload["sid"].as_str().expect("the token names its session").to_owned();
     let user = env.pool.get().await.unwrap().query_one("SELECT id FROM relayops.user_accounts", &[]).await.unwrap();
     let user: uuid::Uuid = user.get(0);
     let claims = |exp: i64| Claims {
@@ -53,6 +62,7 @@ async fn forged_expired_tampered_and_orphaned_tokens_are_refused() {
         iss: "relayops".into(),
         iat: 0,
         exp,
+        sid: Some(session.clone()),
     };
     let sign = |claims: &Claims, key: &[u8]| {
         jsonwebtoken::encode(&jsonwebtoken::Header::default(), claims, &jsonwebtoken::EncodingKey::from_secret(key))
@@ -67,7 +77,12 @@ async fn forged_expired_tampered_and_orphaned_tokens_are_refused() {
     let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
     parts[1] = parts[1].chars().rev().collect();
     let tampered = parts.join(".");
-    for bad in [forged.as_str(), expired.as_str(), tampered.as_str(), "not.a.jwt"] {
+    // Signed right, but naming no session (as tokens issued before sessions
+    // were kept), or a session that never was.
+    let sessionless = sign(&Claims { sid: None, ..claims(now + 600) }, secret.as_bytes());
+    let unknown_session =
+        sign(&Claims { sid: Some(uuid::Uuid::new_v4().to_string()), ..claims(now + 600) }, secret.as_bytes());
+    for bad in [forged.as_str(), expired.as_str(), tampered.as_str(), "not.a.jwt", &sessionless, &unknown_session] {
         env.request(Method::GET, "/v1/endpoints", Some(bad), None).await.expect_problem(401);
     }
     // A deleted user's token stops working at once.
@@ -229,4 +244,67 @@ async fn a_refused_bootstrap_request_does_not_use_up_the_token() {
     let created =
         env.request(Method::POST, "/v1/bootstrap", None, Some(body("ops@acme.example", "a-long-password-1"))).await;
     assert_eq!(created.status, 201, "{:?}", created.body);
+}
+
+/// Signing out ends a login session server-side: its token is refused at
+/// once (not when it would have expired), other sessions of the user go on
+/// until "sign out everywhere" ends them all; an API key has no session to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_out_ends_the_session_at_once_and_everywhere_ends_them_all() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let token = |answer: relayops_tests::Answer| answer.body["token"].as_str().unwrap().to_owned();
+    let first = token(login(&env, &env.admin_email, &env.admin_password).await);
+    let second = token(login(&env, &env.admin_email, &env.admin_password).await);
+    let third = token(login(&env, &env.admin_email, &env.admin_password).await);
+    for live in [&first, &second, &third] {
+        assert_eq!(env.request(Method::GET, "/v1/endpoints", Some(live), None).await.status, 200);
+    }
+
+    let out = env.request(Method::POST, "/v1/auth/logout", Some(&first), None).await;
+    assert_eq!(out.status, 204, "{:?}", out.body);
+    env.request(Method::GET, "/v1/endpoints", Some(&first), None).await.expect_problem(401);
+    env.request(Method::POST, "/v1/auth/logout", Some(&first), None).await.expect_problem(401);
+    assert_eq!(env.request(Method::GET, "/v1/endpoints", Some(&second), None).await.status, 200, "others go on");
+
+    let api_key = env.api_key.clone();
+    env.request(Method::POST, "/v1/auth/logout", Some(&api_key), None).await.expect_problem(401);
+    assert_eq!(
+        env.request(Method::GET, "/v1/endpoints", Some(&api_key), None).await.status,
+        200,
+        "the key still works"
+    );
+
+    let out = env.request(Method::POST, "/v1/auth/logout-everywhere", Some(&second), None).await;
+    assert_eq!(out.status, 204, "{:?}", out.body);
+    for ended in [&second, &third] {
+        env.request(Method::GET, "/v1/endpoints", Some(ended), None).await.expect_problem(401);
+    }
+    let ended = env.query_i64("SELECT count(*) FROM relayops.login_sessions WHERE revoked_at IS NOT NULL").await;
+    assert_eq!(ended, 3, "every session ended, each in Postgres");
+    let fresh = token(login(&env, &env.admin_email, &env.admin_password).await);
+    assert_eq!(
+        env.request(Method::GET, "/v1/endpoints", Some(&fresh), None).await.status,
+        200,
+        "signing in again works"
+    );
+}
+
+/// A session unused for the idle timeout has ended, though its lifetime has not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_unused_for_the_idle_timeout_has_ended() {
+    let mut config = TestConfig { run_worker: false, ..Default::default() };
+    config.auth.session_idle = std::time::Duration::from_secs(1);
+    let env = TestEnv::start_with(config).await;
+    let answer = login(&env, &env.admin_email, &env.admin_password).await;
+    let token = answer.body["token"].as_str().unwrap().to_owned();
+    assert_eq!(env.request(Method::GET, "/v1/endpoints", Some(&token), None).await.status, 200);
+    // Idle past the timeout (as the database's clock counts it).
+    env.pool
+        .get()
+        .await
+        .unwrap()
+        .execute("UPDATE relayops.login_sessions SET last_seen_at = now() - interval '2 seconds'", &[])
+        .await
+        .unwrap();
+    env.request(Method::GET, "/v1/endpoints", Some(&token), None).await.expect_problem(401);
 }
