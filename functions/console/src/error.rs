@@ -44,13 +44,22 @@ impl From<relayops_shared::domain::ValidationError> for ConsoleError {
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
         let (status, message) = match self {
-            Self::SignIn { expired } => {
-                let target = if expired { "/console/login?expired=1" } else { "/console/login" };
+            // A cookie is cleared only when the request sent one that no
+            // longer works: a request without it (a link from another site,
+            // which `SameSite=Strict` sends cookieless) must not delete the
+            // browser's good session.
+            Self::SignIn { expired: true } => {
                 return (
                     StatusCode::SEE_OTHER,
-                    [(header::LOCATION, target.to_owned()), (header::SET_COOKIE, session::clear_cookie())],
+                    [
+                        (header::LOCATION, "/console/login?expired=1".to_owned()),
+                        (header::SET_COOKIE, session::clear_cookie()),
+                    ],
                 )
                     .into_response();
+            }
+            Self::SignIn { expired: false } => {
+                return (StatusCode::SEE_OTHER, [(header::LOCATION, "/console/login".to_owned())]).into_response();
             }
             Self::Forbidden(message) => (StatusCode::FORBIDDEN, message),
             Self::NotFound(what) => (StatusCode::NOT_FOUND, format!("No such {what} in this tenant.")),

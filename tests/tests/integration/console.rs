@@ -69,6 +69,9 @@ async fn console_sign_in_needs_its_form_token_and_right_password() {
     let page = http.get(format!("{}/console/deliveries", env.api_url)).send().await.unwrap();
     assert_eq!(page.status(), 303);
     assert_eq!(page.headers()[LOCATION], "/console/login");
+    // And clears no cookie it was not sent: a link from another site arrives
+    // without the (SameSite=Strict) cookie, and must not delete a good session.
+    assert!(page.headers().get(reqwest::header::SET_COOKIE).is_none(), "{:?}", page.headers());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,7 +137,9 @@ async fn console_session_ends_when_its_token_expires_and_on_sign_out() {
     // its CSRF token) and is no bearer token.
     let page = console.request(reqwest::Method::GET, "/console/endpoints", None).await;
     assert_eq!(page.status(), 303, "the old cookie opens nothing");
-    assert!(page.headers()[LOCATION].to_str().unwrap().starts_with("/console/login"));
+    assert_eq!(page.headers()[LOCATION], "/console/login?expired=1");
+    let (cleared, _) = cookie_from(&page, "relayops_session").expect("the dead cookie it was sent is cleared");
+    assert_eq!(cleared, "");
     let keys_before = env.count("api_keys").await;
     let form = console.post("/console/api-keys", &[("csrf", &csrf), ("name", "after sign-out")]).await;
     assert_eq!(form.status(), 303, "the old cookie posts nothing");
