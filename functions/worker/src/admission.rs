@@ -30,7 +30,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use relayops_shared::broker::{DeliveryTask, QueueMessage};
 use relayops_shared::flow::Slot;
 use relayops_shared::ids::{EndpointId, TenantId};
 use relayops_shared::repo::deliveries::DeliveryJob;
@@ -455,14 +454,7 @@ async fn send_admitted(
     let sent = Leased::Sent { limits: processor.gate().limits(&job) };
     let disposition = processor.send_and_record(&job, slot, claim_asked, Some(&delays)).await;
     let Some(again) = RoundAgain::after(disposition) else { return sent };
-    let task = DeliveryTask {
-        tenant_id: job.tenant_id,
-        delivery_id: job.delivery_id,
-        event_id: job.event_id,
-        endpoint_id: job.endpoint_id,
-    };
-    let body = serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default();
-    if let Err(error) = delays.publish(&body, again.wait).await {
+    if let Err(error) = delays.publish(&crate::process::message_of(&job), again.wait).await {
         report::not_sent_round();
         tracing::warn!(delivery_id = %job.delivery_id, error = %error_chain(&error),
             "admitted delivery not sent round; left to recovery");

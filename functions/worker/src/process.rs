@@ -644,16 +644,22 @@ impl Processor {
     }
 }
 
-/// Publishes an admitted delivery's retry, due after `wait`, before its
-/// attempt is recorded ([`Processor::send_and_record`]); whether it is out.
-async fn publish_retry_ahead(delays: &DelayPublisher, job: &DeliveryJob, wait: Duration) -> bool {
+/// The `delivery.v1` message of a leased delivery that no message brought
+/// (admitted from the parked ones): what it is sent round as.
+pub(crate) fn message_of(job: &DeliveryJob) -> Vec<u8> {
     let task = DeliveryTask {
         tenant_id: job.tenant_id,
         delivery_id: job.delivery_id,
         event_id: job.event_id,
         endpoint_id: job.endpoint_id,
     };
-    let body = serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default();
+    serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default()
+}
+
+/// Publishes an admitted delivery's retry, due after `wait`, before its
+/// attempt is recorded ([`Processor::send_and_record`]); whether it is out.
+async fn publish_retry_ahead(delays: &DelayPublisher, job: &DeliveryJob, wait: Duration) -> bool {
+    let body = message_of(job);
     match delays.publish_rechecking(&body, wait, Some(FIRST_RECHECK)).await {
         Ok(()) => true,
         Err(error) => {
