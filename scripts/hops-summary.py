@@ -12,9 +12,11 @@ rank, as `relayops-bench` computes its own. An event is timed by the first
 time it reached each hop: for an event with several deliveries, its first
 delivery's way. A message carrying several events logs the publisher's hops
 under its first event only, so the others count in the worker's steps alone.
+With `--by-tenant`, the same per tenant (the worker's hops name it), the
+quietest tenant first: how one tenant's events fare beside another's flood.
 Exits 1 when the logs hold no hop line (the trace off, or a text-format log).
 
-Usage: scripts/hops-summary.py relayops.log [worker.log ...]
+Usage: scripts/hops-summary.py [--by-tenant] relayops.log [worker.log ...]
 """
 import collections
 import json
@@ -25,6 +27,7 @@ HOPS = [
     "ingest.committed",
     "publish.claimed",
     "publish.confirmed",
+    "worker.consumed",
     "worker.received",
     "worker.claimed",
     "worker.admitted",
@@ -49,6 +52,7 @@ def line(label, values):
 def read_hops(paths):
     """Each event's first time at each hop, and the handler's times (ms)."""
     seen = collections.defaultdict(dict)
+    tenants = {}
     handler_ms = []
     for path in paths:
         try:
@@ -68,25 +72,40 @@ def read_hops(paths):
                 if hop is None or event is None or at is None:
                     continue
                 seen[event].setdefault(hop, at)
+                if "tenant_id" in fields:
+                    tenants.setdefault(event, fields["tenant_id"])
                 if hop == "ingest.committed" and "handler_us" in fields:
                     handler_ms.append(fields["handler_us"] / 1000)
-    return seen, handler_ms
+    return seen, tenants, handler_ms
 
 
-def main(paths):
-    if not paths:
-        sys.exit(__doc__)
-    seen, handler_ms = read_hops(paths)
-    if not seen:
-        sys.exit("hops-summary: no hop line in " + ", ".join(paths) + " (is RELAYOPS_LOG=...,relayops::hops=trace on, in JSON?)")
-
+def summary(events):
     def gaps(earlier, later):
-        return [(hops[later] - hops[earlier]) / 1000 for hops in seen.values() if earlier in hops and later in hops]
+        return [(hops[later] - hops[earlier]) / 1000 for hops in events if earlier in hops and later in hops]
 
-    print(line("handler (parsed -> committed)", handler_ms))
     for earlier, later in zip(HOPS, HOPS[1:]):
         print(line(f"{earlier} -> {later}", gaps(earlier, later)))
     print(line("committed -> answered", gaps(HOPS[0], HOPS[-1])))
+
+
+def main(args):
+    by_tenant = "--by-tenant" in args
+    paths = [arg for arg in args if arg != "--by-tenant"]
+    if not paths:
+        sys.exit(__doc__)
+    seen, tenants, handler_ms = read_hops(paths)
+    if not seen:
+        sys.exit("hops-summary: no hop line in " + ", ".join(paths) + " (is RELAYOPS_LOG=...,relayops::hops=trace on, in JSON?)")
+    print(line("handler (parsed -> committed)", handler_ms))
+    if not by_tenant:
+        summary(seen.values())
+        return
+    groups = collections.defaultdict(list)
+    for event, hops in seen.items():
+        groups[tenants.get(event, "(no worker hop)")].append(hops)
+    for tenant, events in sorted(groups.items(), key=lambda group: len(group[1])):
+        print(f"\ntenant {tenant} ({len(events)} events)")
+        summary(events)
 
 
 if __name__ == "__main__":

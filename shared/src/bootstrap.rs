@@ -3,7 +3,7 @@
 //! tests, or over HTTP with the one-time bootstrap token.
 use crate::repo::GenericClient;
 
-use crate::auth::password::{hash_password, PasswordError};
+use crate::auth::password::{hash_password_blocking, PasswordError};
 use crate::auth::{ApiKeySecret, Scope};
 use crate::db::{DbError, Pool};
 use crate::ids::{ApiKeyId, TenantId, UserId};
@@ -55,12 +55,7 @@ async fn create(
 }
 
 async fn hashed(password: &str) -> Result<String, BootstrapError> {
-    let password = password.to_owned();
-    // Argon2 is deliberately slow: keep it off the async workers.
-    let hashed = tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(|error| PasswordError::from_join(&error))?;
-    Ok(hashed?)
+    Ok(hash_password_blocking(password.to_owned()).await?)
 }
 
 pub async fn bootstrap_tenant(pool: &Pool, request: &BootstrapRequest<'_>) -> Result<Bootstrapped, BootstrapError> {

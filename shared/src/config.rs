@@ -514,8 +514,14 @@ impl AuthConfig {
 #[derive(Debug, Clone)]
 pub struct LoginThrottleConfig {
     /// `RELAYOPS_LOGIN_FAILURES_PER_ACCOUNT` (default 5): failed logins to one
-    /// email before its logins are refused (429) until the window refills one.
+    /// email from one client address before that address's logins to it are
+    /// refused (429) until the window refills one.
     pub per_account: u32,
+    /// `RELAYOPS_LOGIN_FAILURES_PER_ACCOUNT_ALL_ADDRESSES` (default 100):
+    /// failed logins to one email from every address together (guessing
+    /// spread over many); a browser that signed in to it before is not held
+    /// back by this one.
+    pub per_account_all_addresses: u32,
     /// `RELAYOPS_LOGIN_FAILURES_PER_ADDRESS` (default 20): failed logins from one
     /// client address (IPv6: its /64), whatever the accounts.
     pub per_address: u32,
@@ -530,7 +536,13 @@ pub struct LoginThrottleConfig {
 
 impl Default for LoginThrottleConfig {
     fn default() -> Self {
-        Self { per_account: 5, per_address: 20, window: Duration::from_secs(900), trusted_proxies: Vec::new() }
+        Self {
+            per_account: 5,
+            per_address: 20,
+            per_account_all_addresses: 100,
+            window: Duration::from_secs(900),
+            trusted_proxies: Vec::new(),
+        }
     }
 }
 
@@ -551,6 +563,7 @@ impl LoginThrottleConfig {
         Ok(Self {
             per_account: positive("LOGIN_FAILURES_PER_ACCOUNT", 5)?,
             per_address: positive("LOGIN_FAILURES_PER_ADDRESS", 20)?,
+            per_account_all_addresses: positive("LOGIN_FAILURES_PER_ACCOUNT_ALL_ADDRESSES", 100)?,
             window: Duration::from_secs(positive("LOGIN_WINDOW_SECS", 900)?),
             trusted_proxies,
         })

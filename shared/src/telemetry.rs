@@ -27,10 +27,11 @@ pub fn init() {
 
 /// Target of the hop trace: one event per step an event takes between its
 /// commit and its delivery (`ingest.committed`, `publish.claimed`,
-/// `publish.confirmed`, `worker.received`, `worker.claimed`,
-/// `worker.admitted`, `worker.answered`), each with `at_us` (microseconds
+/// `publish.confirmed`, `worker.consumed` (its message in hand),
+/// `worker.received` (a slot too), `worker.claimed`, `worker.admitted`,
+/// `worker.answered`), each with `at_us` (microseconds
 /// since the Unix epoch, comparable across processes on one host) and the
-/// event's id. Off unless asked for (`RELAYOPS_LOG=info,relayops::hops=trace`):
+/// event's id (the worker's first two with its tenant's). Off unless asked for (`RELAYOPS_LOG=info,relayops::hops=trace`):
 /// a disabled callsite costs one check, and its fields are never computed.
 /// BENCHMARKS.md ("An event that arrives alone") reads it.
 pub const HOPS_TARGET: &str = "relayops::hops";

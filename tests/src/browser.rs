@@ -118,6 +118,22 @@ impl Browser {
         .await;
     }
 
+    /// Waits (up to 30 s), without navigating, for the delivery page shown
+    /// to read `status`: the page reloads itself while the delivery is under way.
+    pub async fn wait_for_status_shown(&self, status: &str) {
+        crate::eventually(Duration::from_secs(30), || async {
+            match self.client.find(Locator::Css("#status")).await {
+                Ok(element) => match element.text().await {
+                    Ok(shown) if shown == status => Ok(()),
+                    other => Err(format!("status {other:?}")),
+                },
+                // Between two loads of the page.
+                Err(error) => Err(format!("no status: {error}")),
+            }
+        })
+        .await;
+    }
+
     /// Fills the sign-in form, submits it, and waits for a signed-in page.
     pub async fn sign_in(&self, email: &str, password: &str) {
         self.goto("/console/login").await;
@@ -153,6 +169,19 @@ impl Drop for Browser {
         let _ = self.driver.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
+}
+
+/// Another site for cross-site tests: `page` served at `/` from
+/// `127.0.0.2` (loopback, but another host, so another site to the browser
+/// than the console on `127.0.0.1`); its origin.
+pub async fn another_site(page: String) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.expect("bind 127.0.0.2");
+    let address = listener.local_addr().expect("address");
+    let router = axum::Router::new().route("/", axum::routing::get(move || async move { axum::response::Html(page) }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    format!("http://{address}")
 }
 
 fn which(program: &str) -> Option<PathBuf> {

@@ -10,8 +10,19 @@ pub struct ConsoleClient {
     pub base: String,
     pub http: reqwest::Client,
     pub session_cookie: String,
-    /// The raw `Set-Cookie` of the session, for checking its attributes.
+    /// The raw `Set-Cookie` of the session (`SameSite=Lax`), for checking its attributes.
     pub set_cookie: String,
+    /// The raw `Set-Cookie` of the strict twin that changes need.
+    pub strict_set_cookie: String,
+}
+
+/// How a browser sends the session's cookies: both on requests that
+/// started on the console, only the `SameSite=Lax` one on a top-level
+/// navigation from another site, none on another site's form post.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Initiator {
+    SameSite,
+    CrossSiteNavigation,
 }
 
 /// A cookie's value from a response's `Set-Cookie` headers.
@@ -70,14 +81,30 @@ impl ConsoleClient {
         assert_eq!(answer.status(), 303, "sign-in refused: {:?}", answer.text().await);
         assert_eq!(answer.headers()[LOCATION], "/console/endpoints");
         let (session_cookie, set_cookie) = cookie_from(&answer, "relayops_session").expect("session cookie");
-        Self { base: base.to_owned(), http, session_cookie, set_cookie }
+        let (strict, strict_set_cookie) = cookie_from(&answer, "relayops_session_strict").expect("strict cookie");
+        assert_eq!(strict, session_cookie, "both cookies hold the session's token");
+        Self { base: base.to_owned(), http, session_cookie, set_cookie, strict_set_cookie }
     }
 
     pub async fn request(&self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> Response {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .header(COOKIE, format!("relayops_session={}", self.session_cookie));
+        self.request_from(Initiator::SameSite, method, path, form).await
+    }
+
+    /// A request with the cookies a browser sends for `initiator`.
+    pub async fn request_from(
+        &self,
+        initiator: Initiator,
+        method: Method,
+        path: &str,
+        form: Option<&[(&str, &str)]>,
+    ) -> Response {
+        let cookies = match initiator {
+            Initiator::SameSite => {
+                format!("relayops_session={0}; relayops_session_strict={0}", self.session_cookie)
+            }
+            Initiator::CrossSiteNavigation => format!("relayops_session={}", self.session_cookie),
+        };
+        let mut request = self.http.request(method, format!("{}{path}", self.base)).header(COOKIE, cookies);
         if let Some(form) = form {
             request = request.form(form);
         }

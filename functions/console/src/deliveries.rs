@@ -10,10 +10,11 @@ use maud::{html, Markup};
 use relayops_shared::api::{page_of, ApiState};
 use relayops_shared::db::DbError;
 use relayops_shared::domain::DeliveryStatus;
-use relayops_shared::ids::EndpointId;
+use relayops_shared::ids::{EndpointId, EventId};
 use relayops_shared::repo::deliveries::DeliveryRecord;
 use relayops_shared::repo::delivery_queries::{self, TimeKey};
 use relayops_shared::repo::endpoints::{self, EndpointRecord};
+use relayops_shared::repo::events;
 use relayops_shared::repo::GenericClient;
 
 use crate::endpoints::MAX_ENDPOINTS;
@@ -29,6 +30,8 @@ pub struct DeliveryPage {
     pub rows: Vec<DeliveryRecord>,
     pub next: Option<String>,
     pub endpoints: Vec<EndpointRecord>,
+    /// The rows' event types.
+    event_types: HashMap<EventId, String>,
 }
 
 impl DeliveryPage {
@@ -47,7 +50,9 @@ impl DeliveryPage {
             .filter(|_| more)
             .map(|last| filters::encode_cursor(TimeKey { at: last.created_at, id: last.id.as_uuid() }));
         let endpoints = endpoints::list_endpoints(client, session.tenant(), MAX_ENDPOINTS).await?;
-        Ok(Self { rows, next, endpoints })
+        let event_ids: Vec<EventId> = rows.iter().map(|row| row.event_id).collect();
+        let event_types = events::event_types(client, session.tenant(), &event_ids).await?;
+        Ok(Self { rows, next, endpoints, event_types })
     }
 
     fn urls(&self) -> HashMap<EndpointId, &str> {
@@ -55,20 +60,23 @@ impl DeliveryPage {
     }
 
     /// The table of deliveries and the link to the next page; with a session,
-    /// dead and failed rows get a replay button.
+    /// dead and failed rows get a replay button. A delivery opened from the
+    /// dead letters keeps that section highlighted.
     pub fn table(&self, base: &str, query: &DeliveryQuery, replay: Option<&Session>) -> Markup {
         let urls = self.urls();
+        let from = if base == "/console/dead-letters" { "?from=dead-letters" } else { "" };
         html! {
             @if self.rows.is_empty() { p.card.muted { "No deliveries match." } }
             @else {
                 div.scroll {
                     table.deliveries {
-                        thead { tr { th { "Delivery" } th { "Status" } th { "Endpoint" } th { "Ordering key" } th { "Attempts" } th { "Last HTTP" } th { "Last error" } th { "Created (UTC)" } @if replay.is_some() { th {} } } }
+                        thead { tr { th { "Delivery" } th { "Status" } th { "Event type" } th { "Endpoint" } th { "Ordering key" } th { "Attempts" } th { "Last HTTP" } th { "Last error" } th { "Created (UTC)" } @if replay.is_some() { th {} } } }
                         tbody {
                             @for row in &self.rows {
                                 tr data-delivery=(row.id) {
-                                    td { a.id href=(format!("/console/deliveries/{}", row.id)) { (row.id) } }
+                                    td { a.id href=(format!("/console/deliveries/{}{from}", row.id)) { (row.id) } }
                                     td { (layout::status_badge(&row.status)) }
+                                    td.event-type { @if let Some(event_type) = self.event_types.get(&row.event_id) { code { (event_type) } } }
                                     td.url { (urls.get(&row.endpoint_id).copied().unwrap_or("(deleted endpoint)")) }
                                     td.key { @if let Some(key) = &row.ordering_key { code { (key) } } }
                                     td.num { (row.attempt_count) }
@@ -80,6 +88,7 @@ impl DeliveryPage {
                                             @if matches!(row.status.as_str(), "dead" | "failed") {
                                                 form method="post" action=(format!("/console/deliveries/{}/replay", row.id)) {
                                                     (layout::csrf_field(session))
+                                                    @if !from.is_empty() { input type="hidden" name="from" value="dead-letters"; }
                                                     button.replay type="submit" { "Replay" }
                                                 }
                                             }

@@ -18,8 +18,8 @@ use serde::Deserialize;
 use crate::error::ConsoleError;
 use crate::events::pretty_json;
 use crate::filters::encode;
-use crate::layout::{self, csrf_field, Section};
-use crate::session::{ConsoleForm, NoFields, Session};
+use crate::layout::{self, csrf_field, Refresh, Section};
+use crate::session::{ConsoleForm, Session};
 
 /// The most attempts one page shows (the API pages beyond).
 const MAX_ATTEMPTS: i64 = 200;
@@ -28,10 +28,49 @@ fn delivery_id(text: &str) -> Result<DeliveryId, ConsoleError> {
     parse_path_id(text).map_err(|_| ConsoleError::NotFound("delivery"))
 }
 
+/// How often a page of a delivery still under way reloads itself: soon
+/// while it is queued or being sent, less often while it waits for a retry
+/// or a closed circuit.
+const REFRESH_SOON_SECS: u32 = 2;
+const REFRESH_WAITING_SECS: u32 = 5;
+
+/// The list a delivery page was opened from ("dead-letters" highlights
+/// that section; anything else, the delivery log).
+fn section_of(from: Option<&str>) -> Section {
+    match from {
+        Some("dead-letters") => Section::DeadLetters,
+        _ => Section::Deliveries,
+    }
+}
+
 #[derive(Deserialize)]
 pub struct ShowQuery {
     #[serde(default)]
     replayed: Option<String>,
+    #[serde(default)]
+    from: Option<String>,
+}
+
+impl ShowQuery {
+    /// This page's query again, for links and reloads that keep it.
+    fn again(&self) -> String {
+        let mut parts = Vec::new();
+        if self.replayed.is_some() {
+            parts.push("replayed=1".to_owned());
+        }
+        if section_of(self.from.as_deref()) == Section::DeadLetters {
+            parts.push("from=dead-letters".to_owned());
+        }
+        match parts.is_empty() {
+            true => String::new(),
+            false => format!("?{}", parts.join("&")),
+        }
+    }
+}
+
+/// Whether a delivery has reached a state it leaves only by a replay.
+fn settled(status: &str) -> bool {
+    matches!(status, "delivered" | "dead" | "failed")
 }
 
 pub async fn show(
@@ -52,9 +91,14 @@ pub async fn show(
     // hold its lane: the endpoint page lists the lanes held, with a skip.
     let holds_lane = delivery.status == "dead"
         && endpoint.as_ref().is_some_and(|endpoint| endpoint.dead_letter_lane == DeadLetterLane::Block);
+    let settled = settled(&delivery.status);
     let body = html! {
         @if query.replayed.is_some() {
-            p.notice { "Replay requested: the delivery is back in line and will be attempted again shortly. Reload to follow it." }
+            @if settled {
+                p.notice { "Replayed: the delivery is now " (delivery.status.replace('_', " ")) "." }
+            } @else {
+                p.notice { "Replay requested: the delivery is back in line. This page follows it until it settles." }
+            }
         }
         section.card {
             dl.pairs {
@@ -85,6 +129,7 @@ pub async fn show(
             @if replayable {
                 form method="post" action=(format!("/console/deliveries/{id}/replay")) {
                     (csrf_field(&session))
+                    @if section_of(query.from.as_deref()) == Section::DeadLetters { input type="hidden" name="from" value="dead-letters"; }
                     button #replay type="submit" { "Replay this delivery" }
                 }
             }
@@ -101,7 +146,15 @@ pub async fn show(
             }
         }
     };
-    Ok(layout::page(&session, Section::Deliveries, "Delivery", body))
+    // While the delivery is under way the page follows it by itself.
+    let refresh = (!settled).then(|| Refresh {
+        secs: match delivery.status.as_str() {
+            "pending" | "in_progress" => REFRESH_SOON_SECS,
+            _ => REFRESH_WAITING_SECS,
+        },
+        url: format!("/console/deliveries/{id}{}", query.again()),
+    });
+    Ok(layout::refreshing_page(&session, section_of(query.from.as_deref()), "Delivery", body, refresh))
 }
 
 fn attempt_card(attempt: &AttemptRecordRow) -> Markup {
@@ -136,11 +189,18 @@ fn attempt_card(attempt: &AttemptRecordRow) -> Markup {
     }
 }
 
+#[derive(Deserialize)]
+pub struct ReplayFields {
+    /// The list the page was opened from, kept on the page shown after.
+    #[serde(default)]
+    from: Option<String>,
+}
+
 /// Puts a dead or failed delivery back in line, then shows it again.
 pub async fn replay(
     State(state): State<ApiState>,
     Path(delivery_id_text): Path<String>,
-    form: ConsoleForm<NoFields>,
+    form: ConsoleForm<ReplayFields>,
 ) -> Result<Response, ConsoleError> {
     form.session.require_admin()?;
     let id = delivery_id(&delivery_id_text)?;
@@ -150,7 +210,8 @@ pub async fn replay(
             state.wake_publisher();
             tracing::info!(tenant_id = %tenant, delivery_id = %id, previous_status = previous.as_str(),
                 "delivery replayed in the console");
-            Ok(Redirect::to(&format!("/console/deliveries/{id}?replayed=1")).into_response())
+            let shown = ShowQuery { replayed: Some("1".into()), from: form.fields.from.clone() };
+            Ok(Redirect::to(&format!("/console/deliveries/{id}{}", shown.again())).into_response())
         }
         ReplayOutcome::WaitingInLane => Err(ConsoleError::BadRequest(
             "This delivery waits behind an earlier one of its ordering key; it is sent in its turn.".to_owned(),

@@ -1,11 +1,13 @@
 //! `GET /console/endpoints`: every endpoint with its health at a glance —
 //! success rate and p95 latency over the last hour and day, the latest
 //! attempt, enabled or disabled (with the reason), and a day of attempts by
-//! outcome as a chart. One aggregate statement for the whole page
-//! (`repo::endpoint_stats`), however many endpoints.
+//! outcome as a chart — worst first (or newest, or by URL), filtered by
+//! health with a count per state, so the failing few of hundreds are on
+//! top. One aggregate statement for the whole page (`repo::endpoint_stats`),
+//! however many endpoints.
 use std::collections::HashMap;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::response::Html;
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use maud::{html, Markup};
@@ -15,6 +17,7 @@ use relayops_shared::ids::{EndpointId, TenantId};
 use relayops_shared::repo::endpoint_stats::{self, EndpointHealth, HealthWindows, LatestAttempt};
 use relayops_shared::repo::endpoints::{self, EndpointRecord};
 use relayops_shared::repo::GenericClient;
+use serde::Deserialize;
 
 use crate::chart::{self, Series};
 use crate::error::ConsoleError;
@@ -27,18 +30,27 @@ pub const MAX_ENDPOINTS: i64 = 500;
 const BUCKET_SECS: i64 = 3600;
 const BUCKETS: usize = 24;
 
-/// How an endpoint is doing, from its recent attempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How an endpoint is doing, from its recent attempts; in the order the
+/// list shows them (worst first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Health {
-    Disabled,
-    /// Under half of the attempts (last hour, else last day) delivered.
+    /// Under half of the attempts (last hour, else last day) delivered, the
+    /// latest one too.
     Failing,
     /// Under 95 % delivered, or the latest attempt did not deliver.
     Degraded,
+    /// Under half delivered, but the latest attempt did: it works again (a
+    /// replay went through, the receiver is back), and the rate catches up
+    /// as the failures leave the window.
+    Recovering,
+    Disabled,
     Healthy,
     /// No attempt in the last day.
     Idle,
 }
+
+const EVERY_HEALTH: [Health; 6] =
+    [Health::Failing, Health::Degraded, Health::Recovering, Health::Disabled, Health::Healthy, Health::Idle];
 
 impl Health {
     pub fn of(endpoint: &EndpointRecord, health: Option<&EndpointHealth>) -> Self {
@@ -47,11 +59,13 @@ impl Health {
         }
         let Some(health) = health else { return Self::Idle };
         let stats = if health.recent.attempts > 0 { health.recent } else { health.window };
+        let latest_delivered = health.latest.outcome == "delivered";
         match stats.success_rate() {
             None => Self::Idle,
+            Some(rate) if rate < 0.5 && latest_delivered => Self::Recovering,
             Some(rate) if rate < 0.5 => Self::Failing,
             Some(rate) if rate < 0.95 => Self::Degraded,
-            Some(_) if health.latest.outcome != "delivered" => Self::Degraded,
+            Some(_) if !latest_delivered => Self::Degraded,
             Some(_) => Self::Healthy,
         }
     }
@@ -61,6 +75,7 @@ impl Health {
             Self::Disabled => "disabled",
             Self::Failing => "failing",
             Self::Degraded => "degraded",
+            Self::Recovering => "recovering",
             Self::Healthy => "healthy",
             Self::Idle => "idle",
         }
@@ -69,7 +84,7 @@ impl Health {
     pub fn badge(self) -> Markup {
         let class = match self {
             Self::Failing | Self::Disabled => "badge bad health",
-            Self::Degraded => "badge warn health",
+            Self::Degraded | Self::Recovering => "badge warn health",
             Self::Healthy => "badge ok health",
             Self::Idle => "badge health",
         };
@@ -133,19 +148,104 @@ pub fn latest_text(latest: Option<&LatestAttempt>) -> Markup {
     }
 }
 
-pub async fn list(State(state): State<ApiState>, session: Session) -> Result<Html<String>, ConsoleError> {
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let endpoints = endpoints::list_endpoints(&client, session.tenant(), MAX_ENDPOINTS).await?;
-    let health = HealthData::load(&client, session.tenant(), None).await?;
-    let body = html! {
-        @if endpoints.is_empty() {
-            p.card { "No endpoints yet. Create one through the API (" code { "POST /v1/endpoints" } ")." }
+/// The list's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sort {
+    /// Worst health first, then by URL.
+    #[default]
+    Health,
+    /// Newest first.
+    Newest,
+    Url,
+}
+
+const SORTS: [(Sort, &str, &str); 3] =
+    [(Sort::Health, "health", "worst first"), (Sort::Newest, "newest", "newest"), (Sort::Url, "url", "URL")];
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    /// Only endpoints in this health (its label), if given.
+    #[serde(default)]
+    health: Option<String>,
+    #[serde(default)]
+    sort: Sort,
+}
+
+impl ListQuery {
+    fn shown(&self) -> Result<Option<Health>, ConsoleError> {
+        match self.health.as_deref().map(str::trim).filter(|label| !label.is_empty()) {
+            None => Ok(None),
+            Some(label) => EVERY_HEALTH.into_iter().find(|health| health.label() == label).map(Some).ok_or_else(|| {
+                ConsoleError::BadRequest(format!(
+                    "health: must be one of {}",
+                    EVERY_HEALTH.map(Health::label).join(", ")
+                ))
+            }),
         }
+    }
+
+    fn sort_label(&self) -> &'static str {
+        SORTS.iter().find(|(sort, _, _)| *sort == self.sort).map(|(_, label, _)| *label).unwrap_or("health")
+    }
+}
+
+/// Links to each health (with how many endpoints are in it) and each order.
+fn toolbar(counts: &[(Health, usize)], total: usize, query: &ListQuery, shown: Option<Health>) -> Markup {
+    let sort = query.sort_label();
+    let health_param = shown.map(|health| format!("&health={}", health.label())).unwrap_or_default();
+    html! {
+        nav.toolbar {
+            span.muted { "Show " }
+            a href=(format!("/console/endpoints?sort={sort}")) class=[shown.is_none().then_some("current")] { "all (" (total) ")" }
+            @for (health, count) in counts {
+                @if *count > 0 {
+                    " · "
+                    a href=(format!("/console/endpoints?sort={sort}&health={}", health.label()))
+                        class=[(shown == Some(*health)).then_some("current")] data-filter=(health.label()) {
+                        (health.label()) " (" (count) ")"
+                    }
+                }
+            }
+            span.muted { " — sort " }
+            @for (index, (order, label, text)) in SORTS.iter().enumerate() {
+                @if index > 0 { " · " }
+                a href=(format!("/console/endpoints?sort={label}{health_param}")) class=[(*order == query.sort).then_some("current")] { (text) }
+            }
+        }
+    }
+}
+
+pub async fn list(
+    State(state): State<ApiState>,
+    session: Session,
+    Query(query): Query<ListQuery>,
+) -> Result<Html<String>, ConsoleError> {
+    let shown = query.shown()?;
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let all = endpoints::list_endpoints(&client, session.tenant(), MAX_ENDPOINTS).await?;
+    let health = HealthData::load(&client, session.tenant(), None).await?;
+    let mut rated: Vec<(Health, &EndpointRecord)> =
+        all.iter().map(|endpoint| (health.health(endpoint), endpoint)).collect();
+    let counts: Vec<(Health, usize)> =
+        EVERY_HEALTH.iter().map(|state| (*state, rated.iter().filter(|(rated, _)| rated == state).count())).collect();
+    rated.retain(|(state, _)| shown.is_none_or(|shown| *state == shown));
+    match query.sort {
+        Sort::Health => rated.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.url.cmp(&b.1.url))),
+        Sort::Newest => rated.sort_by_key(|(_, endpoint)| std::cmp::Reverse(endpoint.created_at)),
+        Sort::Url => rated.sort_by(|a, b| a.1.url.cmp(&b.1.url)),
+    }
+    let body = html! {
+        @if all.is_empty() {
+            p.card { "No endpoints yet. Create one through the API (" code { "POST /v1/endpoints" } ")." }
+        } @else {
+            (toolbar(&counts, all.len(), &query, shown))
+        }
+        @if !all.is_empty() && rated.is_empty() { p.card.muted { "No endpoint is in that state." } }
         div.endpoints {
-            @for endpoint in &endpoints {
+            @for (state, endpoint) in &rated {
                 @let summary = health.get(endpoint.id);
                 @let latest = summary.map(|s| &s.latest);
-                @let state = health.health(endpoint);
                 section.card.endpoint data-endpoint=(endpoint.id) data-health=(state.label()) {
                     div.endpoint-head {
                         (state.badge())

@@ -3,7 +3,7 @@
 //! with the status and a message a person can act on. Server errors say only
 //! that something went wrong (the API's error type logs their cause).
 use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::{AppendHeaders, IntoResponse, Response};
 use relayops_shared::api::ApiError;
 use relayops_shared::db::DbError;
 
@@ -44,17 +44,18 @@ impl From<relayops_shared::domain::ValidationError> for ConsoleError {
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
         let (status, message) = match self {
-            // A cookie is cleared only when the request sent one that no
-            // longer works: a request without it (a link from another site,
-            // which `SameSite=Strict` sends cookieless) must not delete the
+            // The cookies are cleared only when the request sent one that
+            // no longer works: a request without it must never delete a
             // browser's good session.
             Self::SignIn { expired: true } => {
+                let [lax, strict] = session::cleared_cookies();
                 return (
                     StatusCode::SEE_OTHER,
-                    [
+                    AppendHeaders([
                         (header::LOCATION, "/console/login?expired=1".to_owned()),
-                        (header::SET_COOKIE, session::clear_cookie()),
-                    ],
+                        (header::SET_COOKIE, lax),
+                        (header::SET_COOKIE, strict),
+                    ]),
                 )
                     .into_response();
             }

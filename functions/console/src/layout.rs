@@ -15,20 +15,30 @@ pub enum Section {
     DeadLetters,
     Events,
     ApiKeys,
+    Account,
 }
 
-const SECTIONS: [(Section, &str, &str); 5] = [
+const SECTIONS: [(Section, &str, &str); 6] = [
     (Section::Endpoints, "/console/endpoints", "Endpoints"),
     (Section::Deliveries, "/console/deliveries", "Deliveries"),
     (Section::DeadLetters, "/console/dead-letters", "Dead letters"),
     (Section::Events, "/console/events", "Events"),
     (Section::ApiKeys, "/console/api-keys", "API keys"),
+    (Section::Account, "/console/account", "Account"),
 ];
 
-fn head(title: &str) -> Markup {
+/// A page that reloads itself (`<meta http-equiv="refresh">`: the console
+/// runs no script): after `secs`, from `url`.
+pub struct Refresh {
+    pub secs: u32,
+    pub url: String,
+}
+
+fn head(title: &str, refresh: Option<&Refresh>) -> Markup {
     html! {
         head {
             meta charset="utf-8";
+            @if let Some(refresh) = refresh { meta http-equiv="refresh" content=(format!("{}; url={}", refresh.secs, refresh.url)); }
             meta name="viewport" content="width=device-width, initial-scale=1";
             title { (title) " · RelayOps" }
             link rel="stylesheet" href="/console/assets/console.css";
@@ -39,10 +49,21 @@ fn head(title: &str) -> Markup {
 
 /// A signed-in page: navigation, sign-out, then `body`.
 pub fn page(session: &Session, section: Section, title: &str, body: Markup) -> Html<String> {
+    refreshing_page(session, section, title, body, None)
+}
+
+/// A signed-in page that follows something still changing by reloading itself.
+pub fn refreshing_page(
+    session: &Session,
+    section: Section,
+    title: &str,
+    body: Markup,
+    refresh: Option<Refresh>,
+) -> Html<String> {
     let markup = html! {
         (DOCTYPE)
         html lang="en" {
-            (head(title))
+            (head(title, refresh.as_ref()))
             body {
                 header.top {
                     a.brand href="/console/endpoints" { "RelayOps" }
@@ -75,7 +96,7 @@ pub fn bare_page_with(title: &str, body: Markup) -> Html<String> {
     let markup = html! {
         (DOCTYPE)
         html lang="en" {
-            (head(title))
+            (head(title, None))
             body.bare { main { (body) } }
         }
     };

@@ -1,7 +1,9 @@
 //! The console function: the tenant console, server-rendered HTML under
 //! `/console/…` — sign in, endpoints with their health, the delivery log, a
 //! delivery's attempts, dead letters with replay (single and bulk, dry-run
-//! count first), blocked ordering lanes with skip, events, API keys. No JavaScript; charts are inline SVG.
+//! count first), blocked ordering lanes with skip, events, API keys, the
+//! account (password change, sign out everywhere). No JavaScript; charts are
+//! inline SVG.
 //!
 //! It is one more HTTP function over the same state and repositories as the
 //! API: the session cookie holds the API's own login token (resolved by
@@ -13,6 +15,7 @@
 //! ([`session::ConsoleForm`]); every response carries a Content-Security-Policy
 //! that allows no script at all ([`security_headers`]). The console never
 //! talks to RabbitMQ (replays write the outbox, like the replay function).
+mod account;
 mod api_keys;
 mod chart;
 mod dead_letters;
@@ -69,6 +72,8 @@ pub fn routes() -> Router<ApiState> {
         .route("/console/events/{event_id}", get(events::show))
         .route("/console/api-keys", get(api_keys::list).post(api_keys::create))
         .route("/console/api-keys/{key_id}/revoke", post(api_keys::revoke))
+        .route("/console/account", get(account::show))
+        .route("/console/account/password", post(account::change_password))
         // Any other path under /console/: the console's own 404 page, with
         // its headers, wherever the routes are mounted (the local runner
         // merges them with the API, whose fallback answers JSON).

@@ -1,9 +1,18 @@
 //! Signing in and out, the session, and CSRF protection.
 //!
-//! The session cookie holds the API's own login token (a JWT from
+//! Two cookies hold the API's own login token (a JWT from
 //! `POST /v1/auth/login`'s handler, naming a login session kept in Postgres),
-//! `HttpOnly`, `SameSite=Strict`, scoped to `/console`, `Secure` when the
-//! request came over HTTPS, and lives as long as the session may. Each
+//! both `HttpOnly`, scoped to `/console`, `Secure` when the request came over
+//! HTTPS, living as long as the session may:
+//! - `relayops_session`, `SameSite=Lax`, opens pages: a link from another
+//!   site (mail, chat, a ticket, the `delivery.dead` webhook's receiver)
+//!   opens the page signed in, and pages only read;
+//! - `relayops_session_strict`, `SameSite=Strict`, must come with it, equal,
+//!   on every state-changing request: a browser sends it only on requests
+//!   that started on the console itself, so a form posted from another site
+//!   changes nothing even before its CSRF token is looked at.
+//!
+//! Each
 //! request resolves the token exactly as a bearer token is resolved (the
 //! session must be live; user and role re-read from the database), so when
 //! the session ends — "Sign out" here, "Sign out everywhere", the idle
@@ -14,8 +23,17 @@
 //! (SHA-256 of a label and the session token, which only the server and the
 //! HttpOnly cookie hold), checked in constant time before anything runs. The
 //! sign-in form, which has no session yet, uses a random double-submit token
-//! (a cookie and a form field that must match). SameSite=Strict is the second
-//! line: a cross-site post carries no session cookie at all.
+//! (a cookie and a form field that must match). The strict cookie is the
+//! second line: a cross-site post carries no session cookie at all.
+//!
+//! A successful sign-in also leaves a known-device cookie (`relayops_device`,
+//! `auth::device`, 90 days) that spares this browser the account's sign-in
+//! allowance from every address together, so guessing spread over many
+//! addresses cannot lock its owner out here; a throttled sign-in answers 429
+//! with `Retry-After`.
+//!
+//! A cookie is cleared only when the request sent one that no longer works;
+//! a request without one is sent to the sign-in page and nothing else.
 use axum::extract::{FromRequest, FromRequestParts, Query, Request, State};
 use axum::http::header::{self, HeaderMap};
 use axum::http::request::Parts;
@@ -26,6 +44,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::Utc;
 use maud::html;
+use relayops_shared::api::login_throttle::account_key;
 use relayops_shared::api::{by_login_token, end_sessions, ApiError, ApiJson, ApiState, Authenticated, ClientAddress};
 use relayops_shared::auth::Scope;
 use relayops_shared::ids::TenantId;
@@ -38,7 +57,13 @@ use crate::error::ConsoleError;
 use crate::layout;
 
 pub const SESSION_COOKIE: &str = "relayops_session";
+/// The same token, `SameSite=Strict`: required to change anything.
+pub const STRICT_SESSION_COOKIE: &str = "relayops_session_strict";
 const LOGIN_CSRF_COOKIE: &str = "relayops_login_csrf";
+/// This browser signed in to the account before (`auth::device`).
+const DEVICE_COOKIE: &str = "relayops_device";
+/// How long a browser stays known after a sign-in.
+const DEVICE_DAYS: i64 = 90;
 const CSRF_LABEL: &[u8] = b"relayops-console-csrf\0";
 
 /// A signed-in person, resolved from the session cookie.
@@ -52,6 +77,11 @@ pub struct Session {
 impl Session {
     pub fn tenant(&self) -> TenantId {
         self.caller.tenant_id
+    }
+
+    /// The login token the session's cookies hold.
+    pub fn token(&self) -> &str {
+        &self.token
     }
 
     /// The token every form of this session must carry.
@@ -94,14 +124,32 @@ fn over_https(headers: &HeaderMap) -> bool {
     headers.get("x-forwarded-proto").and_then(|value| value.to_str().ok()).is_some_and(|proto| proto == "https")
 }
 
-fn set_cookie(name: &str, value: &str, max_age_secs: i64, secure: bool) -> String {
-    let secure = if secure { "; Secure" } else { "" };
-    format!("{name}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}")
+#[derive(Clone, Copy)]
+enum SameSite {
+    Lax,
+    Strict,
 }
 
-/// Removes the session cookie.
-pub fn clear_cookie() -> String {
-    set_cookie(SESSION_COOKIE, "", 0, false)
+fn set_cookie(name: &str, value: &str, same_site: SameSite, max_age_secs: i64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    let same_site = match same_site {
+        SameSite::Lax => "Lax",
+        SameSite::Strict => "Strict",
+    };
+    format!("{name}={value}; Path=/console; HttpOnly; SameSite={same_site}; Max-Age={max_age_secs}{secure}")
+}
+
+/// Both session cookies, holding `token` for `lifetime_secs`.
+fn session_cookies(token: &str, lifetime_secs: i64, secure: bool) -> [String; 2] {
+    [
+        set_cookie(SESSION_COOKIE, token, SameSite::Lax, lifetime_secs, secure),
+        set_cookie(STRICT_SESSION_COOKIE, token, SameSite::Strict, lifetime_secs, secure),
+    ]
+}
+
+/// Removes both session cookies.
+pub fn cleared_cookies() -> [String; 2] {
+    session_cookies("", 0, false)
 }
 
 impl FromRequestParts<ApiState> for Session {
@@ -119,7 +167,8 @@ impl FromRequestParts<ApiState> for Session {
     }
 }
 
-/// A posted form, accepted only with the session's CSRF token (`csrf`).
+/// A posted form, accepted only with the strict session cookie and the
+/// session's CSRF token (`csrf`).
 pub struct ConsoleForm<T> {
     pub session: Session,
     pub fields: T,
@@ -143,15 +192,17 @@ impl<T: DeserializeOwned + Send> FromRequest<ApiState> for ConsoleForm<T> {
     async fn from_request(request: Request, state: &ApiState) -> Result<Self, Self::Rejection> {
         let (mut parts, body) = request.into_parts();
         let session = Session::from_request_parts(&mut parts, state).await?;
+        // Sent only by requests that started on the console (see the module).
+        let strict = cookie(&parts.headers, STRICT_SESSION_COOKIE).is_some_and(|token| same(&token, &session.token));
         let request = Request::from_parts(parts, body);
         let Form(form) = Form::<WithCsrf<T>>::from_request(request, state)
             .await
             .map_err(|rejection| ConsoleError::BadRequest(rejection.body_text()))?;
         match form.csrf {
-            Some(token) if same(&token, session.csrf()) => Ok(ConsoleForm { session, fields: form.fields }),
+            Some(token) if strict && same(&token, session.csrf()) => Ok(ConsoleForm { session, fields: form.fields }),
             _ => Err(ConsoleError::Forbidden(
-                "This form did not come from your console session (missing or wrong CSRF token). \
-                 Reload the page and try again."
+                "This form did not come from your console session (it was sent from another site, \
+                 or without the session's CSRF token). Reload the page and try again."
                     .into(),
             )),
         }
@@ -182,7 +233,7 @@ fn login_form(headers: &HeaderMap, status: StatusCode, notice: Option<&str>, ema
             button type="submit" { "Sign in" }
         }
     };
-    let cookie = set_cookie(LOGIN_CSRF_COOKIE, &token, 3600, over_https(headers));
+    let cookie = set_cookie(LOGIN_CSRF_COOKIE, &token, SameSite::Strict, 3600, over_https(headers));
     (status, [(header::SET_COOKIE, cookie)], layout::bare_page_with("Sign in", body)).into_response()
 }
 
@@ -207,27 +258,42 @@ pub async fn login(
         return ConsoleError::Forbidden("The sign-in form expired; reload the page and try again.".into())
             .into_response();
     }
-    let request = relayops_manage::LoginRequest::new(fields.email.clone(), fields.password);
-    let answer = match relayops_manage::login(State(state), client, ApiJson(request)).await {
+    let device = cookie(&headers, DEVICE_COOKIE);
+    let request = relayops_manage::LoginRequest::new(fields.email.clone(), fields.password, device);
+    let answer = match relayops_manage::login(State(state.clone()), client, ApiJson(request)).await {
         Ok(axum::Json(answer)) => answer,
-        Err(error @ (ApiError::Unauthenticated(_) | ApiError::Validation(_) | ApiError::RateLimited { .. })) => {
+        Err(error @ (ApiError::Unauthenticated(_) | ApiError::Validation(_))) => {
             return login_form(&headers, StatusCode::UNAUTHORIZED, Some(&error.to_string()), &fields.email);
+        }
+        Err(error @ ApiError::RateLimited { retry_after_secs, .. }) => {
+            let mut page = login_form(&headers, StatusCode::TOO_MANY_REQUESTS, Some(&error.to_string()), &fields.email);
+            page.headers_mut().insert(header::RETRY_AFTER, retry_after_secs.into());
+            return page;
         }
         Err(other) => return ConsoleError::Api(other).into_response(),
     };
     let token = answer.token();
     let lifetime = (answer.expires_at() - Utc::now()).num_seconds().max(1);
     let secure = over_https(&headers);
-    (
-        StatusCode::SEE_OTHER,
-        AppendHeaders([
-            (header::LOCATION, "/console/endpoints".to_owned()),
-            (header::SET_COOKIE, set_cookie(SESSION_COOKIE, token, lifetime, secure)),
-            // The sign-in form's token is used up.
-            (header::SET_COOKIE, set_cookie(LOGIN_CSRF_COOKIE, "", 0, secure)),
-        ]),
-    )
-        .into_response()
+    let [lax, strict] = session_cookies(token, lifetime, secure);
+    let mut cookies = vec![
+        lax,
+        strict,
+        // The sign-in form's token is used up.
+        set_cookie(LOGIN_CSRF_COOKIE, "", SameSite::Strict, 0, secure),
+    ];
+    if let Some(keys) = &state.jwt {
+        let max_age = DEVICE_DAYS * 86_400;
+        let device = keys.devices().issue(&account_key(&fields.email), Utc::now().timestamp() + max_age);
+        cookies.push(set_cookie(DEVICE_COOKIE, &device, SameSite::Strict, max_age, secure));
+    }
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/console/endpoints")]).into_response();
+    for cookie in cookies {
+        if let Ok(value) = cookie.parse() {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
 }
 
 /// Ends the session (server-side: its token is refused from now on,
@@ -244,11 +310,18 @@ pub async fn logout_everywhere(State(state): State<ApiState>, form: ConsoleForm<
 async fn signed_out(state: &ApiState, session: &Session, everywhere: bool) -> Response {
     match end_sessions(state, &session.token, everywhere).await {
         // Ended meanwhile (another tab signed out): as good as done here.
-        Ok(_) | Err(ApiError::Unauthorized) => (
-            StatusCode::SEE_OTHER,
-            [(header::LOCATION, "/console/login".to_owned()), (header::SET_COOKIE, clear_cookie())],
-        )
-            .into_response(),
+        Ok(_) | Err(ApiError::Unauthorized) => {
+            let [lax, strict] = cleared_cookies();
+            (
+                StatusCode::SEE_OTHER,
+                AppendHeaders([
+                    (header::LOCATION, "/console/login".to_owned()),
+                    (header::SET_COOKIE, lax),
+                    (header::SET_COOKIE, strict),
+                ]),
+            )
+                .into_response()
+        }
         Err(other) => ConsoleError::Api(other).into_response(),
     }
 }

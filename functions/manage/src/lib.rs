@@ -1,4 +1,5 @@
-//! The manage function: identity (login, first-tenant bootstrap, API keys) and
+//! The manage function: identity (login and sign-out, password change,
+//! first-tenant bootstrap, the tenant's users, API keys) and
 //! webhook endpoints with their subscriptions and secrets. Every route except
 //! login and bootstrap needs admin credentials and acts only within the
 //! caller's tenant.
@@ -8,6 +9,7 @@
 //! PATCH or the console's form switches an endpoint) through
 //! `repo::operational::emit`, in the change's transaction
 //! (`apply_endpoint_changes`).
+mod account;
 mod api_keys;
 mod destination;
 mod endpoint_changes;
@@ -15,12 +17,15 @@ mod endpoints;
 mod health_view;
 mod lambda_peer;
 mod sessions;
+mod users;
 
 use axum::routing::{get, post};
 use axum::Router;
 use relayops_shared::api::{not_found_fallback, ApiState};
 use utoipa::OpenApi;
 
+/// A password change as the API makes it (the console's account page too).
+pub use account::{change_password, PasswordChange};
 /// Changing an endpoint as the PATCH does (transaction, operational event,
 /// publisher wake-up), for the console's enable/disable form.
 pub use endpoint_changes::apply_changes as apply_endpoint_changes;
@@ -42,6 +47,9 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/auth/login", post(sessions::login))
         .route("/v1/auth/logout", post(sessions::logout))
         .route("/v1/auth/logout-everywhere", post(sessions::logout_everywhere))
+        .route("/v1/auth/password", post(account::password))
+        .route("/v1/users", post(users::create).get(users::list))
+        .route("/v1/users/{user_id}", axum::routing::patch(users::update).delete(users::remove))
         .route("/v1/bootstrap", post(sessions::bootstrap))
         .route("/v1/api-keys", post(api_keys::create).get(api_keys::list))
         .route("/v1/api-keys/{key_id}", axum::routing::delete(api_keys::revoke))
@@ -67,7 +75,12 @@ pub fn router(state: ApiState) -> Router {
         sessions::login,
         sessions::logout,
         sessions::logout_everywhere,
+        account::password,
         sessions::bootstrap,
+        users::list,
+        users::create,
+        users::update,
+        users::remove,
         api_keys::create,
         api_keys::list,
         api_keys::revoke,
@@ -81,7 +94,7 @@ pub fn router(state: ApiState) -> Router {
         endpoints::list_subscriptions,
     ),
     tags(
-        (name = "identity", description = "Login, first-tenant bootstrap and API keys"),
+        (name = "identity", description = "Login and sign-out, password change, first-tenant bootstrap, the tenant's users and API keys"),
         (name = "endpoints", description = "Webhook endpoints, their subscriptions and secrets")
     )
 )]

@@ -5,13 +5,15 @@
 //! `POST /v1/bootstrap` (the one-time token from the environment → the first
 //! tenant, its admin and an API key). A login is checked in the order that
 //! costs a guesser most and the server least: the field sizes (422, before
-//! anything else), the throttle (429 per account and client address, see
-//! `api::login_throttle`), and only then the password hash.
+//! anything else), the throttle (429 per account from one address, per
+//! address, and per account from every address unless the browser signed in
+//! to it before; see `api::login_throttle`), and only then the password hash.
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
+use relayops_shared::api::login_throttle::{account_key, LoginSource};
 use relayops_shared::api::{bearer, end_sessions, ApiError, ApiJson, ApiState, ClientAddress};
 use relayops_shared::auth::password::{decoy_hash, verify_password_blocking};
 use relayops_shared::auth::token_hash;
@@ -63,12 +65,17 @@ pub struct LoginRequest {
     /// At most 1024 characters (longer is 422, before any check).
     #[schema(min_length = 1, max_length = 1024)]
     password: String,
+    /// A known-device token the browser presented (the console's cookie;
+    /// see `auth::device`), never part of the JSON body.
+    #[serde(skip)]
+    device: Option<String>,
 }
 
 impl LoginRequest {
-    /// A login as a form other than the API's JSON body supplies it (the console's).
-    pub fn new(email: String, password: String) -> Self {
-        Self { email, password }
+    /// A login as a form other than the API's JSON body supplies it (the
+    /// console's), with the known-device token its browser holds, if any.
+    pub fn new(email: String, password: String, device: Option<String>) -> Self {
+        Self { email, password, device }
     }
 }
 
@@ -103,7 +110,7 @@ impl LoginResponse {
         (status = 401, description = "Wrong email or password"),
         (status = 403, description = "Login is not enabled on this installation"),
         (status = 422, description = "The email or password is too long (or empty)"),
-        (status = 429, description = "Too many failed logins for this account or from this address (see `Retry-After`), whatever the password")
+        (status = 429, description = "Too many failed logins for this account from this address, from this address, or for this account from everywhere (see `Retry-After`), whatever the password")
     )
 )]
 pub async fn login(
@@ -116,8 +123,12 @@ pub async fn login(
         .clone()
         .ok_or_else(|| ApiError::Forbidden("login is not enabled on this installation (RELAYOPS_JWT_SECRET)".into()))?;
     login_fields(&request)?;
+    let known_device = request
+        .device
+        .as_deref()
+        .is_some_and(|token| keys.devices().recognises(token, &account_key(&request.email), Utc::now().timestamp()));
     let admitted = match &state.login_throttle {
-        Some(throttle) => Some(throttle.admit(&request.email, address).await?),
+        Some(throttle) => Some(throttle.admit(&request.email, LoginSource { address, known_device }).await?),
         None => None,
     };
     let client = state.pool.get().await.map_err(DbError::from)?;

@@ -219,7 +219,7 @@ impl Processor {
     /// bundle's); `recheck` is the message's recheck wait, if it is marked
     /// ([`crate::delay::RECHECK_HEADER`]).
     pub async fn process(&self, task: DeliveryTask, recheck: Option<Duration>) -> Disposition {
-        relayops_shared::hop!("worker.received", event_id = %task.event_id);
+        relayops_shared::hop!("worker.received", event_id = %task.event_id, tenant_id = %task.tenant_id);
         // Behind deliveries of its endpoint already parked and being
         // admitted here, a delivery waits its turn: parked, not racing the
         // oldest for the next free slot.

@@ -116,6 +116,7 @@ impl Settler {
     /// started when the process is told to stop (a bundle's later deliveries)
     /// is not started: [`Disposition::Requeue`], its row untouched.
     async fn process_holding(&self, task: DeliveryTask, recheck: Option<Duration>) -> Disposition {
+        relayops_shared::hop!("worker.consumed", event_id = %task.event_id, tenant_id = %task.tenant_id);
         let mut stopping = self.stopping.clone();
         // (A stop already requested resolves at once: checked first.)
         let _permit = tokio::select! {

@@ -123,6 +123,21 @@ async fn live_session(state: &ApiState, token: &str) -> Result<(Claims, UserPrin
     Ok((claims, user))
 }
 
+/// Whose live login session a token names.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionOwner {
+    pub tenant: TenantId,
+    pub user: UserId,
+    pub session: uuid::Uuid,
+}
+
+/// The owner of the live login session `token` names (401 if it is not live).
+pub async fn session_owner(state: &ApiState, token: &str) -> Result<SessionOwner, ApiError> {
+    let (claims, _) = live_session(state, token).await?;
+    let session = claims.sid.ok_or(ApiError::Unauthorized)?;
+    Ok(SessionOwner { tenant: claims.tid, user: claims.sub, session })
+}
+
 /// Ends the live login session `token` names (a sign-out), or every live
 /// session of its user (`everywhere`); how many ended. A token whose session
 /// has ended already is refused as any request with it is (401).

@@ -1,18 +1,29 @@
-//! Throttling password guessing: failed logins are counted per account (the
-//! email, hashed) and per client address (IPv6: its /64), in flow control's
-//! token buckets — shared by every replica through Redis, per process while
-//! Redis cannot be asked, as ingest limits are. A bucket holds the failures
-//! allowed (`RELAYOPS_LOGIN_FAILURES_PER_ACCOUNT` / `…_PER_ADDRESS`) and
-//! refills over `RELAYOPS_LOGIN_WINDOW_SECS`.
+//! Throttling password guessing without handing anyone a lockout lever.
+//! Failed logins are counted in flow control's token buckets — shared by
+//! every replica through Redis, per process while Redis cannot be asked, as
+//! ingest limits are — each refilling over `RELAYOPS_LOGIN_WINDOW_SECS`:
+//! - an account **from one address** (`RELAYOPS_LOGIN_FAILURES_PER_ACCOUNT`,
+//!   the email hashed; IPv6 addresses by their /64): the limit a guesser
+//!   meets. It is the only per-account limit an address can spend, so
+//!   guessing from one address locks that address out of that account, and
+//!   the account's owner signing in from anywhere else is not held back;
+//! - an address, whatever the accounts (`…_PER_ADDRESS`): one source spraying
+//!   many accounts;
+//! - an account from every address together (`…_PER_ACCOUNT_ALL_ADDRESSES`,
+//!   far larger): guessing spread over many addresses. A browser that has
+//!   signed in to the account before ([`crate::auth::device`]: a signed
+//!   cookie the console sets) is not counted against it, so even a spread-out
+//!   attack cannot lock the owner out of the browser they use.
 //!
-//! [`LoginThrottle::admit`] takes a token from both buckets before the
+//! [`LoginThrottle::admit`] takes a token from each bucket before the
 //! password is looked at — so concurrent guesses cannot all slip through
 //! before the first failure is counted — and answers 429 with `Retry-After`
-//! when either is empty, whatever the password. A failure keeps the tokens; a
-//! success ([`Admitted::succeeded`]) refills the account's bucket and gives the
-//! address its token back. Unknown emails are counted like known ones, so the
-//! throttle says nothing about which accounts exist. Reusable by any login
-//! form (the console's too).
+//! when one is empty, whatever the password (giving back what it took from
+//! the others). A failure keeps the tokens; a success
+//! ([`Admitted::succeeded`]) refills the account's allowance from that
+//! address and gives the other buckets their token back. Unknown emails are
+//! counted like known ones, so the throttle says nothing about which
+//! accounts exist. Reusable by any login form (the console's too).
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -22,8 +33,11 @@ use super::ApiError;
 use crate::config::LoginThrottleConfig;
 use crate::flow::{FlowControl, Limit, TokenDecision};
 
-const ACCOUNT: &str = "login-account";
+/// An account from one address.
+const ACCOUNT_FROM_ADDRESS: &str = "login-account-address";
 const ADDRESS: &str = "login-address";
+/// An account from every address.
+const ACCOUNT: &str = "login-account";
 
 #[derive(Clone)]
 pub struct LoginThrottle {
@@ -35,8 +49,18 @@ pub struct LoginThrottle {
 #[must_use = "a successful login must refill its allowance"]
 pub struct Admitted<'a> {
     throttle: &'a LoginThrottle,
-    account: String,
-    address: Option<String>,
+    /// Every bucket a token was taken from, with its limit.
+    taken: Vec<(&'static str, String, Limit)>,
+}
+
+/// Where a login attempt comes from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoginSource {
+    /// The client's address, when known.
+    pub address: Option<IpAddr>,
+    /// Whether it comes from a browser that signed in to the account before
+    /// (a device token the account's key verifies).
+    pub known_device: bool,
 }
 
 impl LoginThrottle {
@@ -52,34 +76,60 @@ impl LoginThrottle {
         Limit { per_second: f64::from(failures) / self.config.window.as_secs_f64().max(1.0), burst: failures }
     }
 
-    /// Counts an attempt at `email` from `client` up front; 429 when the
-    /// account or the address has no failures left.
-    pub async fn admit(&self, email: &str, client: Option<IpAddr>) -> Result<Admitted<'_>, ApiError> {
+    /// Counts an attempt at `email` from `source` up front; 429 when any of
+    /// its allowances is spent (see the module).
+    pub async fn admit(&self, email: &str, source: LoginSource) -> Result<Admitted<'_>, ApiError> {
         let account = account_key(email);
-        let account_limit = self.limit(self.config.per_account);
-        if let TokenDecision::Wait(wait) = self.flow.take_tokens(ACCOUNT, &account, account_limit, 1).await {
-            return Err(refusal("this account", wait));
+        let address = source.address.map(address_key);
+        let mut buckets = vec![(
+            ACCOUNT_FROM_ADDRESS,
+            match &address {
+                Some(address) => format!("{account}/{address}"),
+                None => account.clone(),
+            },
+            self.limit(self.config.per_account),
+            "to this account from this address",
+        )];
+        if let Some(address) = address {
+            buckets.push((ADDRESS, address, self.limit(self.config.per_address), "from this address"));
         }
-        let address = client.map(address_key);
-        if let Some(address) = &address {
-            let address_limit = self.limit(self.config.per_address);
-            if let TokenDecision::Wait(wait) = self.flow.take_tokens(ADDRESS, address, address_limit, 1).await {
-                self.flow.give_back_token(ACCOUNT, &account, account_limit).await;
-                return Err(refusal("this address", wait));
+        if !source.known_device {
+            buckets.push((
+                ACCOUNT,
+                account,
+                self.limit(self.config.per_account_all_addresses),
+                "to this account from all addresses",
+            ));
+        }
+        let mut admitted = Admitted { throttle: self, taken: Vec::with_capacity(buckets.len()) };
+        for (kind, id, limit, whom) in buckets {
+            if let TokenDecision::Wait(wait) = self.flow.take_tokens(kind, &id, limit, 1).await {
+                admitted.give_back().await;
+                return Err(refusal(whom, wait));
             }
+            admitted.taken.push((kind, id, limit));
         }
-        Ok(Admitted { throttle: self, account, address })
+        Ok(admitted)
     }
 }
 
 impl Admitted<'_> {
-    /// The password was right: the account starts afresh, and the address
-    /// gets back the try it spent (its other failures still count).
+    /// The password was right: the account starts afresh from this
+    /// address, and the other allowances get back the try they lent (their
+    /// other failures still count).
     pub async fn succeeded(self) {
-        let throttle = self.throttle;
-        throttle.flow.refill(ACCOUNT, &self.account).await;
-        if let Some(address) = &self.address {
-            throttle.flow.give_back_token(ADDRESS, address, throttle.limit(throttle.config.per_address)).await;
+        let flow = &self.throttle.flow;
+        for (kind, id, limit) in &self.taken {
+            match *kind {
+                ACCOUNT_FROM_ADDRESS => flow.refill(kind, id).await,
+                _ => flow.give_back_token(kind, id, *limit).await,
+            }
+        }
+    }
+
+    async fn give_back(&self) {
+        for (kind, id, limit) in &self.taken {
+            self.throttle.flow.give_back_token(kind, id, *limit).await;
         }
     }
 }
@@ -88,14 +138,14 @@ fn refusal(whom: &str, wait: std::time::Duration) -> ApiError {
     let retry_after_secs = wait.as_secs_f64().ceil().max(1.0) as u64;
     tracing::warn!(whom, retry_after_secs, "login throttled");
     ApiError::RateLimited {
-        detail: format!("too many failed logins from {whom}; retry after {retry_after_secs} s"),
+        detail: format!("too many failed logins {whom}; retry after {retry_after_secs} s"),
         retry_after_secs,
     }
 }
 
 /// The email as a bucket id: hashed (no address in Redis), case and
 /// surrounding spaces ignored, as the lookup is case-insensitive.
-fn account_key(email: &str) -> String {
+pub fn account_key(email: &str) -> String {
     let digest = Sha256::digest(email.trim().to_lowercase().as_bytes());
     digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
 }

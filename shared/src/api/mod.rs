@@ -20,7 +20,7 @@ use crate::db::Pool;
 use crate::flow::{FlowControl, Limit, TokenDecision};
 use crate::net_policy::{AddressPolicy, AllowList};
 
-pub use auth::{bearer, by_login_token, end_sessions, Authenticated, Principal};
+pub use auth::{bearer, by_login_token, end_sessions, session_owner, Authenticated, Principal, SessionOwner};
 pub use client_address::ClientAddress;
 pub use json::ApiJson;
 pub use key_cache::KeyCache;

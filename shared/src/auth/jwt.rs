@@ -10,6 +10,7 @@ use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::device::DeviceKey;
 use crate::ids::{TenantId, UserId};
 
 const ISSUER: &str = "relayops";
@@ -45,6 +46,8 @@ pub struct JwtKeys {
     /// A session's absolute lifetime, and its idle timeout.
     lifetime: Duration,
     idle: Duration,
+    /// Signs known-device tokens (sign-in throttling).
+    devices: DeviceKey,
 }
 
 impl JwtKeys {
@@ -63,12 +66,18 @@ impl JwtKeys {
             validation,
             lifetime,
             idle,
+            devices: DeviceKey::derive(secret),
         })
     }
 
     /// A session's absolute lifetime (`RELAYOPS_SESSION_LIFETIME_SECS`).
     pub fn lifetime(&self) -> Duration {
         self.lifetime
+    }
+
+    /// The key known-device tokens are signed and checked with.
+    pub fn devices(&self) -> &DeviceKey {
+        &self.devices
     }
 
     /// A session's idle timeout (`RELAYOPS_SESSION_IDLE_SECS`).

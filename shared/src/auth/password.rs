@@ -15,6 +15,13 @@ impl PasswordError {
     }
 }
 
+/// Hashes a password off the async workers (Argon2 is deliberately slow).
+pub async fn hash_password_blocking(password: String) -> Result<String, PasswordError> {
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|error| PasswordError::from_join(&error))?
+}
+
 /// Checks a password off the async workers (Argon2 takes tens of milliseconds).
 pub async fn verify_password_blocking(password: String, stored: String) -> bool {
     tokio::task::spawn_blocking(move || verify_password(&password, &stored)).await.unwrap_or(false)

@@ -569,3 +569,16 @@ pub async fn get_event(
     let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &id.as_uuid()]).await?;
     Ok(row.as_ref().map(EventRecord::from_row))
 }
+
+/// The event types of the tenant's events `ids` (a page of deliveries shows
+/// them); ids not found are left out.
+pub async fn event_types(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    ids: &[EventId],
+) -> Result<std::collections::HashMap<EventId, String>, DbError> {
+    const EVENT_TYPES: &str = "SELECT id, event_type FROM relayops.events WHERE tenant_id = $1 AND id = ANY($2)";
+    let ids: Vec<Uuid> = ids.iter().map(|id| id.as_uuid()).collect();
+    let rows = sql::query(client, EVENT_TYPES, &[&tenant.as_uuid(), &ids]).await?;
+    Ok(rows.iter().map(|row| (EventId::from_uuid(row.get("id")), row.get("event_type"))).collect())
+}

@@ -99,6 +99,19 @@ pub async fn end(client: &impl GenericClient, tenant: TenantId, user: UserId, se
     Ok(sql::execute(client, END_ONE, &[&session, &tenant.as_uuid(), &user.as_uuid()]).await? > 0)
 }
 
+/// Ends every live session of the user's but `keep` (a password change
+/// keeps the session it was made in); how many.
+pub async fn end_all_but(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    user: UserId,
+    keep: Uuid,
+) -> Result<u64, DbError> {
+    const END_OTHERS: &str = "UPDATE relayops.login_sessions SET revoked_at = now()
+         WHERE tenant_id = $1 AND user_id = $2 AND id <> $3 AND revoked_at IS NULL AND expires_at > now()";
+    sql::execute(client, END_OTHERS, &[&tenant.as_uuid(), &user.as_uuid(), &keep]).await
+}
+
 /// Ends every live session of the user's ("sign out everywhere"); how many.
 pub async fn end_all(client: &impl GenericClient, tenant: TenantId, user: UserId) -> Result<u64, DbError> {
     sql::execute(client, END_ALL, &[&tenant.as_uuid(), &user.as_uuid()]).await

@@ -1,11 +1,11 @@
 //! The tenant console's protocol over plain HTTP: CSRF refusals, the session
-//! cookie's attributes and expiry, the Content-Security-Policy, tenant
+//! cookies' attributes and expiry, links and forms from another site, the Content-Security-Policy, tenant
 //! isolation on every route, bulk replay's dry run, blocked ordering lanes
 //! and their skip (bad input and another tenant's ids change nothing).
 //! (What a person sees and clicks is in `console_browser`.)
 use std::time::Duration;
 
-use relayops_tests::console::{cookie_from, no_redirects, submit_login, ConsoleClient};
+use relayops_tests::console::{cookie_from, no_redirects, submit_login, ConsoleClient, Initiator};
 use relayops_tests::{eventually, TestConfig, TestEnv};
 use reqwest::header::{CONTENT_SECURITY_POLICY, LOCATION};
 use serde_json::{json, Value};
@@ -69,17 +69,20 @@ async fn console_sign_in_needs_its_form_token_and_right_password() {
     let page = http.get(format!("{}/console/deliveries", env.api_url)).send().await.unwrap();
     assert_eq!(page.status(), 303);
     assert_eq!(page.headers()[LOCATION], "/console/login");
-    // And clears no cookie it was not sent: a link from another site arrives
-    // without the (SameSite=Strict) cookie, and must not delete a good session.
+    // And clears no cookie it was not sent: a request that arrives without
+    // the session cookie must not delete a good session.
     assert!(page.headers().get(reqwest::header::SET_COOKIE).is_none(), "{:?}", page.headers());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn console_pages_forbid_scripts_and_the_session_cookie_is_http_only_and_strict() {
+async fn console_pages_forbid_scripts_and_the_session_cookies_are_http_only_lax_to_open_and_strict_to_change() {
     let env = TestEnv::start().await;
     let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
-    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console", "Max-Age="] {
+    for attribute in ["HttpOnly", "SameSite=Lax", "Path=/console", "Max-Age="] {
         assert!(console.set_cookie.contains(attribute), "{attribute} in {}", console.set_cookie);
+    }
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console", "Max-Age="] {
+        assert!(console.strict_set_cookie.contains(attribute), "{attribute} in {}", console.strict_set_cookie);
     }
     assert!(!console.set_cookie.contains("Secure"), "plain HTTP: no Secure flag ({})", console.set_cookie);
     for path in
@@ -94,13 +97,50 @@ async fn console_pages_forbid_scripts_and_the_session_cookie_is_http_only_and_st
         assert!(!html.contains(" style="), "{path} has no inline style (the CSP would block it)");
     }
 
-    // Behind HTTPS (API Gateway says so), the cookie is Secure.
+    // Behind HTTPS (API Gateway says so), the cookies are Secure.
     let behind_https = [("x-forwarded-proto", "https")];
     let (login_set_cookie, signed_in) =
         submit_login(&no_redirects(), &env.api_url, &env.admin_email, &env.admin_password, &behind_https).await;
     assert!(login_set_cookie.contains("; Secure"), "{login_set_cookie}");
-    let (_, session) = cookie_from(&signed_in, "relayops_session").unwrap();
-    assert!(session.contains("; Secure") && session.contains("HttpOnly"), "{session}");
+    for name in ["relayops_session", "relayops_session_strict"] {
+        let (_, session) = cookie_from(&signed_in, name).unwrap();
+        assert!(session.contains("; Secure") && session.contains("HttpOnly"), "{session}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_from_another_site_opens_a_console_page_and_a_form_from_another_site_changes_nothing() {
+    let env = TestEnv::start().await;
+    let (_, _, delivery_id) = dead_delivery(&env).await;
+    let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let page = format!("/console/deliveries/{delivery_id}");
+
+    // A link in mail or chat: the browser sends only the Lax cookie.
+    let opened = console.request_from(Initiator::CrossSiteNavigation, reqwest::Method::GET, &page, None).await;
+    assert_eq!(opened.status(), 200, "the page opens signed in");
+    assert!(opened.headers().get(reqwest::header::SET_COOKIE).is_none(), "no cookie is touched");
+    assert!(opened.text().await.unwrap().contains(&delivery_id));
+
+    // A form that did not start on the console changes nothing, even with
+    // the session's CSRF token and the Lax cookie (a browser would not even
+    // send that one on another site's POST).
+    let csrf = console.csrf().await;
+    let replay = format!("{page}/replay");
+    let cross = console
+        .request_from(Initiator::CrossSiteNavigation, reqwest::Method::POST, &replay, Some(&[("csrf", &csrf)]))
+        .await;
+    assert_eq!(cross.status(), 403, "no strict cookie, no change");
+    assert!(cross.headers().get(reqwest::header::SET_COOKIE).is_none(), "the good session is kept");
+    let cookieless =
+        no_redirects().post(format!("{}{replay}", env.api_url)).form(&[("csrf", &csrf)]).send().await.unwrap();
+    assert_eq!(cookieless.status(), 303, "no cookie at all: to the sign-in page");
+    assert!(cookieless.headers().get(reqwest::header::SET_COOKIE).is_none());
+    assert_eq!(status_of(&env, &delivery_id).await, "dead", "nothing was replayed");
+
+    // The session goes on, and the same form from the console works.
+    let replayed = console.post(&replay, &[("csrf", &csrf)]).await;
+    assert_eq!(replayed.status(), 303);
+    assert_ne!(status_of(&env, &delivery_id).await, "dead", "replayed from the console itself");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,8 +169,10 @@ async fn console_session_ends_when_its_token_expires_and_on_sign_out() {
     let out = console.post("/console/logout", &[("csrf", &csrf)]).await;
     assert_eq!(out.status(), 303);
     assert_eq!(out.headers()[LOCATION], "/console/login");
-    let (cleared, _) = cookie_from(&out, "relayops_session").unwrap();
-    assert_eq!(cleared, "", "the session cookie is removed");
+    for name in ["relayops_session", "relayops_session_strict"] {
+        let (cleared, _) = cookie_from(&out, name).unwrap();
+        assert_eq!(cleared, "", "the session cookie {name} is removed");
+    }
 
     // The session ended server-side: the old cookie value, kept (a copy from
     // a shared machine or a proxy log), opens no page, posts no form (with
@@ -138,8 +180,10 @@ async fn console_session_ends_when_its_token_expires_and_on_sign_out() {
     let page = console.request(reqwest::Method::GET, "/console/endpoints", None).await;
     assert_eq!(page.status(), 303, "the old cookie opens nothing");
     assert_eq!(page.headers()[LOCATION], "/console/login?expired=1");
-    let (cleared, _) = cookie_from(&page, "relayops_session").expect("the dead cookie it was sent is cleared");
-    assert_eq!(cleared, "");
+    for name in ["relayops_session", "relayops_session_strict"] {
+        let (cleared, _) = cookie_from(&page, name).expect("the dead cookies it was sent are cleared");
+        assert_eq!(cleared, "");
+    }
     let keys_before = env.count("api_keys").await;
     let form = console.post("/console/api-keys", &[("csrf", &csrf), ("name", "after sign-out")]).await;
     assert_eq!(form.status(), 303, "the old cookie posts nothing");
@@ -368,4 +412,40 @@ async fn console_pages_name_a_favicon_that_is_served() {
     assert_eq!(icon.status(), 200);
     assert_eq!(icon.headers()["content-type"], "image/svg+xml");
     assert!(icon.text().await.unwrap().starts_with("<svg"));
+}
+
+/// The account page's password form, posted; the status and page.
+async fn change_password(console: &ConsoleClient, csrf: &str, current: &str, new: &str, again: &str) -> (u16, String) {
+    let fields = [("csrf", csrf), ("current_password", current), ("new_password", new), ("confirm_password", again)];
+    let response = console.post("/console/account/password", &fields).await;
+    (response.status().as_u16(), response.text().await.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_password_change_ends_the_other_sessions_and_keeps_this_one() {
+    let env = TestEnv::start().await;
+    let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let other_browser = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let (status, page) = console.get("/console/account").await;
+    assert_eq!(status, 200);
+    assert!(page.contains(&env.admin_email), "the account page names who is signed in");
+    let csrf = console.csrf().await;
+    let new = "a-new-password-1";
+
+    let (status, page) = change_password(&console, &csrf, &env.admin_password, new, "a-new-password-2").await;
+    assert_eq!(status, 422, "{page}");
+    assert!(page.contains("differ"), "{page}");
+    let (status, page) = change_password(&console, &csrf, "not-the-password", new, new).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(page.contains("current password is wrong"), "{page}");
+    assert_eq!(other_browser.get("/console/endpoints").await.0, 200, "nothing changed yet");
+
+    let (status, page) = change_password(&console, &csrf, &env.admin_password, new, new).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"id="password-changed""#), "{page}");
+    assert_eq!(console.get("/console/endpoints").await.0, 200, "this session goes on");
+    let ended = other_browser.request(reqwest::Method::GET, "/console/endpoints", None).await;
+    assert_eq!(ended.status(), 303, "the other browser's session ended");
+    assert_eq!(ended.headers()[LOCATION], "/console/login?expired=1");
+    ConsoleClient::sign_in(&env.api_url, &env.admin_email, new).await;
 }

@@ -2,10 +2,13 @@
 //! chromedriver): a person signs in, sees the failing endpoint marked failing,
 //! opens its dead delivery, replays it and sees it delivered; a `<script>` in
 //! a payload shows as text; another tenant finds nothing; a blocked ordering
-//! lane is skipped with a click and the next delivery reaches its receiver.
+//! lane is skipped with a click and the next delivery reaches its receiver;
+//! a link from another site opens a page signed in while a form from there
+//! changes nothing; a guesser at another address cannot lock the owner out.
 //! Screenshots of the main pages land in `<target>/console-screenshots/`.
 use fantoccini::Locator;
-use relayops_tests::browser::Browser;
+use relayops_tests::browser::{another_site, Browser};
+use relayops_tests::console::submit_login;
 use relayops_tests::TestEnv;
 use serde_json::json;
 
@@ -19,14 +22,19 @@ async fn console_in_a_browser_finds_the_failing_endpoint_and_replays_its_dead_de
     let failing =
         env.create_endpoint("/sim/flaky/1", &["order.*"], json!({ "max_attempts": 1, "description": "billing" })).await;
     let (healthy_id, failing_id) = (healthy["id"].as_str().unwrap(), failing["id"].as_str().unwrap());
-    let event = env.post_event("order.created", json!({ "order_id": 1001, "total": "42.00" })).await;
-    let event_id = event.body["id"].as_str().unwrap().to_owned();
-    let settled = env
-        .wait_for_deliveries(&event_id, |all| {
-            all.len() == 2 && all.iter().all(|d| matches!(d["status"].as_str(), Some("delivered" | "dead")))
-        })
-        .await;
-    let dead = settled.iter().find(|d| d["status"] == "dead").expect("a dead delivery");
+    // Three orders: each delivered to one endpoint and dead at the other.
+    let mut dead_ones = Vec::new();
+    for order_id in [1001, 1002, 1003] {
+        let event = env.post_event("order.created", json!({ "order_id": order_id, "total": "42.00" })).await;
+        let event_id = event.body["id"].as_str().unwrap().to_owned();
+        let settled = env
+            .wait_for_deliveries(&event_id, |all| {
+                all.len() == 2 && all.iter().all(|d| matches!(d["status"].as_str(), Some("delivered" | "dead")))
+            })
+            .await;
+        dead_ones.push(settled.into_iter().find(|d| d["status"] == "dead").expect("a dead delivery"));
+    }
+    let dead = &dead_ones[0];
     let dead_id = dead["id"].as_str().unwrap().to_owned();
     assert_eq!(dead["endpoint_id"], failing_id);
 
@@ -50,9 +58,12 @@ async fn console_in_a_browser_finds_the_failing_endpoint_and_replays_its_dead_de
     browser.wait_for("form.bulk").await;
     assert_eq!(browser.path().await, "/console/dead-letters");
     browser.screenshot("dead-letters").await;
-    browser.click(&format!(r#"tr[data-delivery="{dead_id}"] a"#)).await;
+    let row = format!(r#"tr[data-delivery="{dead_id}"]"#);
+    assert_eq!(browser.text(&format!("{row} td.event-type")).await, "order.created", "the event type is listed");
+    browser.click(&format!("{row} a")).await;
     browser.wait_for("#status").await;
     assert_eq!(browser.path().await, format!("/console/deliveries/{dead_id}"));
+    assert_eq!(browser.text("header nav a.current").await, "Dead letters", "still in the section it came from");
     assert_eq!(browser.text("#status").await, "dead");
     let attempt = browser.text(r#"details.attempt[data-attempt="1"] summary"#).await;
     assert!(attempt.contains("HTTP 503"), "{attempt}");
@@ -62,22 +73,36 @@ async fn console_in_a_browser_finds_the_failing_endpoint_and_replays_its_dead_de
     assert!(browser.text("pre.payload").await.contains("\"order_id\": 1001"));
     browser.screenshot("delivery-dead").await;
 
-    // Replay it, and watch it become delivered.
+    // Replay it, and watch it become delivered: the page follows it by
+    // itself, nobody reloads it.
     browser.click("#replay").await;
     browser.wait_for("p.notice").await;
     assert_eq!(browser.path().await, format!("/console/deliveries/{dead_id}"));
-    let page = format!("/console/deliveries/{dead_id}");
-    browser.wait_for_delivery_status(&page, "delivered").await;
+    browser.wait_for_status_shown("delivered").await;
+    assert!(browser.text("p.notice").await.contains("now delivered"), "{}", browser.text("p.notice").await);
+    assert_eq!(browser.text("header nav a.current").await, "Dead letters");
     assert_eq!(browser.client.find_all(Locator::Css("details.attempt")).await.unwrap().len(), 2);
     browser.screenshot("delivery-replayed").await;
     assert_eq!(env.get(&format!("/v1/deliveries/{dead_id}")).await.body["status"], "delivered");
+
+    // The endpoint is no longer marked failing (one delivered of four in
+    // the hour): it works again, and the list can show only the endpoints
+    // in that state.
+    browser.goto("/console/endpoints").await;
+    let recovered = browser.client.find(Locator::Css(&card(failing_id))).await.unwrap();
+    assert_eq!(recovered.attr("data-health").await.unwrap().as_deref(), Some("recovering"));
+    browser.click(r#"nav.toolbar a[data-filter="recovering"]"#).await;
+    browser.wait_for("nav.toolbar a.current[data-filter]").await;
+    let shown = browser.client.find_all(Locator::Css("section.endpoint")).await.unwrap();
+    assert_eq!(shown.len(), 1, "only the recovering endpoint");
+    assert_eq!(shown[0].attr("data-endpoint").await.unwrap().as_deref(), Some(failing_id));
 
     // The other pages a person walks through.
     browser.goto(&format!("/console/endpoints/{failing_id}")).await;
     assert!(browser.text("main").await.contains("order.*"), "subscriptions shown");
     browser.screenshot("endpoint").await;
     browser.goto("/console/deliveries").await;
-    assert_eq!(browser.client.find_all(Locator::Css("tr[data-delivery]")).await.unwrap().len(), 2);
+    assert_eq!(browser.client.find_all(Locator::Css("tr[data-delivery]")).await.unwrap().len(), 6);
     browser.screenshot("deliveries").await;
     browser.goto("/console/events").await;
     browser.screenshot("events").await;
@@ -203,5 +228,88 @@ async fn console_in_a_browser_skips_a_blocked_lane_and_the_next_delivery_arrives
     assert_eq!(positions, [0, 1, 2], "the dead one, then the rest of the key in order");
     browser.goto(&format!("/console/deliveries/{}", lane.dead_delivery)).await;
     assert_eq!(browser.text("#status").await, "dead", "the skipped delivery stays dead");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_a_browser_opens_from_another_sites_link_and_ignores_its_form() {
+    let env = TestEnv::start().await;
+    let endpoint = env.create_endpoint("/sim/ok", &["order.*"], json!({ "description": "fulfilment" })).await;
+    let endpoint_id = endpoint["id"].as_str().unwrap().to_owned();
+    let browser = Browser::start(&env.api_url, 1280).await;
+    browser.sign_in(&env.admin_email, &env.admin_password).await;
+
+    // Another site (127.0.0.2 is another host to the browser) links to the
+    // endpoint's page and carries a form that would disable it — with the
+    // session's own CSRF token, as if it had leaked.
+    let endpoint_page = format!("/console/endpoints/{endpoint_id}");
+    browser.goto(&endpoint_page).await;
+    let csrf_field = browser.client.find(Locator::Css(r#"input[name="csrf"]"#)).await.unwrap();
+    let csrf = csrf_field.attr("value").await.unwrap().expect("a csrf value");
+    let target = format!("{}{endpoint_page}", env.api_url);
+    let site = another_site(format!(
+        r#"<!doctype html><html><body>
+        <a id="link" href="{target}">the endpoint</a>
+        <form id="evil" method="post" action="{target}/enabled">
+          <input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="enabled" value="false">
+          <button id="submit" type="submit">claim your prize</button>
+        </form></body></html>"#
+    ))
+    .await;
+
+    // The link opens the page signed in.
+    browser.client.goto(&site).await.unwrap();
+    browser.click("#link").await;
+    browser.wait_for("form.signout").await;
+    assert_eq!(browser.path().await, endpoint_page, "a link from another site opens the page");
+
+    // The form changes nothing, and the session survives it.
+    browser.client.goto(&site).await.unwrap();
+    browser.click("#submit").await;
+    browser.wait_for("form.login").await;
+    assert_eq!(env.get(&format!("/v1/endpoints/{endpoint_id}")).await.body["enabled"], true, "still enabled");
+    browser.goto(&endpoint_page).await;
+    browser.wait_for("form.signout").await;
+    assert_eq!(browser.path().await, endpoint_page, "still signed in");
+
+    // A session ended elsewhere (its token signed out through the API): a
+    // form already on the screen posts nothing.
+    browser.goto("/console/api-keys").await;
+    let token = browser.client.get_named_cookie("relayops_session").await.expect("the session cookie");
+    let logout = env.request(reqwest::Method::POST, "/v1/auth/logout", Some(token.value()), None).await;
+    assert_eq!(logout.status, 204);
+    let keys_before = env.count("api_keys").await;
+    let form = browser.client.form(Locator::Css("form.create")).await.unwrap();
+    form.set_by_name("name", "after the session ended").await.unwrap();
+    form.submit().await.unwrap();
+    browser.wait_for("form.login").await;
+    assert_eq!(env.count("api_keys").await, keys_before, "no key was created");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_a_browser_signs_in_while_another_address_is_locked_out_of_the_account() {
+    let env = TestEnv::start().await;
+    // Someone at another address (127.0.0.2) guesses the admin's password
+    // on the console's sign-in form until it refuses them.
+    let guesser = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for _ in 0..env.config.login.per_account {
+        let (_, answer) = submit_login(&guesser, &env.api_url, &env.admin_email, "wrong-password", &[]).await;
+        assert_eq!(answer.status(), 401);
+    }
+    let (_, refused) = submit_login(&guesser, &env.api_url, &env.admin_email, &env.admin_password, &[]).await;
+    assert_eq!(refused.status(), 429, "locked out there, whatever the password");
+    let retry_after: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry_after >= 1, "{retry_after}");
+    assert!(refused.text().await.unwrap().contains("too many failed logins"));
+
+    // The owner, in a browser at their own address, signs in as usual.
+    let browser = Browser::start(&env.api_url, 1280).await;
+    browser.sign_in(&env.admin_email, &env.admin_password).await;
+    assert_eq!(browser.path().await, "/console/endpoints", "the owner is not locked out");
     browser.close().await;
 }

@@ -1,5 +1,6 @@
-//! Identity: logins, API keys and their scopes, the one-time bootstrap token,
-//! and credentials never kept or logged in clear.
+//! Identity: logins and sign-outs, password changes, a tenant's users, API
+//! keys and their scopes, the one-time bootstrap token, and credentials never
+//! kept or logged in clear.
 
 use relayops_tests::{TestConfig, TestEnv};
 use reqwest::Method;
@@ -307,4 +308,99 @@ async fn a_session_unused_for_the_idle_timeout_has_ended() {
         .await
         .unwrap();
     env.request(Method::GET, "/v1/endpoints", Some(&token), None).await.expect_problem(401);
+}
+
+/// A password change ends every other session of the user at once (a browser
+/// left signed in elsewhere, a copied token), keeps the one it was made in,
+/// and the old password no longer signs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_change_ends_every_other_session_and_the_old_password() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let token = |answer: relayops_tests::Answer| answer.body["token"].as_str().unwrap().to_owned();
+    let here = token(login(&env, &env.admin_email, &env.admin_password).await);
+    let elsewhere = token(login(&env, &env.admin_email, &env.admin_password).await);
+    let change = |current: &str, new: &str| json!({ "current_password": current, "new_password": new });
+
+    // Refused changes change nothing.
+    let wrong = env.request(Method::POST, "/v1/auth/password", Some(&here), Some(change("nope", "a-new-password-1")));
+    assert!(wrong.await.expect_problem(403).contains("current password"));
+    let short = env.request(Method::POST, "/v1/auth/password", Some(&here), Some(change(&env.admin_password, "short")));
+    assert!(short.await.expect_problem(422).contains("new_password"));
+    let by_key = env.request(
+        Method::POST,
+        "/v1/auth/password",
+        Some(&env.api_key),
+        Some(change(&env.admin_password, "a-new-password-1")),
+    );
+    by_key.await.expect_problem(401);
+    assert_eq!(env.request(Method::GET, "/v1/endpoints", Some(&elsewhere), None).await.status, 200);
+
+    let changed = env
+        .request(Method::POST, "/v1/auth/password", Some(&here), Some(change(&env.admin_password, "a-new-password-1")))
+        .await;
+    assert_eq!(changed.status, 204, "{:?}", changed.body);
+    env.request(Method::GET, "/v1/endpoints", Some(&elsewhere), None).await.expect_problem(401);
+    assert_eq!(env.request(Method::GET, "/v1/endpoints", Some(&here), None).await.status, 200, "this one goes on");
+    login(&env, &env.admin_email, &env.admin_password).await.expect_problem(401);
+    assert_eq!(login(&env, &env.admin_email, "a-new-password-1").await.status, 200);
+}
+
+/// A tenant's admins add people, change their role (in effect on their next
+/// request) and remove them (their sessions end at once); the last admin
+/// stays; another tenant's users are out of reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admins_add_demote_and_remove_users_whose_sessions_end_with_them() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let email = format!("colleague-{}@example.com", uuid::Uuid::new_v4().simple());
+    let added =
+        env.post("/v1/users", json!({ "email": email, "password": "colleague-password", "role": "admin" })).await;
+    assert_eq!(added.status, 201, "{:?}", added.body);
+    let user_id = added.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(added.body["role"], "admin");
+    assert!(added.body.get("password_hash").is_none() && !added.body.to_string().contains("colleague-password"));
+    let taken = env.post("/v1/users", json!({ "email": email.to_uppercase(), "password": "another-password" })).await;
+    taken.expect_problem(409);
+    env.post("/v1/users", json!({ "email": "x@example.com", "password": "pw", "role": "owner" }))
+        .await
+        .expect_problem(422);
+    let listed = env.get("/v1/users").await;
+    assert!(listed.body["data"].as_array().unwrap().iter().any(|user| user["id"] == user_id.as_str()));
+
+    let session = login(&env, &email, "colleague-password").await.body["token"].as_str().unwrap().to_owned();
+    let created = |name: &str| json!({ "name": name, "scopes": ["ingest"] });
+    let as_admin = env.request(Method::POST, "/v1/api-keys", Some(&session), Some(created("by colleague"))).await;
+    assert_eq!(as_admin.status, 201);
+
+    // Demoted: the next request is a viewer's.
+    let path = format!("/v1/users/{user_id}");
+    let demoted = env.request(Method::PATCH, &path, Some(&env.api_key), Some(json!({ "role": "viewer" }))).await;
+    assert_eq!(demoted.status, 200, "{:?}", demoted.body);
+    env.request(Method::POST, "/v1/api-keys", Some(&session), Some(created("as viewer"))).await.expect_problem(403);
+    assert_eq!(env.request(Method::GET, "/v1/events", Some(&session), None).await.status, 200, "a viewer reads");
+
+    // Another tenant cannot see or remove them.
+    let other = env.second_account().await;
+    env.request(Method::DELETE, &path, Some(&other.api_key), None).await.expect_problem(404);
+    let others = env.request(Method::GET, "/v1/users", Some(&other.api_key), None).await;
+    assert!(!others.body.to_string().contains(&user_id));
+
+    // Removed: their session ends at once.
+    let removed = env.request(Method::DELETE, &path, Some(&env.api_key), None).await;
+    assert_eq!(removed.status, 204, "{:?}", removed.body);
+    env.request(Method::GET, "/v1/events", Some(&session), None).await.expect_problem(401);
+    login(&env, &email, "colleague-password").await.expect_problem(401);
+    env.request(Method::DELETE, &path, Some(&env.api_key), None).await.expect_problem(404);
+
+    // The tenant's last admin can be neither demoted nor removed.
+    let admin = env.get("/v1/users").await.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|user| user["role"] == "admin")
+        .map(|user| user["id"].as_str().unwrap().to_owned())
+        .expect("the tenant's admin");
+    let last = format!("/v1/users/{admin}");
+    env.request(Method::PATCH, &last, Some(&env.api_key), Some(json!({ "role": "viewer" }))).await.expect_problem(409);
+    env.request(Method::DELETE, &last, Some(&env.api_key), None).await.expect_problem(409);
+    assert_eq!(login(&env, &env.admin_email, &env.admin_password).await.status, 200);
 }

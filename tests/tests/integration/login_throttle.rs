@@ -1,16 +1,28 @@
 //! Login throttling against password guessing: failures are counted per
-//! account and per client address (shared by replicas through Redis, per
-//! process without it); once spent, logins are refused with 429 +
-//! `Retry-After` whatever the password; a success starts the account afresh.
+//! account from one address, per address, and per account from every address
+//! together, where a browser that signed in before is not counted (shared
+//! by replicas through Redis, per process without it); once spent, logins
+//! are refused with 429 + `Retry-After` whatever the password; a success
+//! starts the account afresh; nobody can lock an owner out from elsewhere.
 //! Oversized passwords are refused before any of this.
 use std::net::IpAddr;
 
+use relayops_tests::console::{cookie_from, submit_login};
 use relayops_tests::{Answer, TestConfig, TestEnv};
 use serde_json::json;
 
 /// A client connecting from `address` (any of 127/8 on Linux).
 fn client_from(address: [u8; 4]) -> reqwest::Client {
     reqwest::Client::builder().local_address(IpAddr::from(address)).build().unwrap()
+}
+
+/// A browser at `address`, as the console tests drive one (redirects not followed).
+fn browser_from(address: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(IpAddr::from(address))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
 }
 
 async fn login_via(env: &TestEnv, client: &reqwest::Client, email: &str, password: &str) -> Answer {
@@ -41,23 +53,65 @@ fn config() -> TestConfig {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_passwords_for_one_account_lock_it_even_for_the_right_password_and_nobody_else() {
+async fn bad_passwords_for_one_account_lock_out_their_address_even_for_the_right_password_and_nobody_else() {
     let env = TestEnv::start_with(config()).await;
     let (email, password) = (&env.admin_email, &env.admin_password);
-    let (attacker, other_client) = (client_from([127, 0, 0, 1]), client_from([127, 0, 0, 2]));
+    let (attacker, owner) = (client_from([127, 0, 0, 1]), client_from([127, 0, 0, 2]));
     for _ in 0..env.config.login.per_account {
         login_via(&env, &attacker, email, "wrong-password").await.expect_problem(401);
     }
-    let retry_after = assert_throttled(&login_via(&env, &attacker, email, password).await, "this account");
+    let retry_after =
+        assert_throttled(&login_via(&env, &attacker, email, password).await, "to this account from this address");
     // 5 failures refill over 15 min: one more try in at most 3 min (less the
     // time the failures took, which refilled a part).
     assert!((60..=180).contains(&retry_after), "{retry_after}");
-    // The account, from another address too (guessing spread over addresses).
-    assert_throttled(&login_via(&env, &other_client, &email.to_uppercase(), password).await, "this account");
-    // Another account from another address is unaffected.
-    let other = env.second_account().await;
-    let answer = login_via(&env, &other_client, &other.email, &other.password).await;
+    // Knowing an address is not enough to lock its owner out: the account
+    // from another address signs in (whatever case the email is typed in).
+    let answer = login_via(&env, &owner, &email.to_uppercase(), password).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
+    // And another account from the guessing address is unaffected.
+    let other = env.second_account().await;
+    let answer = login_via(&env, &attacker, &other.email, &other.password).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
+
+/// Guessing spread over many addresses meets the account's allowance from
+/// every address together — which does not hold back a browser that signed
+/// in to the account before (the console's known-device cookie).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guessing_spread_over_addresses_is_throttled_but_not_for_a_browser_that_signed_in_before() {
+    let mut config = config();
+    config.login.per_account = 2;
+    config.login.per_account_all_addresses = 4;
+    let env = TestEnv::start_with(config).await;
+    let (email, password) = (&env.admin_email, &env.admin_password);
+    // The owner's browser signed in once (and so holds a device cookie).
+    let browser = browser_from([127, 0, 0, 9]);
+    let (_, signed_in) = submit_login(&browser, &env.api_url, email, password, &[]).await;
+    assert_eq!(signed_in.status(), 303);
+    let (device, device_cookie) = cookie_from(&signed_in, "relayops_device").expect("a known-device cookie");
+    assert!(device_cookie.contains("HttpOnly") && device_cookie.contains("SameSite=Strict"), "{device_cookie}");
+
+    for address in [[127, 0, 0, 3], [127, 0, 0, 4]] {
+        for _ in 0..2 {
+            login_via(&env, &client_from(address), email, "wrong-password").await.expect_problem(401);
+        }
+    }
+    let fresh = login_via(&env, &client_from([127, 0, 0, 5]), email, password).await;
+    assert_throttled(&fresh, "to this account from all addresses");
+    // A browser without the cookie is refused too; the owner's is let in.
+    let cookie = ("cookie", format!("relayops_device={device}"));
+    let (_, stranger) = submit_login(&browser_from([127, 0, 0, 6]), &env.api_url, email, password, &[]).await;
+    assert_eq!(stranger.status(), 429);
+    assert!(stranger.headers().contains_key("retry-after"), "{:?}", stranger.headers());
+    let (_, owner) = submit_login(&browser, &env.api_url, email, password, &[(cookie.0, cookie.1.as_str())]).await;
+    assert_eq!(owner.status(), 303, "the known browser signs in");
+    // A forged or another account's device value is no pass.
+    let forged = ("cookie", format!("relayops_device={}", device.replace('.', ".x")));
+    let (_, forged) =
+        submit_login(&browser_from([127, 0, 0, 7]), &env.api_url, email, password, &[(forged.0, forged.1.as_str())])
+            .await;
+    assert_eq!(forged.status(), 429);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +128,7 @@ async fn a_successful_login_starts_the_account_afresh() {
     for _ in 0..allowed {
         login_via(&env, &client, email, "wrong-password").await.expect_problem(401);
     }
-    assert_throttled(&login_via(&env, &client, email, password).await, "this account");
+    assert_throttled(&login_via(&env, &client, email, password).await, "to this account from this address");
 }
 
 /// A lock ends by itself: after the `Retry-After` it gave, one more try is
