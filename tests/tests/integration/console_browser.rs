@@ -272,6 +272,12 @@ async fn console_in_a_browser_opens_from_another_sites_link_and_ignores_its_form
     browser.wait_for("form.signout").await;
     assert_eq!(browser.path().await, endpoint_page, "still signed in");
 
+    // A page that does not exist is the console's own (its headers are
+    // checked over HTTP in `console`): no JSON, the way back offered.
+    browser.goto("/console/no-such-page").await;
+    assert_eq!(browser.text("h1").await, "Not Found");
+    assert!(browser.text("main").await.contains("Back to the console"));
+
     // A session ended elsewhere (its token signed out through the API): a
     // form already on the screen posts nothing.
     browser.goto("/console/api-keys").await;
