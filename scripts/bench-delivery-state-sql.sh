@@ -1,6 +1,6 @@
 #!/bin/bash
 # What a delivery's own row writes cost in Postgres, today and in two shapes
-# that would write less (BENCHMARKS.md "What the last CPU target would take"),
+# that would write less (the BENCHMARKS.md of commit `85cb3bd`, "What the last CPU target would take"),
 # measured in SQL on plain tables shaped like one history partition
 # (scripts/sql/delivery-state-setup.sql: today's copied from the schema of a
 # scratch database, relayops_test_delivery_state_sql, that the relayops binary

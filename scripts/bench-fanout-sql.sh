@@ -1,7 +1,7 @@
 #!/bin/bash
 # Postgres CPU per event of ingest with 1, 10 and 100 subscribers, before and
 # after issue 18 item 2 (one outbox row per event instead of one per
-# delivery), measured in SQL (BENCHMARKS.md "One outbox row per event"):
+# delivery), measured in SQL (the BENCHMARKS.md of commit `7bb008e`, "One outbox row per event"):
 # `pgbench -M prepared -c 1` runs each statement for a few seconds on a scratch
 # database (relayops_test_fanout_sql, migrated by the relayops binary, dropped
 # at the end); the figure is the pgbench backend's CPU time (utime + stime

@@ -3,7 +3,7 @@
 JSON log format: lines of `RELAYOPS_LOG_FORMAT=text` are skipped; see
 `relayops_shared::telemetry::HOPS_TARGET`) of one or more RelayOps
 processes and prints, per step of an event's way from its commit to the
-receiver's answer, the time between consecutive hops: p50, p90 and p99 in
+receiver's answer, the time between consecutive hops: p50, p95 and p99 in
 milliseconds over every event that logged both. `at_us` is the wall clock,
 comparable across processes on one host, so logs of an API and a worker on the
 same machine can be given together. The first line is the ingest handler's own

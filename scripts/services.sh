@@ -4,7 +4,7 @@
 # stress-ng, the CPU hog the exclusive tests run under, and iproute2 for the
 # network-namespace test. Idempotent: a
 # service that already answers is left alone. Also creates the `relayops`
-# Postgres role the README, tests and demo use. Then scripts/tls-services.sh
+# Postgres role the docs, tests and demo use. Then scripts/tls-services.sh
 # starts the TLS-only Postgres/RabbitMQ/Redis and pgbouncer beside them.
 #
 # Environment knobs: RELAYOPS_SKIP_INSTALL=1 to never call apt-get.

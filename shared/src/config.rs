@@ -434,7 +434,7 @@ impl WorkerConfig {
 /// async runtime (default: one per CPU the process may use, Tokio's own
 /// default). On a small host shared with Postgres and RabbitMQ (`relayops
 /// all` on two cores) one thread spends less CPU per event: two threads wake
-/// each other for every hop of a lone event (BENCHMARKS.md, session 12).
+/// each other for every hop of a lone event (commit `c4d70b8`).
 pub fn runtime_threads_from_env() -> Result<usize, ConfigError> {
     let cpus = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
     positive("RUNTIME_THREADS", cpus)

@@ -33,7 +33,8 @@ pub fn init() {
 /// since the Unix epoch, comparable across processes on one host) and the
 /// event's id (the worker's first two with its tenant's). Off unless asked for (`RELAYOPS_LOG=info,relayops::hops=trace`):
 /// a disabled callsite costs one check, and its fields are never computed.
-/// BENCHMARKS.md ("An event that arrives alone") reads it.
+/// `scripts/hops-summary.py` reads it (BENCHMARKS.md, "What is measured
+/// and how to reproduce it").
 pub const HOPS_TARGET: &str = "relayops::hops";
 
 /// Now, in microseconds since the Unix epoch (for the hop trace).

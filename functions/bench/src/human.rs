@@ -5,6 +5,16 @@ use crate::cost::describe;
 /// (label, key in the report).
 pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveries: &[(String, String)]) {
     let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+    if let Some(m) = report.get("machine") {
+        println!(
+            "machine    {} · {} CPUs ({}) · {} GiB · kernel {}",
+            m["date"].as_str().unwrap_or("?"),
+            m["cpus"],
+            m["cpu_model"].as_str().unwrap_or("?"),
+            m["memory_gib"],
+            m["kernel"].as_str().unwrap_or("?")
+        );
+    }
     if let Some(c) = report.get("ceilings") {
         println!(
             "ceilings   postgres ingest-shaped tx/s {}   rabbitmq confirmed publishes/s {}",

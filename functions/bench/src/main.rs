@@ -14,6 +14,7 @@ mod console;
 mod cost;
 mod human;
 mod idle;
+mod machine;
 mod memory;
 mod noisy;
 mod noisy_tenant;
@@ -214,6 +215,7 @@ async fn main() -> anyhow::Result<()> {
     let target = scenarios::Target { http, api: args.api.clone(), key: api_key, receiver, receiver_url, metrics_also };
     let timeout = Duration::from_secs(300);
     let mut report = serde_json::Map::new();
+    report.insert("machine".into(), serde_json::to_value(machine::Machine::now())?);
     // What the figures were measured against: a fresh database has the
     // partitions kept ahead; a deployment also keeps its retention's worth.
     let client = pool.get().await?;

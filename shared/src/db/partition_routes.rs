@@ -6,7 +6,7 @@
 //! lookup whose key comes from a join (run-time pruning skips them only
 //! later), and a result relation per partition for an `UPDATE`. With the
 //! default 30 days of history (~34 daily partitions per table) that set-up
-//! cost a claim more than its own work (BENCHMARKS.md, session 13). A
+//! cost a claim more than its own work (commit `dd09cbe`). A
 //! delivery id carries its event's millisecond (UUIDv7,
 //! `relayops.delivery_id_for`), and a delivery lives in the partition of its
 //! event's id, so the partition is known before the statement runs: the

@@ -1,4 +1,4 @@
-//! Every metric's name and its labels, in one place (the README lists them for
+//! Every metric's name and its labels, in one place (docs/OPERATIONS.md lists them for
 //! operators). Names follow Prometheus conventions: `_total` for counters,
 //! base units (`_seconds`) for durations.
 

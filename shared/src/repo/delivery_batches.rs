@@ -53,7 +53,7 @@ use crate::repo::sql;
 /// fence, on the row found by id: given `tenant_id = … AND status = …` next
 /// to the id, the planner took the `(tenant_id, status, created_at, id)`
 /// index on most connections of a bench run (every in-flight row of the
-/// tenant read per record; BENCHMARKS.md, session 7), a plan that looks as
+/// tenant read per record; commit `c45e285`), a plan that looks as
 /// cheap as the id's own index while a partition is new. The UPDATEs that
 /// follow match the locked rows by `(id, event_id)` alone: `locked` holds only
 /// rows of the tenant named with each id.

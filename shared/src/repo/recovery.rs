@@ -236,7 +236,7 @@ pub async fn requeue_stranded(
     // connection — each planning opened every partition and its indexes:
     // 12 ms a pass with 35 partitions against ~1 ms to run, once a second
     // for the first minutes of every publisher (and of every Lambda
-    // container) (BENCHMARKS.md, session 13). Its generic plan is made at
+    // container) (commit `45d9e11`). Its generic plan is made at
     // once: a scan of each partition's two small partial indexes, whatever
     // the parameters. The lost-pending search (6 ms to plan) is left to
     // Postgres's choice: its generic plan, made without the LIMIT's value,

@@ -392,7 +392,7 @@ fn assert_finds_by_key(what: &str, plan: &serde_json::Value) {
 /// tenant's in-flight deliveries, say, or, through `(tenant_id, created_at,
 /// id)`, all of its endpoints), and every hash or merge join in a plan. (Not caught: a lookup by id
 /// alone through a tenant-led index, which the planner picks on empty
-/// partitions that were never analyzed — see BENCHMARKS.md, session 7.)
+/// partitions that were never analyzed — see commit `c45e285`.)
 fn scans_and_joins(node: &serde_json::Value, found: &mut Vec<String>) {
     let text = |key: &str| node.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
     let (kind, relation, index) = (text("Node Type"), text("Relation Name"), text("Index Name"));
@@ -410,8 +410,8 @@ fn scans_and_joins(node: &serde_json::Value, found: &mut Vec<String>) {
 
 /// A claim is planned once per connection, not at every run: the planner's
 /// default for it (a custom plan each time, over every partition) cost about
-/// four times the run of a one-delivery claim (BENCHMARKS.md, "An event that
-/// arrives alone"). The generic plan prunes partitions at run time; the test
+/// four times the run of a one-delivery claim (the BENCHMARKS.md of commit
+/// `273d725`, "An event that arrives alone"). The generic plan prunes partitions at run time; the test
 /// above checks what a claim reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_runs_on_its_generic_plan_from_the_first_time() {
@@ -427,7 +427,7 @@ async fn a_claim_runs_on_its_generic_plan_from_the_first_time() {
 
 /// The attempt record, like the claim: its custom plan cost ~1.5 ms of
 /// planning for ~0.45 ms of running per delivery at 200 events/s
-/// (BENCHMARKS.md, "An event that arrives alone").
+/// (measured in the BENCHMARKS.md of commit `273d725`, "An event that arrives alone").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_record_runs_on_its_generic_plan_from_the_first_time() {
     let (env, keys) = pending_deliveries(2).await;

@@ -13,6 +13,7 @@ mod console_browser;
 mod crashes;
 mod deferred;
 mod destinations;
+mod documents;
 mod endpoint_health;
 mod endpoints;
 mod exclusive;
