@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiQuery, ApiState};
 use relayops_shared::bootstrap::{bootstrap_tenant, BootstrapError, BootstrapRequest};
 use relayops_shared::db::DbError;
+use relayops_shared::domain::account::{checked_email, checked_password};
 use relayops_shared::domain::ValidationError;
 use relayops_shared::ids::{ApiKeyId, TenantId, UserId};
 use relayops_shared::repo::tenants::{self, TenantRecord};
@@ -101,8 +102,8 @@ pub async fn create(
     }
     let request = BootstrapRequest {
         tenant_name: name,
-        admin_email: relayops_manage::checked_email(&body.admin_email)?,
-        admin_password: relayops_manage::checked_password(&body.admin_password)?,
+        admin_email: checked_email(&body.admin_email)?,
+        admin_password: checked_password(&body.admin_password)?,
     };
     let created = match bootstrap_tenant(&state.pool, &request).await {
         Ok(created) => created,

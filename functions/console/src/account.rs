@@ -1,5 +1,5 @@
 //! `GET /console/account`: who is signed in, a password change (through the
-//! API's own `change_password`: the current password checked through the
+//! API's own `api::account::change_password`: the current password checked through the
 //! sign-in throttle, every other session of the user ended at once, this one
 //! kept) and "sign out everywhere".
 use axum::extract::State;
@@ -105,8 +105,8 @@ pub async fn change_password(
         *refused.status_mut() = StatusCode::UNPROCESSABLE_ENTITY;
         return Ok(refused);
     }
-    let change = relayops_manage::PasswordChange::new(fields.current_password, fields.new_password);
-    match relayops_manage::change_password(&state, session.token(), address, change).await {
+    let change = relayops_shared::api::account::PasswordChange::new(fields.current_password, fields.new_password);
+    match relayops_shared::api::account::change_password(&state, session.token(), address, change).await {
         Ok(ended) => page(&state, session, Outcome::Changed(ended)).await,
         Err(error @ (ApiError::Forbidden(_) | ApiError::Validation(_) | ApiError::RateLimited { .. })) => {
             let status = error.status();

@@ -150,7 +150,7 @@ pub async fn set_enabled(
         _ => return Err(ConsoleError::BadRequest("enabled: must be true or false".into())),
     };
     let changes = endpoints::EndpointChanges { enabled: Some(enabled), ..Default::default() };
-    relayops_manage::apply_endpoint_changes(&state, form.session.tenant(), id, &changes)
+    relayops_shared::api::endpoint_changes::apply_changes(&state, form.session.tenant(), id, &changes)
         .await?
         .ok_or(ConsoleError::NotFound("endpoint"))?;
     tracing::info!(tenant_id = %form.session.tenant(), endpoint_id = %id, enabled, "endpoint changed in the console");
@@ -167,8 +167,14 @@ pub async fn rotate_secret(
     let id = parse_endpoint_id(&endpoint_id)?;
     let secret = SigningSecret::generate();
     let client = state.pool.get().await.map_err(DbError::from)?;
-    if !endpoints::rotate_secret(&client, form.session.tenant(), id, &secret, relayops_manage::DEFAULT_GRACE_SECS)
-        .await?
+    if !endpoints::rotate_secret(
+        &client,
+        form.session.tenant(),
+        id,
+        &secret,
+        relayops_shared::api::endpoint_changes::DEFAULT_GRACE_SECS,
+    )
+    .await?
     {
         return Err(ConsoleError::NotFound("endpoint"));
     }

@@ -44,8 +44,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::Utc;
 use maud::html;
+use relayops_shared::api::login::{log_in, LoginRequest};
 use relayops_shared::api::login_throttle::account_key;
-use relayops_shared::api::{by_login_token, end_sessions, ApiError, ApiJson, ApiState, Authenticated, ClientAddress};
+use relayops_shared::api::{by_login_token, end_sessions, ApiError, ApiState, Authenticated, ClientAddress};
 use relayops_shared::auth::Scope;
 use relayops_shared::ids::TenantId;
 use serde::de::DeserializeOwned;
@@ -259,9 +260,9 @@ pub async fn login(
             .into_response();
     }
     let device = cookie(&headers, DEVICE_COOKIE);
-    let request = relayops_manage::LoginRequest::new(fields.email.clone(), fields.password, device);
-    let answer = match relayops_manage::login(State(state.clone()), client, ApiJson(request)).await {
-        Ok(axum::Json(answer)) => answer,
+    let request = LoginRequest::new(fields.email.clone(), fields.password, device);
+    let answer = match log_in(&state, client.0, request).await {
+        Ok(answer) => answer,
         Err(error @ (ApiError::Unauthenticated(_) | ApiError::Validation(_))) => {
             return login_form(&headers, StatusCode::UNAUTHORIZED, Some(&error.to_string()), &fields.email);
         }

@@ -4,22 +4,20 @@
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::Json;
+use relayops_shared::api::endpoint_changes::{apply_changes, DEFAULT_GRACE_SECS};
 use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::operational::{DisabledBy, OperationalEvent, Subject};
 use relayops_shared::domain::{SigningSecret, ValidationError};
-use relayops_shared::ids::{EndpointId, TenantId};
-use relayops_shared::repo::endpoints::{self, EndpointChanges, EndpointRecord};
-use relayops_shared::repo::operational;
+use relayops_shared::ids::EndpointId;
+use relayops_shared::repo::endpoints::{self, EndpointChanges};
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
 use crate::endpoints::{in_range, parse_schedule, EndpointView, MAX_CIRCUIT_HOLD_SECS};
 use crate::health_view::DeadLetterLaneView;
 
-/// Default and longest overlap of an old secret with its replacement.
-pub const DEFAULT_GRACE_SECS: i64 = 24 * 3600;
+/// The longest overlap of an old secret with its replacement.
 const MAX_GRACE_SECS: i64 = 7 * 24 * 3600;
 
 /// Tells "absent" (leave as is) from `null` (clear) for nullable fields.
@@ -125,40 +123,6 @@ pub async fn update(
     let client = state.pool.get().await.map_err(DbError::from)?;
     let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
     Ok(Json(EndpointView::new(endpoint, &subscriptions)))
-}
-
-/// Applies `changes` to the tenant's endpoint as the PATCH does (the console's
-/// enable/disable form uses it too): in one transaction, the update and, when
-/// it switched the endpoint on or off, the `endpoint.enabled` /
-/// `endpoint.disabled` operational event; after the commit the publisher is
-/// woken if an event was stored. `None`: no such endpoint in the tenant.
-pub async fn apply_changes(
-    state: &ApiState,
-    tenant: TenantId,
-    id: EndpointId,
-    changes: &EndpointChanges<'_>,
-) -> Result<Option<EndpointRecord>, DbError> {
-    let mut client = state.pool.get().await?;
-    let tx = client.transaction().await?;
-    let Some(updated) = endpoints::update_endpoint(&tx, tenant, id, changes).await? else {
-        return Ok(None);
-    };
-    let endpoint = updated.endpoint;
-    let mut emitted = false;
-    if let Some(enabled) = updated.switched {
-        let subject = Subject { id, kind: endpoint.kind, url: endpoint.url.clone() };
-        emitted = if enabled {
-            operational::emit(&tx, tenant, &OperationalEvent::endpoint_enabled(tenant, &subject)).await?
-        } else {
-            let reason = endpoint.disabled_reason.as_deref().unwrap_or("disabled by an operator");
-            operational::emit_disabled(&tx, tenant, &subject, DisabledBy::Operator, reason, None).await?
-        };
-    }
-    tx.commit().await?;
-    if emitted {
-        state.wake_publisher();
-    }
-    Ok(Some(endpoint))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

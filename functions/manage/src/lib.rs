@@ -8,14 +8,13 @@
 //! emit an operational event (`endpoint.enabled`/`endpoint.disabled` when a
 //! PATCH or the console's form switches an endpoint) through
 //! `repo::operational::emit`, in the change's transaction
-//! (`apply_endpoint_changes`).
+//! (`relayops_shared::api::endpoint_changes::apply_changes`).
 mod account;
 mod api_keys;
 mod destination;
 mod endpoint_changes;
 mod endpoints;
 mod health_view;
-mod lambda_peer;
 mod sessions;
 mod users;
 
@@ -23,23 +22,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use relayops_shared::api::{not_found_fallback, ApiState};
 use utoipa::OpenApi;
-
-/// A password change as the API makes it (the console's account page too).
-pub use account::{change_password, PasswordChange};
-/// Changing an endpoint as the PATCH does (transaction, operational event,
-/// publisher wake-up), for the console's enable/disable form.
-pub use endpoint_changes::apply_changes as apply_endpoint_changes;
-/// How long a rotated-out secret keeps signing unless the rotation says otherwise
-/// (the console's rotation uses it as is).
-pub use endpoint_changes::DEFAULT_GRACE_SECS;
-/// API Gateway's source address as the peer, for every HTTP Lambda that reads
-/// `ClientAddress` (manage, console).
-pub use lambda_peer::source_ip_as_peer;
-/// The account rules (email, password) the admin API's tenant creation shares.
-pub use sessions::{checked_email, checked_password};
-/// The login handler itself, so the console signs in through exactly the
-/// API's path (the same checks, throttling and errors).
-pub use sessions::{login, LoginRequest, LoginResponse, LoginSession};
 
 /// The function's routes, for mounting beside others (the local runner).
 pub fn routes() -> Router<ApiState> {

@@ -8,6 +8,6 @@ use relayops_shared::telemetry;
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
     let app = LambdaHttp::from_env()?;
-    let peer = axum::middleware::from_fn(relayops_manage::source_ip_as_peer);
+    let peer = axum::middleware::from_fn(relayops_shared::api::lambda_peer::source_ip_as_peer);
     lambda_http::run(app.app(relayops_manage::router).layer(peer)).await
 }

@@ -14,14 +14,13 @@ use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authentic
 use relayops_shared::auth::password::hash_password_blocking;
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
+use relayops_shared::domain::account::{checked_email, checked_password};
 use relayops_shared::domain::ValidationError;
 use relayops_shared::ids::UserId;
 use relayops_shared::repo::tenants::{self, NewUser};
 use relayops_shared::repo::users::{self, UserRecord};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-
-use crate::sessions::{checked_email, checked_password};
 
 /// A user as the tenant's admins see them (never a password).
 #[derive(Debug, Serialize, ToSchema)]

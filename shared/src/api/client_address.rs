@@ -5,7 +5,7 @@
 //! first other address is the client — entries further left were written by
 //! the client and prove nothing. In the manage and console Lambdas the peer is
 //! the source address from API Gateway's request context
-//! (`relayops_manage::source_ip_as_peer`, layered in their `main.rs`). Without
+//! (`api::lambda_peer::source_ip_as_peer`, layered in their `main.rs`). Without
 //! any peer the last `X-Forwarded-For` entry is taken: the one API Gateway
 //! appends.
 use std::net::{IpAddr, SocketAddr};

@@ -1,11 +1,16 @@
 //! What every HTTP function shares: its state, the API-key authentication
 //! extractor, the JSON body extractor and RFC 7807 problem responses. Routers
 //! themselves live in the function crates.
+pub mod account;
 mod auth;
 mod client_address;
+pub mod endpoint_changes;
 mod json;
 pub mod key_cache;
 pub mod lambda;
+#[cfg(feature = "lambda")]
+pub mod lambda_peer;
+pub mod login;
 pub mod login_throttle;
 pub mod openapi;
 mod problem;

@@ -1,5 +1,6 @@
 //! Parsed domain values. Each type has private fields and a `parse`, so once a
 //! value exists it is known to be valid; nothing here does I/O.
+pub mod account;
 mod delivery_status;
 mod endpoint_url;
 mod event_type;

@@ -2,7 +2,7 @@
 //! API Gateway saw the caller connect from (its request context, not a header
 //! the caller wrote) stands in as the peer `ClientAddress` counts by. Every
 //! HTTP Lambda that reads `ClientAddress` (manage's login, the console's
-//! sign-in through it) layers this over its router.
+//! sign-in) layers this over its router. Built with the `lambda` feature.
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, Request};
