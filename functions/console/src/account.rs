@@ -3,7 +3,7 @@
 //! sign-in throttle, every other session of the user ended at once, this one
 //! kept) and "sign out everywhere".
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
 use relayops_shared::api::{ApiError, ApiState, ClientAddress, Principal};
@@ -11,7 +11,7 @@ use relayops_shared::db::DbError;
 use relayops_shared::repo::{users, GenericClient};
 use serde::Deserialize;
 
-use crate::error::ConsoleError;
+use crate::error::{refused_page, ConsoleError};
 use crate::layout::{self, csrf_field, Section};
 use crate::session::{ConsoleForm, Session};
 
@@ -109,18 +109,8 @@ pub async fn change_password(
     match relayops_shared::api::account::change_password(&state, session.token(), address, change).await {
         Ok(ended) => page(&state, session, Outcome::Changed(ended)).await,
         Err(error @ (ApiError::Forbidden(_) | ApiError::Validation(_) | ApiError::RateLimited { .. })) => {
-            let status = error.status();
-            let retry_after = match &error {
-                ApiError::RateLimited { retry_after_secs, .. } => Some(*retry_after_secs),
-                _ => None,
-            };
             let message = format!("{}; nothing changed.", capitalised(&error.to_string()));
-            let mut refused = page(&state, session, Outcome::Refused(&message)).await?;
-            *refused.status_mut() = status;
-            if let Some(secs) = retry_after {
-                refused.headers_mut().insert(header::RETRY_AFTER, secs.into());
-            }
-            Ok(refused)
+            Ok(refused_page(page(&state, session, Outcome::Refused(&message)).await?, &error))
         }
         Err(ApiError::Unauthorized) => Err(ConsoleError::SignIn { expired: true }),
         Err(other) => Err(other.into()),

@@ -3,7 +3,7 @@
 //! with the status and a message a person can act on. Server errors say only
 //! that something went wrong (the API's error type logs their cause).
 use axum::http::{header, StatusCode};
-use axum::response::{AppendHeaders, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use relayops_shared::api::ApiError;
 use relayops_shared::db::DbError;
 
@@ -47,18 +47,7 @@ impl IntoResponse for ConsoleError {
             // The cookies are cleared only when the request sent one that
             // no longer works: a request without it must never delete a
             // browser's good session.
-            Self::SignIn { expired: true } => {
-                let [lax, strict] = session::cleared_cookies();
-                return (
-                    StatusCode::SEE_OTHER,
-                    AppendHeaders([
-                        (header::LOCATION, "/console/login?expired=1".to_owned()),
-                        (header::SET_COOKIE, lax),
-                        (header::SET_COOKIE, strict),
-                    ]),
-                )
-                    .into_response();
-            }
+            Self::SignIn { expired: true } => return session::to_sign_in_forgetting("/console/login?expired=1"),
             Self::SignIn { expired: false } => {
                 return (StatusCode::SEE_OTHER, [(header::LOCATION, "/console/login".to_owned())]).into_response();
             }
@@ -74,6 +63,16 @@ impl IntoResponse for ConsoleError {
         let title = status.canonical_reason().unwrap_or("Error");
         (status, layout::bare_page(title, &message)).into_response()
     }
+}
+
+/// A page that shows why `error` refused a form: answered with the error's
+/// status, and with `Retry-After` when it was a throttle's refusal.
+pub fn refused_page(mut page: Response, error: &ApiError) -> Response {
+    *page.status_mut() = error.status();
+    if let ApiError::RateLimited { retry_after_secs, .. } = error {
+        page.headers_mut().insert(header::RETRY_AFTER, (*retry_after_secs).into());
+    }
+    page
 }
 
 /// The console's answer to an unknown path under `/console/` (its routes'

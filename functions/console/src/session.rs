@@ -54,7 +54,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::error::ConsoleError;
+use crate::error::{refused_page, ConsoleError};
 use crate::layout;
 
 pub const SESSION_COOKIE: &str = "relayops_session";
@@ -149,7 +149,7 @@ fn session_cookies(token: &str, lifetime_secs: i64, secure: bool) -> [String; 2]
 }
 
 /// Removes both session cookies.
-pub fn cleared_cookies() -> [String; 2] {
+fn cleared_cookies() -> [String; 2] {
     session_cookies("", 0, false)
 }
 
@@ -266,10 +266,9 @@ pub async fn login(
         Err(error @ (ApiError::Unauthenticated(_) | ApiError::Validation(_))) => {
             return login_form(&headers, StatusCode::UNAUTHORIZED, Some(&error.to_string()), &fields.email);
         }
-        Err(error @ ApiError::RateLimited { retry_after_secs, .. }) => {
-            let mut page = login_form(&headers, StatusCode::TOO_MANY_REQUESTS, Some(&error.to_string()), &fields.email);
-            page.headers_mut().insert(header::RETRY_AFTER, retry_after_secs.into());
-            return page;
+        Err(error @ ApiError::RateLimited { .. }) => {
+            let page = login_form(&headers, StatusCode::TOO_MANY_REQUESTS, Some(&error.to_string()), &fields.email);
+            return refused_page(page, &error);
         }
         Err(other) => return ConsoleError::Api(other).into_response(),
     };
@@ -311,18 +310,22 @@ pub async fn logout_everywhere(State(state): State<ApiState>, form: ConsoleForm<
 async fn signed_out(state: &ApiState, session: &Session, everywhere: bool) -> Response {
     match end_sessions(state, &session.token, everywhere).await {
         // Ended meanwhile (another tab signed out): as good as done here.
-        Ok(_) | Err(ApiError::Unauthorized) => {
-            let [lax, strict] = cleared_cookies();
-            (
-                StatusCode::SEE_OTHER,
-                AppendHeaders([
-                    (header::LOCATION, "/console/login".to_owned()),
-                    (header::SET_COOKIE, lax),
-                    (header::SET_COOKIE, strict),
-                ]),
-            )
-                .into_response()
-        }
+        Ok(_) | Err(ApiError::Unauthorized) => to_sign_in_forgetting("/console/login"),
         Err(other) => ConsoleError::Api(other).into_response(),
     }
+}
+
+/// To the sign-in page at `location`, removing both session cookies (only
+/// for a request that sent ones that no longer work, or that signed out).
+pub fn to_sign_in_forgetting(location: &str) -> Response {
+    let [lax, strict] = cleared_cookies();
+    (
+        StatusCode::SEE_OTHER,
+        AppendHeaders([
+            (header::LOCATION, location.to_owned()),
+            (header::SET_COOKIE, lax),
+            (header::SET_COOKIE, strict),
+        ]),
+    )
+        .into_response()
 }

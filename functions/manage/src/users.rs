@@ -78,10 +78,6 @@ fn checked_role(role: &str) -> Result<&'static str, ValidationError> {
     }
 }
 
-fn user_id(text: &str) -> Result<UserId, ApiError> {
-    parse_path_id(text)
-}
-
 /// The tenant's users.
 #[utoipa::path(
     get, path = "/v1/users", tag = "identity",
@@ -157,7 +153,7 @@ pub async fn update(
     ApiJson(request): ApiJson<UpdateUserRequest>,
 ) -> Result<Json<UserView>, ApiError> {
     caller.require(Scope::Admin)?;
-    let id = user_id(&user_id_text)?;
+    let id: UserId = parse_path_id(&user_id_text)?;
     let role = checked_role(&request.role)?;
     let mut client = state.pool.get().await.map_err(DbError::from)?;
     let tx = client.transaction().await.map_err(DbError::from)?;
@@ -190,7 +186,7 @@ pub async fn remove(
     Path(user_id_text): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     caller.require(Scope::Admin)?;
-    let id = user_id(&user_id_text)?;
+    let id: UserId = parse_path_id(&user_id_text)?;
     let mut client = state.pool.get().await.map_err(DbError::from)?;
     let tx = client.transaction().await.map_err(DbError::from)?;
     let admins = users::lock_admins(&tx, caller.tenant_id).await?;

@@ -1,7 +1,8 @@
 //! A signed-in user changes their own password (the current one, then the
-//! new one): manage's `POST /v1/auth/password` and the console's account page. The change ends every other session
-//! of the user at once — a browser left signed in elsewhere, a copied token —
-//! and keeps the one it was made in. The current password is checked
+//! new one): manage's `POST /v1/auth/password` and the console's account
+//! page. The change ends every other session of the user at once — a
+//! browser left signed in elsewhere, a copied token — and keeps the one it
+//! was made in. The current password is checked
 //! through the sign-in throttle (so a stolen session cannot guess it at
 //! leisure), the new one by the account rules (10 to 1024 characters).
 use std::net::IpAddr;
@@ -13,7 +14,7 @@ use super::login_throttle::LoginSource;
 use super::{session_owner, ApiError, ApiState};
 use crate::auth::password::{hash_password_blocking, verify_password_blocking};
 use crate::db::DbError;
-use crate::domain::account::checked_password;
+use crate::domain::account::{checked_password, MAX_PASSWORD_CHARS};
 use crate::domain::ValidationError;
 use crate::repo::{login_sessions, users};
 
@@ -43,8 +44,9 @@ pub async fn change_password(
     change: PasswordChange,
 ) -> Result<u64, ApiError> {
     let owner = session_owner(state, token).await?;
-    if change.current_password.is_empty() || change.current_password.chars().count() > 1024 {
-        return Err(ValidationError::new("current_password", "must be 1 to 1024 characters").into());
+    if change.current_password.is_empty() || change.current_password.chars().count() > MAX_PASSWORD_CHARS {
+        let rule = format!("must be 1 to {MAX_PASSWORD_CHARS} characters");
+        return Err(ValidationError::new("current_password", rule).into());
     }
     checked_password(&change.new_password).map_err(|mut error| {
         error.field = "new_password";

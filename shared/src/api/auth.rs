@@ -6,7 +6,6 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
 use super::{ApiError, ApiState};
-use crate::auth::jwt::Claims;
 use crate::auth::{ApiKeySecret, Scope};
 use crate::db::DbError;
 use crate::ids::{ApiKeyId, TenantId, UserId};
@@ -95,32 +94,19 @@ async fn by_api_key(state: &ApiState, presented: &ApiKeySecret) -> Result<Authen
 /// A user's login token (the console's session cookie holds one) → the caller,
 /// exactly as `Authorization: Bearer <token>` would resolve it.
 pub async fn by_login_token(state: &ApiState, token: &str) -> Result<Authenticated, ApiError> {
-    let (claims, user) = live_session(state, token).await?;
+    let (owner, user) = live_session(state, token).await?;
     // The role is read from the database, so a demotion takes effect at once.
     let scopes = match user.role.as_str() {
         "admin" => vec![Scope::Admin],
         _ => Vec::new(),
     };
     Ok(Authenticated {
-        tenant_id: claims.tid,
-        principal: Principal::User(claims.sub),
+        tenant_id: owner.tenant,
+        principal: Principal::User(owner.user),
         scopes,
         ingest_limit: (user.ingest_rate_per_sec, user.ingest_burst),
         tenant_suspended: user.tenant_suspended,
     })
-}
-
-/// The token's claims and user, if its session is live (not signed out, not
-/// idle past its timeout, not past its lifetime) and its user still exists.
-async fn live_session(state: &ApiState, token: &str) -> Result<(Claims, UserPrincipal), ApiError> {
-    let keys = state.jwt.as_ref().ok_or(ApiError::Unauthorized)?;
-    let claims = keys.verify(token).map_err(|_| ApiError::Unauthorized)?;
-    let session = claims.sid.ok_or(ApiError::Unauthorized)?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let user = login_sessions::live_principal(&client, claims.tid, claims.sub, session, keys.idle())
-        .await?
-        .ok_or(ApiError::Unauthorized)?;
-    Ok((claims, user))
 }
 
 /// Whose live login session a token names.
@@ -131,24 +117,36 @@ pub struct SessionOwner {
     pub session: uuid::Uuid,
 }
 
+/// The owner of the session `token` names and its user, if the session is
+/// live (not signed out, not idle past its timeout, not past its lifetime)
+/// and its user still exists; 401 otherwise.
+async fn live_session(state: &ApiState, token: &str) -> Result<(SessionOwner, UserPrincipal), ApiError> {
+    let keys = state.jwt.as_ref().ok_or(ApiError::Unauthorized)?;
+    let claims = keys.verify(token).map_err(|_| ApiError::Unauthorized)?;
+    let owner =
+        SessionOwner { tenant: claims.tid, user: claims.sub, session: claims.sid.ok_or(ApiError::Unauthorized)? };
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let user = login_sessions::live_principal(&client, owner.tenant, owner.user, owner.session, keys.idle())
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    Ok((owner, user))
+}
+
 /// The owner of the live login session `token` names (401 if it is not live).
 pub async fn session_owner(state: &ApiState, token: &str) -> Result<SessionOwner, ApiError> {
-    let (claims, _) = live_session(state, token).await?;
-    let session = claims.sid.ok_or(ApiError::Unauthorized)?;
-    Ok(SessionOwner { tenant: claims.tid, user: claims.sub, session })
+    Ok(live_session(state, token).await?.0)
 }
 
 /// Ends the live login session `token` names (a sign-out), or every live
 /// session of its user (`everywhere`); how many ended. A token whose session
 /// has ended already is refused as any request with it is (401).
 pub async fn end_sessions(state: &ApiState, token: &str, everywhere: bool) -> Result<u64, ApiError> {
-    let (claims, _) = live_session(state, token).await?;
+    let (owner, _) = live_session(state, token).await?;
     let client = state.pool.get().await.map_err(DbError::from)?;
-    let ended = match (everywhere, claims.sid) {
-        (true, _) => login_sessions::end_all(&client, claims.tid, claims.sub).await?,
-        (false, Some(session)) => u64::from(login_sessions::end(&client, claims.tid, claims.sub, session).await?),
-        (false, None) => 0,
+    let ended = match everywhere {
+        true => login_sessions::end_all(&client, owner.tenant, owner.user).await?,
+        false => u64::from(login_sessions::end(&client, owner.tenant, owner.user, owner.session).await?),
     };
-    tracing::info!(tenant_id = %claims.tid, user_id = %claims.sub, ended, everywhere, "signed out");
+    tracing::info!(tenant_id = %owner.tenant, user_id = %owner.user, ended, everywhere, "signed out");
     Ok(ended)
 }

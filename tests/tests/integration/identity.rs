@@ -404,3 +404,29 @@ async fn admins_add_demote_and_remove_users_whose_sessions_end_with_them() {
     env.request(Method::DELETE, &last, Some(&env.api_key), None).await.expect_problem(409);
     assert_eq!(login(&env, &env.admin_email, &env.admin_password).await.status, 200);
 }
+
+/// Guessing the current password through a stolen session meets the sign-in
+/// throttle: 429 with `Retry-After`, whatever the password, and nothing
+/// changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guessing_the_current_password_is_throttled_and_changes_nothing() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let token = |answer: relayops_tests::Answer| answer.body["token"].as_str().unwrap().to_owned();
+    let stolen = token(login(&env, &env.admin_email, &env.admin_password).await);
+    let elsewhere = token(login(&env, &env.admin_email, &env.admin_password).await);
+    let change = |current: &str| json!({ "current_password": current, "new_password": "a-new-password-1" });
+    for _ in 0..env.config.login.per_account {
+        let wrong = env.request(Method::POST, "/v1/auth/password", Some(&stolen), Some(change("a-guess-1234"))).await;
+        wrong.expect_problem(403);
+    }
+    let throttled =
+        env.request(Method::POST, "/v1/auth/password", Some(&stolen), Some(change(&env.admin_password))).await;
+    throttled.expect_problem(429);
+    let retry_after: u64 = throttled.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry_after >= 1, "{retry_after}");
+    assert_eq!(
+        env.request(Method::GET, "/v1/endpoints", Some(&elsewhere), None).await.status,
+        200,
+        "no change was made: the other session goes on"
+    );
+}
