@@ -35,6 +35,7 @@ test: services lint
 	bash scripts/schemathesis.sh
 	bash scripts/aws-lint.sh
 	bash scripts/lambda-smoke.sh
+	python3 scripts/readme-tour.py  # README's commands, run as written (make demo included)
 
 ## The load generator against a release build of `relayops all` (see BENCHMARKS.md).
 bench: services

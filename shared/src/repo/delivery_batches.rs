@@ -48,7 +48,8 @@ use crate::repo::sql;
 /// (`partitions::ensure_delivery_id_keys`), and the UPDATE that follows is
 /// given nothing but the locked rows' keys to find its rows by. A version
 /// that also gave it the status and the event id range let the planner pick
-/// a scan of every pending row per batch (BENCHMARKS.md, issue 14). For the
+/// a scan of every pending row per batch (the BENCHMARKS.md of commit
+/// `1e9a367`, "Claim queries stay O(batch)"). For the
 /// same reason the tenant and `$condition` are tested outside the `OFFSET 0`
 /// fence, on the row found by id: given `tenant_id = … AND status = …` next
 /// to the id, the planner took the `(tenant_id, status, created_at, id)`

@@ -22,12 +22,13 @@ use crate::repo::{sql, GenericClient};
 /// event's lookup is a probe of the `(event_id, endpoint_id)` index of the one
 /// partition its id names (a nested loop, pruned per row at run time); the
 /// status and the tenant are tested outside the `OFFSET 0` fence, so no
-/// statistics can turn it into a scan of every pending row (BENCHMARKS.md
-/// "Claim queries stay O(batch)") or of the tenant's deliveries (the
-/// expansion, with the tenant inside, read every delivery of the tenant in
-/// the partition through `(tenant_id, endpoint_id, created_at)` on most runs
-/// of a bench: commit `c45e285`). It was a statement of its own after the
-/// claim: a round trip and ~0.3 ms of Postgres per lone event more (issue 18).
+/// statistics can turn it into a scan of every pending row (the BENCHMARKS.md
+/// of commit `1e9a367`, "Claim queries stay O(batch)") or of the tenant's
+/// deliveries (the expansion, with the tenant inside, read every delivery of
+/// the tenant in the partition through `(tenant_id, endpoint_id, created_at)`
+/// on most runs of a bench: commit `c45e285`). It was a statement of its own
+/// after the claim: a round trip and ~0.3 ms of Postgres per lone event more
+/// (issue 18).
 ///
 /// The rows are picked by `= ANY(ARRAY(…))`, which Postgres runs once (an
 /// init plan), never `IN (…)`: as a semi-join, the planner may run the

@@ -236,9 +236,10 @@ pub async fn query_unflushed(
 /// the parameters, and the planner's default — a custom plan at every run,
 /// since the generic one looks costlier — spent more on planning than on
 /// running them. With 95 partitions the worker's claim of one delivery took
-/// ~2.5 ms to plan and ~0.6 ms to run; the attempt record of one delivery
-/// spent 1.5 ms planning and 0.45 ms running at 200 events/s (BENCHMARKS.md,
-/// "An event that arrives alone").
+/// ~2.5 ms to plan and ~0.6 ms to run (the BENCHMARKS.md of commit `1e9a367`,
+/// "An event that arrives alone"); the attempt record of one delivery spent
+/// 1.5 ms planning and 0.45 ms running at 200 events/s (the same file, "Where
+/// Postgres's time went per delivery, and the before/after").
 ///
 /// One round trip: `BEGIN; SET LOCAL …`, the statement and `COMMIT` are sent
 /// together (each request goes out on its future's first poll, and

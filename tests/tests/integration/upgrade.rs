@@ -15,7 +15,9 @@ use relayops_tests::scratch::{inline_params, uuid_literal, ScratchDatabase};
 use serde_json::json;
 
 /// Rows per table in the upgrade test; `RELAYOPS_UPGRADE_EVENTS` makes it a
-/// measurement (BENCHMARKS.md: the swap's pause at a million rows).
+/// measurement (the swap's pause at a million rows, 0.37 s: BENCHMARKS.md,
+/// "What we tried that did not help"; each step's time in the BENCHMARKS.md
+/// of commit `1e9a367`, "History partitions").
 fn upgrade_events() -> i64 {
     std::env::var("RELAYOPS_UPGRADE_EVENTS").ok().and_then(|n| n.parse().ok()).unwrap_or(3_000)
 }
