@@ -23,6 +23,7 @@ demo: services
 test: services lint
 	bash scripts/aws-tools.sh >/dev/null  # cargo-lambda, sam, cfn-lint, moto (the SQS tests use moto_server)
 	bash scripts/browser.sh >/dev/null    # chromium + chromedriver (the console's browser tests)
+	bash scripts/cluster-services.sh      # a three-node RabbitMQ cluster on :5681-5683 (the cluster test)
 	cargo build -q -p relayops -p relayops-bench --bins
 	@if cargo nextest --version >/dev/null 2>&1; then \
 	  cargo nextest run --workspace --no-fail-fast -E 'not test(/exclusive_/)' && \

@@ -158,7 +158,7 @@ async fn outbox_backlog(pool: &Pool) -> Option<i64> {
 /// The ready queue's depth, over a connection kept between samples.
 struct ReadyQueue {
     broker: BrokerConfig,
-    channel: Option<(lapin::Connection, lapin::Channel)>,
+    channel: Option<(std::sync::Arc<lapin::Connection>, lapin::Channel)>,
 }
 
 impl ReadyQueue {

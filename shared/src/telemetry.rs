@@ -8,21 +8,46 @@ use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber once; later calls are no-ops (tests call it freely).
 pub fn init() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let filter = std::env::var("RELAYOPS_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "info,lapin=warn,h2=warn,hyper=warn".to_owned());
     let json = std::env::var("RELAYOPS_LOG_FORMAT").map(|format| format != "text").unwrap_or(true);
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::new(filter))
-        .with_target(true)
-        .with_writer(std::io::stderr);
-    let _ = if json {
+    let layer = tracing_subscriber::fmt::layer().with_target(true).with_writer(std::io::stderr);
+    let layer = if json {
         // The current span's fields (an HTTP request's `request_id`) ride along
         // under `span`; the list of enclosing spans does not.
-        builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init()
+        layer.json().flatten_event(true).with_current_span(true).with_span_list(false).boxed()
     } else {
-        builder.compact().try_init()
+        layer.compact().boxed()
     };
+    let _ = tracing_subscriber::registry()
+        .with(EnvFilter::new(filter))
+        .with(layer.with_filter(quiet_broker_client_once_closed()))
+        .try_init();
+}
+
+/// Drops the AMQP client's own events once the process has closed its broker
+/// connections at a stop (`broker::close_all`): its I/O threads then report
+/// the runtime going away under them, which says nothing about the work —
+/// every role had stopped before. Before that, everything it logs is shown.
+fn quiet_broker_client_once_closed<S>() -> impl tracing_subscriber::layer::Filter<S> {
+    fn broker_client(target: &str) -> bool {
+        target.starts_with("lapin") || target.starts_with("pinky_swear")
+    }
+    tracing_subscriber::filter::DynFilterFn::new(|metadata, _| {
+        !(broker_client(metadata.target()) && crate::broker::connections_closed())
+    })
+    .with_callsite_filter(|metadata| {
+        if broker_client(metadata.target()) {
+            tracing::subscriber::Interest::sometimes()
+        } else {
+            tracing::subscriber::Interest::always()
+        }
+    })
 }
 
 /// Target of the hop trace: one event per step an event takes between its

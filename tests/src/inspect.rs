@@ -89,7 +89,7 @@ impl TestEnv {
         relayops_shared::broker::Topology::new(&self.broker)
     }
 
-    async fn channel(&self) -> (lapin::Connection, lapin::Channel) {
+    async fn channel(&self) -> (std::sync::Arc<lapin::Connection>, lapin::Channel) {
         let connection = relayops_shared::broker::connect(&self.broker, "test-inspector").await.expect("broker");
         let channel = connection.create_channel().await.expect("channel");
         (connection, channel)

@@ -9,6 +9,7 @@
 //! [`Services`] points a test elsewhere: the TLS-only servers or pgbouncer
 //! (`managed`).
 pub mod browser;
+pub mod cluster;
 pub mod console;
 pub mod https;
 mod inspect;

@@ -29,7 +29,7 @@ pub enum PublishError {
 }
 
 pub struct Session {
-    connection: Connection,
+    connection: Arc<Connection>,
     channel: Channel,
     topology: Topology,
     load: Arc<Mutex<ShardLoad>>,

@@ -83,7 +83,15 @@ fn main() -> std::process::ExitCode {
         .and_then(|threads| {
             Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?)
         })
-        .and_then(|runtime| runtime.block_on(run()));
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                let ran = run().await;
+                // Stopped or failed: AMQP connections close with the
+                // handshake before the runtime goes (no I/O errors on a stop).
+                relayops_shared::broker::close_all(std::time::Duration::from_secs(2)).await;
+                ran
+            })
+        });
     match ran {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

@@ -113,7 +113,7 @@ pub async fn serve(
     address: std::net::SocketAddr,
     probe: OpsProbe,
 ) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
+    let listener = crate::roles::listen_on(address, "RELAYOPS_WORKER_HEALTH_LISTEN").await?;
     tracing::info!(
         address = %listener.local_addr()?,
         runtime_threads = tokio::runtime::Handle::current().metrics().num_workers(),

@@ -110,7 +110,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<Running> {
     let listen = settings.listen;
 
     if roles.simulator {
-        let listener = tokio::net::TcpListener::bind(listen.simulator).await?;
+        let listener = listen_on(listen.simulator, "RELAYOPS_SIMULATOR_LISTEN").await?;
         tracing::info!(address = %listen.simulator, "simulator listening");
         let app = relayops_simulator::router(relayops_simulator::Simulator::new());
         tasks.spawn(async move { axum::serve(listener, app).await.map_err(anyhow::Error::from) });
@@ -187,7 +187,7 @@ pub async fn start(roles: Roles) -> anyhow::Result<Running> {
             if let Some(handoff) = handoff.take() {
                 state = state.with_handoff(handoff);
             }
-            let listener = tokio::net::TcpListener::bind(listen.api).await?;
+            let listener = listen_on(listen.api, "RELAYOPS_API_LISTEN").await?;
             tracing::info!(address = %listen.api, "api listening");
             // The peer address is the client (login throttling), unless a
             // trusted proxy forwards for it.
@@ -258,6 +258,14 @@ pub async fn run_alerter() -> anyhow::Result<()> {
         tasks.spawn(ops::serve(address, probe).await?);
     }
     wait(tasks).await
+}
+
+/// A listener on `address`, or an error naming the address and the setting
+/// that chose it (another process holds the port, or the address is not ours).
+pub(crate) async fn listen_on(address: std::net::SocketAddr, setting: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot listen on {address} ({setting}): {error}"))
 }
 
 /// What `relayops all` opens for its simulator: exactly its address and port

@@ -196,7 +196,7 @@ impl Worker {
     /// consuming every ready shard, each on its own channel with the
     /// configured prefetch.
     async fn subscribe(&self) -> Result<Subscription, BrokerError> {
-        let connection = Arc::new(broker::connect(&self.broker, "relayops-worker").await?);
+        let connection = broker::connect(&self.broker, "relayops-worker").await?;
         let channel = broker::open_channel(&connection).await?;
         let topology = Topology::new(&self.broker);
         topology.declare(&channel).await?;

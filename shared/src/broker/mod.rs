@@ -4,6 +4,8 @@ pub mod envelope;
 mod shards;
 mod topology;
 
+use std::sync::Arc;
+
 use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties};
 
@@ -28,6 +30,8 @@ pub enum BrokerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the process is stopping: no new RabbitMQ connections")]
+    Stopped,
     #[error("cannot open a RabbitMQ channel")]
     Channel(#[source] lapin::Error),
     #[error("declaring the RabbitMQ topology failed")]
@@ -54,19 +58,133 @@ pub const DEFAULT_FRAME_MAX: u32 = 16 * 1024;
 /// The TCP connect timeout unless the URL says otherwise (`?connection_timeout=`).
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 
-/// Opens a connection whose I/O runs on the current tokio runtime.
+/// Opens a connection whose I/O runs on the current tokio runtime, to the
+/// first broker node of `RELAYOPS_AMQP_URL` that answers (it may list several,
+/// comma-separated: a cluster's nodes). The node this process connected to
+/// last is tried first, then the others in order, so the roles of one process
+/// stay together and a node that went away is skipped once another answered.
+/// A connection to another node than the last logs one WARN naming both.
+///
 /// `amqps://` URLs connect over TLS (rustls), verifying the chain and the host
 /// name against the system store (`SSL_CERT_FILE` replaces it) plus the CA
 /// file named by the URL's `cacertfile=` (as in RabbitMQ's own URI spec).
 /// A certificate that does not verify fails the connection; there is no
 /// fallback to plaintext.
-pub async fn connect(config: &BrokerConfig, connection_name: &str) -> Result<Connection, BrokerError> {
+///
+/// The connection is remembered so [`close_all`] can close it when the
+/// process stops.
+pub async fn connect(config: &BrokerConfig, connection_name: &str) -> Result<Arc<Connection>, BrokerError> {
     crate::tls::install_crypto_provider();
+    if STOPPED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(BrokerError::Stopped);
+    }
+    let urls = node_urls(&config.url);
+    let first = LAST_NODE.load(std::sync::atomic::Ordering::Relaxed) % urls.len().max(1);
+    let mut last_error = BrokerError::Url("RELAYOPS_AMQP_URL lists no address".into());
+    for index in (0..urls.len()).map(|offset| (first + offset) % urls.len()) {
+        match connect_node(urls[index], connection_name).await {
+            Ok(connection) => {
+                let before = LAST_NODE.swap(index, std::sync::atomic::Ordering::Relaxed);
+                // The swap makes one connection of those that follow another
+                // onto the new node the one that logs it.
+                if before != index {
+                    tracing::warn!(
+                        left = %node_name(urls[before % urls.len()]),
+                        joined = %node_name(urls[index]),
+                        "RabbitMQ: connected to another node of the cluster"
+                    );
+                }
+                return Ok(remember(connection));
+            }
+            Err(error @ (BrokerError::Url(_) | BrokerError::CaFile { .. })) => return Err(error),
+            Err(error) => last_error = error,
+        }
+    }
+    Err(last_error)
+}
+
+/// The connections this process opened. Held here as well as by their
+/// owner, so one is never closed by being dropped (lapin then closes it on
+/// its I/O thread, unawaited): a connection its owner let go is closed here,
+/// awaited, at the next connect or at the stop.
+static OPEN: std::sync::Mutex<Vec<Arc<Connection>>> = std::sync::Mutex::new(Vec::new());
+/// Set by [`close_all`]: what still runs (a sampler between two samples) may
+/// not open another connection.
+static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn remember(connection: Connection) -> Arc<Connection> {
+    let connection = Arc::new(connection);
+    let let_go = {
+        let mut open = OPEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (let_go, held): (Vec<_>, Vec<_>) = open.drain(..).partition(|held| Arc::strong_count(held) == 1);
+        *open = held;
+        open.push(connection.clone());
+        let_go
+    };
+    if !let_go.is_empty() {
+        tokio::spawn(close_each(let_go, SETUP_TIMEOUT));
+    }
+    connection
+}
+
+/// Closes every connection of this process that is still open, together,
+/// each within `limit`: called once the roles have stopped (or failed to
+/// start), before the runtime goes away. Without it, lapin's I/O threads find
+/// the runtime shut down under them and log errors about it on every stop.
+pub async fn close_all(limit: std::time::Duration) {
+    STOPPED.store(true, std::sync::atomic::Ordering::Relaxed);
+    let open: Vec<Arc<Connection>> = OPEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..).collect();
+    close_each(open, limit).await;
+}
+
+/// Whether [`close_all`] has run: the process is stopping and its broker
+/// connections are closed (the log filter then drops the client's own noise).
+pub fn connections_closed() -> bool {
+    STOPPED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+async fn close_each(connections: Vec<Arc<Connection>>, limit: std::time::Duration) {
+    let closing =
+        connections.iter().filter(|connection| connection.status().connected()).map(|connection| async move {
+            let _ = tokio::time::timeout(limit, connection.close(200, "stopping")).await;
+        });
+    futures_util::future::join_all(closing).await;
+}
+
+/// Which of the configured nodes this process connected to last (an index
+/// into [`node_urls`]); every role of the process starts from it.
+static LAST_NODE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The broker nodes `RELAYOPS_AMQP_URL` lists: one URL, or several separated
+/// by commas (each complete, with its own credentials and TLS settings).
+pub fn node_urls(url: &str) -> Vec<&str> {
+    url.split(',').map(str::trim).filter(|url| !url.is_empty()).collect()
+}
+
+/// Checks every node URL of `RELAYOPS_AMQP_URL` parses (at start-up: a typo
+/// is a configuration error, not a connection failure found later).
+pub fn check_urls(url: &str) -> Result<(), BrokerError> {
+    let urls = node_urls(url);
+    if urls.is_empty() {
+        return Err(BrokerError::Url("RELAYOPS_AMQP_URL lists no address".into()));
+    }
+    urls.iter().try_for_each(|url| connection_uri(url).map(drop))
+}
+
+/// `host:port` of a node URL, for logs (never the credentials).
+fn node_name(url: &str) -> String {
+    match url.parse::<AMQPUri>() {
+        Ok(uri) => format!("{}:{}", uri.authority.host, uri.authority.port),
+        Err(_) => "an unparsable address".into(),
+    }
+}
+
+async fn connect_node(url: &str, connection_name: &str) -> Result<Connection, BrokerError> {
     let properties = ConnectionProperties::default()
         .with_connection_name(connection_name.into())
         .with_executor(tokio_executor_trait::Tokio::current())
         .with_reactor(tokio_reactor_trait::Tokio);
-    Connection::connect_uri_with_config(connection_uri(&config.url)?, properties, tls_config(&config.url)?)
+    Connection::connect_uri_with_config(connection_uri(url)?, properties, tls_config(url)?)
         .await
         .map_err(BrokerError::Connect)
 }
@@ -189,5 +307,16 @@ mod tests {
         assert_eq!(uri.query.frame_max, Some(131_072));
         assert_eq!(uri.query.connection_timeout, Some(100));
         assert!(matches!(connection_uri("http://nope"), Err(BrokerError::Url(_))));
+    }
+
+    #[test]
+    fn a_cluster_is_a_comma_separated_list_of_node_urls_each_checked() {
+        let cluster = "amqp://u:p@10.0.0.1:5672/%2f, amqp://u:p@10.0.0.2:5672/%2f,amqps://u:p@b-3.mq:5671/v";
+        assert_eq!(node_urls(cluster).len(), 3);
+        assert_eq!(node_name(node_urls(cluster)[1]), "10.0.0.2:5672");
+        assert!(check_urls(cluster).is_ok());
+        assert!(check_urls("amqp://guest:guest@127.0.0.1:5672/%2f").is_ok());
+        assert!(matches!(check_urls("amqp://u:p@a:5672/%2f,http://nope"), Err(BrokerError::Url(_))));
+        assert!(matches!(check_urls(" , "), Err(BrokerError::Url(_))));
     }
 }

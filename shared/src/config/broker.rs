@@ -8,7 +8,9 @@ use super::{key, millis, parsed, positive, required, ConfigError, HistoryConfig}
 /// RabbitMQ.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
-    /// `RELAYOPS_AMQP_URL`, e.g. `amqp://guest:guest@127.0.0.1:5672/%2f`.
+    /// `RELAYOPS_AMQP_URL`, e.g. `amqp://guest:guest@127.0.0.1:5672/%2f`; a
+    /// cluster's nodes as several URLs separated by commas (each is checked at
+    /// start-up; see `broker::connect` for the order they are tried in).
     pub url: String,
     /// `RELAYOPS_QUEUE_NAMESPACE` (default `relayops`): prefix of every exchange
     /// and queue name, so several installations (or tests) share one broker.
@@ -32,8 +34,11 @@ pub struct BrokerConfig {
 impl BrokerConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
         let expires: u32 = parsed("QUEUE_EXPIRES_MS", 0)?;
+        let url = required("AMQP_URL")?;
+        crate::broker::check_urls(&url)
+            .map_err(|error| ConfigError { key: key("AMQP_URL"), message: error.to_string() })?;
         Ok(Self {
-            url: required("AMQP_URL")?,
+            url,
             namespace: parsed("QUEUE_NAMESPACE", "relayops".to_owned())?,
             queue_expires_ms: (expires > 0).then_some(expires),
             retry_delays_ms: retry_delays()?,

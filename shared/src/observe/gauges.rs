@@ -26,7 +26,7 @@ pub fn spawn_queue_gauges(pool: Pool, broker: BrokerConfig, interval: Duration) 
             queues.push((format!("retry_{}", bucket.routing_key), bucket.queue.clone()));
         }
         queues.push(("dead".to_owned(), topology.dead_queue.clone()));
-        let mut channel: Option<(lapin::Connection, lapin::Channel)> = None;
+        let mut channel: Option<(std::sync::Arc<lapin::Connection>, lapin::Channel)> = None;
         loop {
             if let Ok(client) = pool.get().await {
                 match outbox::backlog(&client).await {
@@ -59,7 +59,7 @@ pub fn spawn_queue_gauges(pool: Pool, broker: BrokerConfig, interval: Duration) 
 
 /// Connects and declares the topology (idempotent), so the passive declares
 /// that measure depths never race a fresh installation's first start.
-async fn open(config: &BrokerConfig) -> Option<(lapin::Connection, lapin::Channel)> {
+async fn open(config: &BrokerConfig) -> Option<(std::sync::Arc<lapin::Connection>, lapin::Channel)> {
     let connection = broker::connect(config, "relayops-gauges").await.ok()?;
     let channel = broker::open_channel(&connection).await.ok()?;
     Topology::new(config).declare(&channel).await.ok()?;

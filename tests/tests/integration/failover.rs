@@ -15,7 +15,7 @@ const LONG_WAIT: Duration = Duration::from_secs(240);
 /// follows the protocol: a 503 or 429 is retried after its `Retry-After` with
 /// the same Idempotency-Key, until accepted. It counts the answer each first try got, apart for the
 /// tries made while `outage` was set.
-struct Load {
+pub(crate) struct Load {
     stop: Arc<AtomicBool>,
     outage: Arc<AtomicBool>,
     tally: Arc<Mutex<Tally>>,
@@ -23,18 +23,18 @@ struct Load {
 }
 
 #[derive(Debug, Default)]
-struct Tally {
+pub(crate) struct Tally {
     /// First answers during the outage, by status (0: no answer).
-    during_outage: HashMap<u16, u64>,
+    pub(crate) during_outage: HashMap<u16, u64>,
     /// First answers outside it.
-    outside: HashMap<u16, u64>,
+    pub(crate) outside: HashMap<u16, u64>,
     /// Events accepted in the end (after retries).
-    accepted: Vec<String>,
+    pub(crate) accepted: Vec<String>,
 }
 
 impl Load {
     /// `clients` tasks, each posting one event every `every`.
-    fn start(env: &Arc<TestEnv>, clients: usize, every: Duration) -> Self {
+    pub(crate) fn start(env: &Arc<TestEnv>, clients: usize, every: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let outage = Arc::new(AtomicBool::new(false));
         let tally = Arc::new(Mutex::new(Tally::default()));
@@ -63,11 +63,11 @@ impl Load {
         Self { stop, outage, tally, clients }
     }
 
-    fn outage(&self, on: bool) {
+    pub(crate) fn outage(&self, on: bool) {
         self.outage.store(on, Ordering::Relaxed);
     }
 
-    async fn finish(self) -> Tally {
+    pub(crate) async fn finish(self) -> Tally {
         self.stop.store(true, Ordering::Relaxed);
         for client in self.clients {
             client.await.expect("load client");
@@ -93,7 +93,7 @@ async fn post_until_accepted(env: &TestEnv, key: &str, payload: Value) -> (u16, 
 
 /// Waits until every delivery of the test is terminal and there are as many
 /// as `expected`; returns the count by status.
-async fn settled(env: &TestEnv, expected: i64, within: Duration) -> HashMap<String, i64> {
+pub(crate) async fn settled(env: &TestEnv, expected: i64, within: Duration) -> HashMap<String, i64> {
     eventually(within, || async {
         let client = env.pool.get().await.map_err(|error| format!("database: {error}"))?;
         let rows = client
@@ -113,7 +113,7 @@ async fn settled(env: &TestEnv, expected: i64, within: Duration) -> HashMap<Stri
 }
 
 /// The share of first answers that were 201.
-fn availability(answers: &HashMap<u16, u64>) -> f64 {
+pub(crate) fn availability(answers: &HashMap<u16, u64>) -> f64 {
     let total: u64 = answers.values().sum();
     answers.get(&201).copied().unwrap_or(0) as f64 / total.max(1) as f64
 }

@@ -8,6 +8,7 @@ mod batching;
 mod bundles;
 mod circuit_release;
 mod circuits;
+mod clusters;
 mod console;
 mod console_browser;
 mod crashes;

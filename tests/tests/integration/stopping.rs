@@ -160,3 +160,59 @@ async fn a_worker_told_to_stop_mid_bundle_finishes_what_is_under_way_and_starts_
     env.wait_for_deliveries(event_id, |all| all.len() == 10 && all.iter().all(|d| d["status"] == "delivered")).await;
     assert_eq!(env.simulator.received().len(), 10, "each delivery sent once");
 }
+
+/// A stop is what every deploy does, so operators alert on ERROR lines: a
+/// worker and an api (with its publisher) that delivered an event and are
+/// told to stop log none — their broker connections close with the AMQP
+/// handshake before the process ends, instead of the client's I/O threads
+/// finding the runtime gone under them. And a setting the broker client
+/// cannot use stops the process at once with a message naming it, no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_logs_no_error_and_a_bad_broker_url_stops_the_start_with_its_name() {
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, run_worker: false, ..Default::default() }).await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let log_path =
+        |role: &str| std::env::temp_dir().join(format!("relayops-stop-{role}-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (worker_log, api_log) = (log_path("worker"), log_path("api"));
+    let info = [("RELAYOPS_LOG", "info")];
+    let mut worker = env.spawn_role_logging("worker", &info, Some(&worker_log));
+    let address = relayops_tests::free_loopback_address();
+    let mut api =
+        env.spawn_role_logging("api", &[("RELAYOPS_LOG", "info"), ("RELAYOPS_API_LISTEN", &address)], Some(&api_log));
+    let api_url = format!("http://{address}");
+    relayops_tests::wait_until_ready(&env.http, &api_url).await;
+    let response = env
+        .http
+        .post(format!("{api_url}/v1/events"))
+        .bearer_auth(&env.api_key)
+        .json(&json!({ "event_type": "a.b", "payload": { "n": 1 } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let event: serde_json::Value = response.json().await.unwrap();
+    env.wait_for_status(event["id"].as_str().unwrap(), "delivered").await;
+
+    api.terminate();
+    worker.terminate();
+    for (process, log) in [(&mut api, &api_log), (&mut worker, &worker_log)] {
+        let status = process.exited(WAIT).await.expect("exits once told to stop");
+        assert!(status.success(), "cleanly: {status:?}");
+        let text = std::fs::read_to_string(log).unwrap();
+        assert!(text.contains("shutting down"), "the log is the process's own: {text}");
+        let errors: Vec<&str> = text.lines().filter(|line| line.contains(r#""level":"ERROR""#)).collect();
+        assert!(errors.is_empty(), "{} logged ERROR lines on a clean stop:\n{}", log.display(), errors.join("\n"));
+    }
+
+    let bad_log = log_path("bad-url");
+    let mut bad = env.spawn_role_logging(
+        "worker",
+        &[("RELAYOPS_AMQP_URL", "amqp://a:b@127.0.0.1:5672/%2f,http://nope")],
+        Some(&bad_log),
+    );
+    let status = bad.exited(WAIT).await.expect("a bad setting stops the start");
+    let text = std::fs::read_to_string(&bad_log).unwrap();
+    assert!(!status.success(), "{text}");
+    assert!(text.contains("RELAYOPS_AMQP_URL"), "names the setting: {text}");
+    assert!(!text.contains("panicked"), "no panic: {text}");
+}
