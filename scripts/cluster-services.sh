@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The clustered stand-ins the cluster tests use, beside (never instead of) the
-# single nodes of scripts/services.sh, which calls this:
+# single nodes of scripts/services.sh; `make test` runs it (and the cluster test
+# runs it again to bring a killed node back):
 #
 #   RabbitMQ  127.0.0.1:5681-5683   a three-node cluster, relayops-c1..c3@localhost
 #                                   (one Erlang cookie: the rabbitmq user's), the

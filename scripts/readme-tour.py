@@ -102,6 +102,10 @@ class Tour:
         self.background = []
         self.ran = 0
 
+    def shell(self, command):
+        """Runs `command` as the README's reader would: bash, in the checkout, with the tour's environment."""
+        return subprocess.run(["bash", "-c", command], env=self.env, cwd=ROOT, capture_output=True, text=True)
+
     def fill(self, command):
         command = re.sub(r"postgres://[^\s'\"]*/relayops\b", self.database_url, command)
         for placeholder, name in (("rk_live_…", "key"), ("evt_…", "event")):
@@ -125,7 +129,7 @@ class Tour:
         if command in LONG_RUNNING:
             self.start(command)
             return
-        result = subprocess.run(["bash", "-c", command], env=self.env, cwd=ROOT, capture_output=True, text=True)
+        result = self.shell(command)
         if result.returncode != 0:
             fail(f"`{command}` exited with {result.returncode}:\n{result.stdout}\n{result.stderr}")
         self.read(command, result.stdout)
@@ -174,9 +178,7 @@ class Tour:
 
     def repeat_is_idempotent(self, command, first):
         """README: posting again with the same Idempotency-Key answers 200 with the original."""
-        again = subprocess.run(
-            ["bash", "-c", command + " -o /dev/null -w '%{http_code}'"], env=self.env, capture_output=True, text=True
-        )
+        again = self.shell(command + " -o /dev/null -w '%{http_code}'")
         if again.stdout.strip() != "200":
             fail(f"posting {first['id']} again answered {again.stdout!r}, not 200")
 
@@ -193,8 +195,7 @@ class Tour:
             if time.time() > deadline:
                 fail(f"the event's deliveries did not settle with one delivered within 60 s: {answer}")
             time.sleep(0.5)
-            result = subprocess.run(["bash", "-c", command], env=self.env, capture_output=True, text=True)
-            answer = json.loads(result.stdout)
+            answer = json.loads(self.shell(command).stdout)
 
     def stop_background(self):
         for process in self.background:

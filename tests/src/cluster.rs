@@ -1,8 +1,7 @@
 //! The local three-node RabbitMQ cluster the cluster tests run against
-//! (`scripts/cluster-services.sh`, which `scripts/services.sh` runs): its
+//! (`scripts/cluster-services.sh`, which `make test` runs): its
 //! address list, killing one node as a crash would, and bringing it back.
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 /// The cluster's nodes, in the order `RELAYOPS_AMQP_URL` lists them.
 pub const RABBITMQ_NODES: [(&str, u16); 3] =
@@ -30,26 +29,10 @@ pub fn ensure_rabbitmq_cluster() {
     );
 }
 
-/// Runs `rabbitmqctl` against one node of the cluster; its standard output.
-pub fn rabbitmqctl_on(node: &str, args: &[&str]) -> String {
-    let output = Command::new("rabbitmqctl").arg("-q").arg("-n").arg(node).args(args).output().expect("rabbitmqctl");
-    assert!(output.status.success(), "rabbitmqctl -n {node} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 /// Kills one node's Erlang VM with SIGKILL (a crash, not a stop) and waits
-/// until its AMQP port refuses connections.
+/// until it is gone.
 pub fn kill_rabbitmq_cluster_node(index: usize) {
-    let (node, port) = RABBITMQ_NODES[index];
-    let pid: String = rabbitmqctl_on(node, &["eval", "os:getpid()."]).chars().filter(char::is_ascii_digit).collect();
-    assert!(!pid.is_empty(), "no pid for {node}");
-    let killed = Command::new("kill").args(["-KILL", &pid]).stdout(Stdio::null()).status();
-    assert!(killed.is_ok_and(|s| s.success()), "kill -KILL {pid} ({node}) failed");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-        assert!(std::time::Instant::now() < deadline, "{node} still answers after kill -9");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    crate::kill_rabbitmq_vm(&["-n", RABBITMQ_NODES[index].0]);
 }
 
 /// Brings the cluster back to three nodes when dropped (also when the test

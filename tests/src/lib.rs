@@ -48,7 +48,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-pub use process::{binary as relayops_binary, RoleProcess};
+pub use process::{binary as relayops_binary, log_file, RoleProcess};
 pub use relayops_shared;
 
 const DEFAULT_DATABASE_URL: &str = "postgres://relayops:relayops@127.0.0.1:5432/relayops";
@@ -791,12 +791,30 @@ pub fn rabbitmqctl(args: &[&str]) {
 /// Kills the local RabbitMQ node (the default one, which `rabbitmqctl` talks
 /// to) as a crash would: SIGKILL to its Erlang VM.
 pub fn kill_rabbitmq_node() {
-    let pid = std::process::Command::new("rabbitmqctl").args(["eval", "os:getpid()."]).output().expect("rabbitmqctl");
+    kill_rabbitmq_vm(&[]);
+}
+
+/// SIGKILL to the Erlang VM of the node `rabbitmqctl <node_args>` talks to
+/// (none: the default node; `["-n", name]`: another); waits until it is gone.
+pub fn kill_rabbitmq_vm(node_args: &[&str]) {
+    let pid = std::process::Command::new("rabbitmqctl")
+        .args(node_args)
+        .args(["eval", "os:getpid()."])
+        .output()
+        .expect("rabbitmqctl");
     let pid: String = String::from_utf8_lossy(&pid.stdout).chars().filter(char::is_ascii_digit).collect();
-    assert!(!pid.is_empty(), "no RabbitMQ node to kill");
+    assert!(!pid.is_empty(), "no RabbitMQ node to kill ({node_args:?})");
     let killed = std::process::Command::new("kill").args(["-KILL", &pid]).status();
     assert!(killed.is_ok_and(|s| s.success()), "kill -KILL {pid} failed");
-    wait_blocking("the RabbitMQ node to die", || !quiet_rabbitmqctl(&["status"]));
+    wait_blocking("the RabbitMQ node to die", || !quiet_rabbitmqctl(&[node_args, &["status"]].concat()));
+}
+
+/// `rabbitmqctl -n <node> -q <args>`'s standard output; panics if it fails.
+pub fn rabbitmqctl_on(node: &str, args: &[&str]) -> String {
+    let output =
+        std::process::Command::new("rabbitmqctl").args(["-n", node, "-q"]).args(args).output().expect("rabbitmqctl");
+    assert!(output.status.success(), "rabbitmqctl -n {node} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Starts the local RabbitMQ node as `scripts/services.sh` does, and waits

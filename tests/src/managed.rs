@@ -62,11 +62,5 @@ pub fn pooled_services() -> Services {
 
 /// `rabbitmqctl -n <the TLS node> <args>`'s standard output.
 pub fn rabbitmqctl_tls_node(args: &[&str]) -> String {
-    let output = std::process::Command::new("rabbitmqctl")
-        .args(["-n", RABBITMQ_TLS_NODE, "-q"])
-        .args(args)
-        .output()
-        .expect("rabbitmqctl runs");
-    assert!(output.status.success(), "rabbitmqctl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    crate::rabbitmqctl_on(RABBITMQ_TLS_NODE, args)
 }

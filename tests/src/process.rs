@@ -45,6 +45,12 @@ impl Drop for RoleProcess {
     }
 }
 
+/// A fresh file path for a process's log (`label` names it), under the
+/// system's temporary directory.
+pub fn log_file(label: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("relayops-{label}-{}.jsonl", uuid::Uuid::new_v4().simple()))
+}
+
 /// The `relayops` binary beside the test binary (target/<profile>/relayops),
 /// built on first use if `make test` did not build it already.
 pub fn binary() -> PathBuf {

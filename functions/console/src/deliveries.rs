@@ -17,6 +17,7 @@ use relayops_shared::repo::endpoints::{self, EndpointRecord};
 use relayops_shared::repo::events;
 use relayops_shared::repo::GenericClient;
 
+use crate::delivery_page::FROM_DEAD_LETTERS;
 use crate::endpoints::MAX_ENDPOINTS;
 use crate::error::ConsoleError;
 use crate::filters::{self, DeliveryQuery, PAGE_SIZE};
@@ -64,7 +65,8 @@ impl DeliveryPage {
     /// dead letters keeps that section highlighted.
     pub fn table(&self, base: &str, query: &DeliveryQuery, replay: Option<&Session>) -> Markup {
         let urls = self.urls();
-        let from = if base == "/console/dead-letters" { "?from=dead-letters" } else { "" };
+        let from_dead_letters = base == "/console/dead-letters";
+        let from = if from_dead_letters { format!("?from={FROM_DEAD_LETTERS}") } else { String::new() };
         html! {
             @if self.rows.is_empty() { p.card.muted { "No deliveries match." } }
             @else {
@@ -88,7 +90,7 @@ impl DeliveryPage {
                                             @if matches!(row.status.as_str(), "dead" | "failed") {
                                                 form method="post" action=(format!("/console/deliveries/{}/replay", row.id)) {
                                                     (layout::csrf_field(session))
-                                                    @if !from.is_empty() { input type="hidden" name="from" value="dead-letters"; }
+                                                    @if from_dead_letters { input type="hidden" name="from" value=(FROM_DEAD_LETTERS); }
                                                     button.replay type="submit" { "Replay" }
                                                 }
                                             }

@@ -34,11 +34,15 @@ fn delivery_id(text: &str) -> Result<DeliveryId, ConsoleError> {
 const REFRESH_SOON_SECS: u32 = 2;
 const REFRESH_WAITING_SECS: u32 = 5;
 
-/// The list a delivery page was opened from ("dead-letters" highlights
-/// that section; anything else, the delivery log).
+/// `?from=` of a delivery page opened from the dead letters (that section
+/// stays highlighted, through a replay too).
+pub const FROM_DEAD_LETTERS: &str = "dead-letters";
+
+/// The list a delivery page was opened from ([`FROM_DEAD_LETTERS`] or,
+/// anything else, the delivery log).
 fn section_of(from: Option<&str>) -> Section {
     match from {
-        Some("dead-letters") => Section::DeadLetters,
+        Some(FROM_DEAD_LETTERS) => Section::DeadLetters,
         _ => Section::Deliveries,
     }
 }
@@ -59,7 +63,7 @@ impl ShowQuery {
             parts.push("replayed=1".to_owned());
         }
         if section_of(self.from.as_deref()) == Section::DeadLetters {
-            parts.push("from=dead-letters".to_owned());
+            parts.push(format!("from={FROM_DEAD_LETTERS}"));
         }
         match parts.is_empty() {
             true => String::new(),
@@ -129,7 +133,7 @@ pub async fn show(
             @if replayable {
                 form method="post" action=(format!("/console/deliveries/{id}/replay")) {
                     (csrf_field(&session))
-                    @if section_of(query.from.as_deref()) == Section::DeadLetters { input type="hidden" name="from" value="dead-letters"; }
+                    @if section_of(query.from.as_deref()) == Section::DeadLetters { input type="hidden" name="from" value=(FROM_DEAD_LETTERS); }
                     button #replay type="submit" { "Replay this delivery" }
                 }
             }

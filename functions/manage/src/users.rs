@@ -16,9 +16,10 @@ use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
 use relayops_shared::domain::account::{checked_email, checked_password};
 use relayops_shared::domain::ValidationError;
-use relayops_shared::ids::UserId;
+use relayops_shared::ids::{TenantId, UserId};
 use relayops_shared::repo::tenants::{self, NewUser};
 use relayops_shared::repo::users::{self, UserRecord};
+use relayops_shared::repo::GenericClient;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -129,10 +130,15 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(created.into())))
 }
 
-/// Whether taking `user`'s admin role away would leave the tenant with none
-/// (the admins are locked by the caller's transaction).
-fn last_admin(admins: &[UserId], user: UserId) -> bool {
-    admins == [user]
+/// Refuses (409) to `what` the tenant's last admin: its admins are locked
+/// until `tx` ends, so two changes at once cannot leave it with none.
+async fn keep_an_admin(tx: &impl GenericClient, tenant: TenantId, user: UserId, what: &str) -> Result<(), ApiError> {
+    if users::lock_admins(tx, tenant).await? == [user] {
+        return Err(ApiError::Conflict(format!(
+            "the tenant's last admin cannot be {what}; make another user admin first"
+        )));
+    }
+    Ok(())
 }
 
 /// Changes a user's role (in effect on their next request).
@@ -157,11 +163,8 @@ pub async fn update(
     let role = checked_role(&request.role)?;
     let mut client = state.pool.get().await.map_err(DbError::from)?;
     let tx = client.transaction().await.map_err(DbError::from)?;
-    let admins = users::lock_admins(&tx, caller.tenant_id).await?;
-    if role != "admin" && last_admin(&admins, id) {
-        return Err(ApiError::Conflict(
-            "the tenant's last admin cannot be demoted; make another user admin first".into(),
-        ));
+    if role != "admin" {
+        keep_an_admin(&tx, caller.tenant_id, id, "demoted").await?;
     }
     let user = users::set_role(&tx, caller.tenant_id, id, role).await?.ok_or(ApiError::NotFound("user"))?;
     tx.commit().await.map_err(DbError::from)?;
@@ -189,12 +192,7 @@ pub async fn remove(
     let id: UserId = parse_path_id(&user_id_text)?;
     let mut client = state.pool.get().await.map_err(DbError::from)?;
     let tx = client.transaction().await.map_err(DbError::from)?;
-    let admins = users::lock_admins(&tx, caller.tenant_id).await?;
-    if last_admin(&admins, id) {
-        return Err(ApiError::Conflict(
-            "the tenant's last admin cannot be removed; make another user admin first".into(),
-        ));
-    }
+    keep_an_admin(&tx, caller.tenant_id, id, "removed").await?;
     if !users::delete_user(&tx, caller.tenant_id, id).await? {
         return Err(ApiError::NotFound("user"));
     }

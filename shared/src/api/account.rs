@@ -14,8 +14,7 @@ use super::login_throttle::LoginSource;
 use super::{session_owner, ApiError, ApiState};
 use crate::auth::password::{hash_password_blocking, verify_password_blocking};
 use crate::db::DbError;
-use crate::domain::account::{checked_password, MAX_PASSWORD_CHARS};
-use crate::domain::ValidationError;
+use crate::domain::account::{checked_password, presented_password};
 use crate::repo::{login_sessions, users};
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -44,10 +43,7 @@ pub async fn change_password(
     change: PasswordChange,
 ) -> Result<u64, ApiError> {
     let owner = session_owner(state, token).await?;
-    if change.current_password.is_empty() || change.current_password.chars().count() > MAX_PASSWORD_CHARS {
-        let rule = format!("must be 1 to {MAX_PASSWORD_CHARS} characters");
-        return Err(ValidationError::new("current_password", rule).into());
-    }
+    presented_password("current_password", &change.current_password)?;
     checked_password(&change.new_password).map_err(|mut error| {
         error.field = "new_password";
         error
@@ -56,10 +52,7 @@ pub async fn change_password(
     let (email, stored) = users::credentials(&client, owner.tenant, owner.user).await?.ok_or(ApiError::Unauthorized)?;
     // A live session is a better proof of the browser than a device cookie.
     let source = LoginSource { address, known_device: true };
-    let admitted = match &state.login_throttle {
-        Some(throttle) => Some(throttle.admit(&email, source).await?),
-        None => None,
-    };
+    let admitted = super::login::admit(state, &email, source).await?;
     if !verify_password_blocking(change.current_password, stored).await {
         tracing::info!(tenant_id = %owner.tenant, user_id = %owner.user, "password change refused");
         return Err(ApiError::Forbidden("the current password is wrong".into()));

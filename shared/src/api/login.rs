@@ -12,11 +12,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::login_throttle::{account_key, LoginSource};
+use super::login_throttle::{account_key, Admitted, LoginSource};
 use super::{ApiError, ApiState};
 use crate::auth::password::{decoy_hash, verify_password_blocking};
 use crate::db::DbError;
-use crate::domain::account::MAX_PASSWORD_CHARS;
+use crate::domain::account::presented_password;
 use crate::domain::ValidationError;
 use crate::ids::{TenantId, UserId};
 use crate::repo::login_sessions::{self, SessionLimits};
@@ -29,10 +29,21 @@ fn login_fields(request: &LoginRequest) -> Result<(), ValidationError> {
     if request.email.is_empty() || request.email.len() > 320 {
         return Err(ValidationError::new("email", "must be 1 to 320 bytes"));
     }
-    if request.password.is_empty() || request.password.chars().count() > MAX_PASSWORD_CHARS {
-        return Err(ValidationError::new("password", format!("must be 1 to {MAX_PASSWORD_CHARS} characters")));
-    }
+    presented_password("password", &request.password)?;
     Ok(())
+}
+
+/// Counts a sign-in attempt at `email` up front, when the installation
+/// throttles them (see [`super::login_throttle`]); 429 when refused.
+pub(super) async fn admit<'a>(
+    state: &'a ApiState,
+    email: &str,
+    source: LoginSource,
+) -> Result<Option<Admitted<'a>>, ApiError> {
+    match &state.login_throttle {
+        Some(throttle) => Ok(Some(throttle.admit(email, source).await?)),
+        None => Ok(None),
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -95,10 +106,7 @@ pub async fn log_in(
         .device
         .as_deref()
         .is_some_and(|token| keys.devices().recognises(token, &account_key(&request.email), Utc::now().timestamp()));
-    let admitted = match &state.login_throttle {
-        Some(throttle) => Some(throttle.admit(&request.email, LoginSource { address, known_device }).await?),
-        None => None,
-    };
+    let admitted = admit(state, &request.email, LoginSource { address, known_device }).await?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let candidate = users::find_by_email(&client, &request.email).await?;
     // Unknown emails cost the same hash check as known ones.

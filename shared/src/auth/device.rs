@@ -42,21 +42,23 @@ impl DeviceKey {
             return false;
         }
         let Ok(tag) = URL_SAFE_NO_PAD.decode(tag) else { return false };
-        let mut check = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
-        for part in [account.as_bytes(), b".", expires.as_bytes()] {
-            check.update(part);
-        }
-        check.verify_slice(&tag).is_ok()
+        // Compared in constant time.
+        hmac(&self.0, &[account.as_bytes(), b".", expires.as_bytes()]).verify_slice(&tag).is_ok()
     }
 }
 
-fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+/// HMAC-SHA256 of `parts` under `key`, not yet finalised.
+fn hmac(key: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     // HMAC takes a key of any length.
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
     for part in parts {
         mac.update(part);
     }
-    mac.finalize().into_bytes().into()
+    mac
+}
+
+fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    hmac(key, parts).finalize().into_bytes().into()
 }
 
 #[cfg(test)]

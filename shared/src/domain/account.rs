@@ -16,6 +16,16 @@ pub fn checked_email(email: &str) -> Result<&str, ValidationError> {
     valid.then_some(email).ok_or_else(|| ValidationError::new("email", "must be an email address"))
 }
 
+/// A password presented to be checked (a sign-in, the current password of a
+/// change) under `field`: 1 to [`MAX_PASSWORD_CHARS`] characters, bounded
+/// before any lookup or hashing.
+pub fn presented_password<'a>(field: &'static str, password: &'a str) -> Result<&'a str, ValidationError> {
+    match password.chars().count() {
+        1..=MAX_PASSWORD_CHARS => Ok(password),
+        _ => Err(ValidationError::new(field, format!("must be 1 to {MAX_PASSWORD_CHARS} characters"))),
+    }
+}
+
 /// A new password: 10 to [`MAX_PASSWORD_CHARS`] characters.
 pub fn checked_password(password: &str) -> Result<&str, ValidationError> {
     match password.chars().count() {

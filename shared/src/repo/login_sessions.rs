@@ -47,8 +47,9 @@ const TOUCH: &str = "UPDATE relayops.login_sessions SET last_seen_at = now() WHE
 const END_ONE: &str = "UPDATE relayops.login_sessions SET revoked_at = now()
      WHERE id = $1 AND tenant_id = $2 AND user_id = $3 AND revoked_at IS NULL";
 
-const END_ALL: &str = "UPDATE relayops.login_sessions SET revoked_at = now()
-     WHERE tenant_id = $1 AND user_id = $2 AND revoked_at IS NULL AND expires_at > now()";
+/// Every live session of a user but `$3` (none kept when it is NULL).
+const END_ALL_BUT: &str = "UPDATE relayops.login_sessions SET revoked_at = now()
+     WHERE tenant_id = $1 AND user_id = $2 AND id IS DISTINCT FROM $3 AND revoked_at IS NULL AND expires_at > now()";
 
 /// How long sessions live: idle, and at most.
 #[derive(Debug, Clone, Copy)]
@@ -107,12 +108,10 @@ pub async fn end_all_but(
     user: UserId,
     keep: Uuid,
 ) -> Result<u64, DbError> {
-    const END_OTHERS: &str = "UPDATE relayops.login_sessions SET revoked_at = now()
-         WHERE tenant_id = $1 AND user_id = $2 AND id <> $3 AND revoked_at IS NULL AND expires_at > now()";
-    sql::execute(client, END_OTHERS, &[&tenant.as_uuid(), &user.as_uuid(), &keep]).await
+    sql::execute(client, END_ALL_BUT, &[&tenant.as_uuid(), &user.as_uuid(), &Some(keep)]).await
 }
 
 /// Ends every live session of the user's ("sign out everywhere"); how many.
 pub async fn end_all(client: &impl GenericClient, tenant: TenantId, user: UserId) -> Result<u64, DbError> {
-    sql::execute(client, END_ALL, &[&tenant.as_uuid(), &user.as_uuid()]).await
+    sql::execute(client, END_ALL_BUT, &[&tenant.as_uuid(), &user.as_uuid(), &None::<Uuid>]).await
 }

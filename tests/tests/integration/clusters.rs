@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relayops_tests::cluster::{self, RABBITMQ_NODES};
-use relayops_tests::{TestConfig, TestEnv, WAIT};
+use relayops_tests::{log_file, TestConfig, TestEnv, WAIT};
 use serde_json::{json, Value};
 
 use crate::failover::{availability, settled, Load};
@@ -30,7 +30,7 @@ async fn exclusive_a_rabbitmq_cluster_node_killed_under_load_loses_nothing_and_n
 
     // Every queue of the namespace is a quorum queue with a member on each node.
     let (first_node, first_port) = RABBITMQ_NODES[0];
-    let queues: Vec<Value> = serde_json::from_str(&cluster::rabbitmqctl_on(
+    let queues: Vec<Value> = serde_json::from_str(&relayops_tests::rabbitmqctl_on(
         RABBITMQ_NODES[1].0,
         &["list_queues", "name", "members", "--formatter", "json"],
     ))
@@ -42,10 +42,7 @@ async fn exclusive_a_rabbitmq_cluster_node_killed_under_load_loses_nothing_and_n
         assert_eq!(queue["members"].as_array().map(Vec::len), Some(3), "replicated to every node: {queue}");
     }
 
-    let log_path = |role: &str| {
-        std::env::temp_dir().join(format!("relayops-cluster-{role}-{}.jsonl", uuid::Uuid::new_v4().simple()))
-    };
-    let (worker_log, publisher_log) = (log_path("worker"), log_path("publisher"));
+    let (worker_log, publisher_log) = (log_file("cluster-worker"), log_file("cluster-publisher"));
     let mut worker = env.spawn_role_logging("worker", &[], Some(&worker_log));
     let mut publisher = env.spawn_role_logging("publisher", &[], Some(&publisher_log));
     env.post_event("load.first", json!({ "before": "the kill" })).await;

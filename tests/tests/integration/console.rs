@@ -370,6 +370,22 @@ async fn console_skip_of_another_tenants_or_an_unblocked_delivery_is_refused_and
     assert!(lane.receiver.arrivals().iter().all(|arrival| arrival.n == 0), "nothing sent past the dead delivery");
 }
 
+/// The endpoints list's filter and order come from the address bar: one it
+/// does not know is a 400 page naming what it takes, not an empty list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_endpoint_filter_or_order_is_refused_with_what_it_takes() {
+    let env = TestEnv::start().await;
+    env.create_endpoint("/sim/ok", &["*"], json!({})).await;
+    let console = ConsoleClient::sign_in(&env.api_url, &env.admin_email, &env.admin_password).await;
+    let (status, page) = console.get("/console/endpoints?health=broken").await;
+    assert_eq!(status, 400, "{page}");
+    assert!(page.contains("failing, degraded, recovering, disabled, healthy, idle"), "{page}");
+    let (status, page) = console.get("/console/endpoints?sort=oldest").await;
+    assert_eq!(status, 400, "{page}");
+    let (status, page) = console.get("/console/endpoints?sort=url&health=idle").await;
+    assert_eq!(status, 200, "{page}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_console_path_answers_the_consoles_own_404_page_with_its_headers() {
     let env = TestEnv::start().await;

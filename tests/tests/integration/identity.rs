@@ -150,7 +150,7 @@ async fn the_bootstrap_token_creates_one_tenant_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_payloads_and_signatures_never_appear_in_the_database_or_logs() {
     let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
-    let log = std::env::temp_dir().join(format!("relayops-log-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let log = relayops_tests::log_file("log");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
     let debug = [("RELAYOPS_API_LISTEN", listen.as_str()), ("RELAYOPS_LOG", "debug,lapin=info,h2=info,hyper=info")];
@@ -429,4 +429,35 @@ async fn guessing_the_current_password_is_throttled_and_changes_nothing() {
         200,
         "no change was made: the other session goes on"
     );
+}
+
+/// Every bad field of a user's addition or role change is refused with a
+/// problem naming it, and adds or changes nobody: the list is as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_user_fields_are_refused_with_the_field_named_and_change_nobody() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
+    let before = env.get("/v1/users").await.body;
+    for (body, field) in [
+        (json!({ "email": "not-an-email", "password": "a-long-password" }), "email"),
+        (json!({ "email": "new@example.com", "password": "short" }), "password"),
+        (json!({ "email": "new@example.com", "password": "x".repeat(1025) }), "password"),
+        (json!({ "email": "new@example.com", "password": "a-long-password", "role": "owner" }), "role"),
+        (json!({ "email": "new@example.com", "password": "a-long-password", "admin": true }), "admin"),
+    ] {
+        let detail = env.post("/v1/users", body.clone()).await.expect_problem(422);
+        assert!(detail.contains(field), "{body}: {detail}");
+    }
+    let admin = before["data"][0]["id"].as_str().expect("the bootstrap admin").to_owned();
+    let path = format!("/v1/users/{admin}");
+    let detail = env
+        .request(Method::PATCH, &path, Some(&env.api_key), Some(json!({ "role": "root" })))
+        .await
+        .expect_problem(422);
+    assert!(detail.contains("role"), "{detail}");
+    for method in [Method::PATCH, Method::DELETE] {
+        let body = (method == Method::PATCH).then(|| json!({ "role": "viewer" }));
+        let answer = env.request(method.clone(), "/v1/users/usr_not-an-id", Some(&env.api_key), body).await;
+        answer.expect_problem(400);
+    }
+    assert_eq!(env.get("/v1/users").await.body, before, "nobody added or changed");
 }

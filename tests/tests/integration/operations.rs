@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 async fn metrics_count_delivered_failed_duplicate_and_rejected_events() {
     let env = TestEnv::start_with(TestConfig { run_worker: false, run_publisher: false, ..Default::default() }).await;
     let (api_listen, ops_listen) = (free_loopback_address(), free_loopback_address());
-    let log = std::env::temp_dir().join(format!("relayops-api-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let log = relayops_tests::log_file("api");
     let api_env = [("RELAYOPS_API_LISTEN", api_listen.as_str()), ("RELAYOPS_LOG", "info")];
     let _api = env.spawn_role_logging("api", &api_env, Some(&log));
     let _worker = env.spawn_role(
@@ -172,7 +172,7 @@ async fn every_response_carries_a_request_id_the_caller_may_choose() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_attempt_line_has_every_field_and_no_secret() {
     let env = TestEnv::start_with(TestConfig { run_worker: false, ..Default::default() }).await;
-    let log = std::env::temp_dir().join(format!("relayops-attempt-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let log = relayops_tests::log_file("attempt");
     let mut worker = env.spawn_role_logging("worker", &[("RELAYOPS_LOG", "info")], Some(&log));
     let endpoint =
         env.create_endpoint("/sim/status/503", &["*"], json!({ "max_attempts": 2, "retry_schedule_secs": [0] })).await;

@@ -3,7 +3,7 @@
 //! answered requests' events published, the worker's deliveries sent and
 //! recorded — instead of left to claim and lease expiries, as a crash leaves
 //! them; a bundle's deliveries not yet started are given back untouched.
-use relayops_tests::{RoleProcess, TestConfig, TestEnv, WAIT};
+use relayops_tests::{log_file, RoleProcess, TestConfig, TestEnv, WAIT};
 use serde_json::json;
 
 /// Stopping an api (SIGTERM, what a container runtime sends before it kills;
@@ -171,9 +171,7 @@ async fn a_worker_told_to_stop_mid_bundle_finishes_what_is_under_way_and_starts_
 async fn a_clean_stop_logs_no_error_and_a_bad_broker_url_stops_the_start_with_its_name() {
     let env = TestEnv::start_with(TestConfig { run_publisher: false, run_worker: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
-    let log_path =
-        |role: &str| std::env::temp_dir().join(format!("relayops-stop-{role}-{}.jsonl", uuid::Uuid::new_v4().simple()));
-    let (worker_log, api_log) = (log_path("worker"), log_path("api"));
+    let (worker_log, api_log) = (log_file("stop-worker"), log_file("stop-api"));
     let info = [("RELAYOPS_LOG", "info")];
     let mut worker = env.spawn_role_logging("worker", &info, Some(&worker_log));
     let address = relayops_tests::free_loopback_address();
@@ -204,7 +202,7 @@ async fn a_clean_stop_logs_no_error_and_a_bad_broker_url_stops_the_start_with_it
         assert!(errors.is_empty(), "{} logged ERROR lines on a clean stop:\n{}", log.display(), errors.join("\n"));
     }
 
-    let bad_log = log_path("bad-url");
+    let bad_log = log_file("stop-bad-url");
     let mut bad = env.spawn_role_logging(
         "worker",
         &[("RELAYOPS_AMQP_URL", "amqp://a:b@127.0.0.1:5672/%2f,http://nope")],
