@@ -5,7 +5,7 @@ export RELAYOPS_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/%2f
 export RELAYOPS_REDIS_URL ?= redis://127.0.0.1:6379
 export RELAYOPS_LOG ?= warn
 
-.PHONY: demo test services lint run bench bench-backlog bench-queueing bench-smoke clean-test-databases
+.PHONY: demo test services lint run bench bench-backlog bench-queueing bench-scale-out bench-smoke clean-test-databases
 .PHONY: aws-lint lambda-smoke watch lambda-build sam-build
 
 ## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
@@ -23,7 +23,7 @@ demo: services
 test: services lint
 	bash scripts/aws-tools.sh >/dev/null  # cargo-lambda, sam, cfn-lint, moto (the SQS tests use moto_server)
 	bash scripts/browser.sh >/dev/null    # chromium + chromedriver (the console's browser tests)
-	bash scripts/cluster-services.sh      # a three-node RabbitMQ cluster on :5681-5683 (the cluster test)
+	bash scripts/cluster-services.sh      # RabbitMQ cluster :5681-5683, Redis cluster :7001-7006, Postgres standby :5434 (the cluster tests)
 	cargo build -q -p relayops -p relayops-bench --bins
 	@if cargo nextest --version >/dev/null 2>&1; then \
 	  cargo nextest run --workspace --no-fail-fast -E 'not test(/exclusive_/)' && \
@@ -65,6 +65,16 @@ bench-queueing: services
 	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_MAX_READY_DEPTH=1000000 \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios queueing \
+	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+
+## The scale-out scenario: `relayops api` (no worker) + the bench, which drains
+## a queue with 1, 2 and 4 worker processes, then runs the whole pipeline with
+## 1 and 2 publishers (the API's and `relayops publisher`) and two workers.
+bench-scale-out: services
+	cargo build --release -q -p relayops -p relayops-bench
+	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_MAX_READY_DEPTH=1000000 \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios scale-out \
 	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
 
 ## Generated requests against the running API (OpenAPI-driven): no 5xx allowed.

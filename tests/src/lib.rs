@@ -100,6 +100,10 @@ pub struct Services {
     /// (host and port; the test database's name is filled in) and the
     /// statement cache off; migrations and `LISTEN` stay direct.
     pub pooler_url: Option<String>,
+    /// The app's list and search reads go to a streaming standby of the
+    /// admin database's server listening on this port (`RELAYOPS_DATABASE_READ_URL`;
+    /// the test database replicates to it by itself).
+    pub reader_port: Option<u16>,
 }
 
 impl Default for Services {
@@ -109,6 +113,7 @@ impl Default for Services {
                 .unwrap_or_else(|_| DEFAULT_DATABASE_URL.into()),
             amqp_url: std::env::var("RELAYOPS_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.into()),
             pooler_url: None,
+            reader_port: None,
         }
     }
 }
@@ -147,6 +152,7 @@ impl Default for TestConfig {
             backpressure: None,
             flow: FlowConfig {
                 redis_url: std::env::var("RELAYOPS_TEST_REDIS_URL").unwrap_or_else(|_| DEFAULT_REDIS_URL.into()),
+                redis_cluster: false,
                 key_prefix: String::new(),
                 redis_timeout: Duration::from_millis(250),
                 redis_retry: Duration::from_secs(1),
@@ -233,6 +239,8 @@ pub struct TestEnv {
     pub config: TestConfig,
     /// This test's own database.
     pub database_url: String,
+    /// `RELAYOPS_DATABASE_READ_URL` when the test has a reader (`Services::reader_port`).
+    pub read_url: Option<String>,
     database_name: String,
     admin_url: String,
     tasks: Vec<JoinHandle<()>>,
@@ -307,6 +315,25 @@ pub(crate) fn api_state(pool: &Pool, config: &TestConfig) -> ApiState {
         .with_login_throttle(throttle)
         .with_platform_retention(config.publisher.history.retention)
         .with_ingest_config(&config.ingest)
+}
+
+/// The test database's URL on the standby listening on `port`, once the
+/// standby has replayed its bootstrap (a tenant row).
+async fn replayed_on_reader(database_url: &str, port: u16) -> String {
+    let mut url = url::Url::parse(database_url).expect("database url");
+    url.set_port(Some(port)).expect("port");
+    let read_url = url.to_string();
+    let pool = db::connect_pool(&DatabaseConfig::new(read_url.clone(), 1)).expect("reader pool");
+    eventually(WAIT, || async {
+        let client = pool.get().await.map_err(|error| format!("the standby on :{port}: {error}"))?;
+        let row = client
+            .query_one("SELECT count(*) FROM relayops.tenants", &[])
+            .await
+            .map_err(|error| format!("the standby on :{port}: {error}"))?;
+        (row.get::<_, i64>(0) > 0).then_some(()).ok_or_else(|| "the bootstrap is not replayed yet".to_owned())
+    })
+    .await;
+    read_url
 }
 
 async fn spawn_http(router: axum::Router) -> (String, JoinHandle<()>) {
@@ -431,11 +458,20 @@ impl TestEnv {
         relayops_shared::broker::Topology::new(&broker).declare(&channel).await.expect("topology");
         let _ = connection.close(0, "setup done").await;
 
+        let read_url = match config.services.reader_port {
+            None => None,
+            Some(port) => Some(replayed_on_reader(&database_url, port).await),
+        };
+
         let simulator = Simulator::new();
         let (simulator_url, simulator_task) = spawn_http(relayops_simulator::router(simulator.clone())).await;
         let wakeup = std::sync::Arc::new(Notify::new());
         let mut state = api_state(&pool, &config)
             .with_wakeup(Arc::new(Wakeups(vec![wakeup.clone(), Arc::new(PgNotifier::new(pool.clone()))])));
+        if let Some(read_url) = &read_url {
+            let reader = db::connect_pool(&DatabaseConfig::new(read_url.clone(), 4)).expect("reader pool");
+            state = state.with_reads(db::Reads::with_reader(pool.clone(), reader));
+        }
         let handing_publisher =
             config.run_publisher.then(|| Publisher::new(pool.clone(), broker.clone(), config.publisher.clone()));
         if let Some(publisher) = &handing_publisher {
@@ -462,6 +498,7 @@ impl TestEnv {
             http: reqwest::Client::new(),
             config: config.clone(),
             database_url,
+            read_url,
             database_name,
             admin_url,
             tasks,
@@ -833,11 +870,7 @@ pub fn start_rabbitmq_node() {
 /// installed version, as `scripts/services.sh` picks it); after a start, waits
 /// until it accepts connections.
 pub fn postgres_cluster(args: &[&str]) {
-    let version = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL installed")
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .max()
-        .expect("a PostgreSQL version");
+    let version = postgres_version();
     // pg_ctl waits 60 s for a start by default; a start after a crash may
     // spend longer in recovery on a busy machine with many test databases.
     let wait_longer: &[&str] = if args.first() == Some(&"start") { &["--", "-t", "300"] } else { &[] };
@@ -857,6 +890,15 @@ pub fn postgres_cluster(args: &[&str]) {
                 .is_ok_and(|s| s.success())
         });
     }
+}
+
+/// The newest PostgreSQL version installed (as `scripts/services.sh` picks it).
+pub fn postgres_version() -> u32 {
+    std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL installed")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .max()
+        .expect("a PostgreSQL version")
 }
 
 /// Polls a blocking condition every 200 ms for up to two minutes.

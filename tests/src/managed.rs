@@ -49,6 +49,7 @@ pub fn tls_services() -> Services {
         admin_database_url: postgres_tls_url("postgres", "verify-full", &ca),
         amqp_url: amqps_url(&ca),
         pooler_url: None,
+        reader_port: None,
     }
 }
 

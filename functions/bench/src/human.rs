@@ -97,6 +97,24 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
         );
         println!("           {}", describe(&q["drain_cost"]));
     }
+    for (_, w) in report.iter().filter(|(key, _)| key.starts_with("scale_out_workers_")) {
+        println!(
+            "scale-out  {} worker process(es) drained {} deliveries at {} deliveries/s{}",
+            w["workers"],
+            w["deliveries"],
+            f(&w["deliveries_per_sec"]),
+            if w["complete"] == true { "" } else { " INCOMPLETE" }
+        );
+        println!("           {}", describe(&w["cost"]));
+    }
+    for (_, p) in report.iter().filter(|(key, _)| key.starts_with("scale_out_publishers_")) {
+        println!(
+            "scale-out  {} publisher(s), {} workers, batches flat out: {} events/s ingested, {} deliveries/s end to end{}",
+            p["publishers"], p["workers"], f(&p["ingest_events_per_sec"]), f(&p["deliveries_per_sec"]),
+            if p["complete"] == true { "" } else { " INCOMPLETE" }
+        );
+        println!("           {}", describe(&p["cost"]));
+    }
     if let Some(c) = report.get("console") {
         println!("console    {} deliveries; {} requests per page:", c["deliveries"], c["rounds"]);
         if let Some(pages) = c["pages"].as_object() {

@@ -25,6 +25,7 @@ mod protocol;
 mod queueing;
 mod receiver;
 mod recovery;
+mod scale_out;
 mod scenarios;
 mod stats;
 mod tenant;
@@ -60,10 +61,10 @@ struct Args {
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
     /// delivery-batched, fanout, fanout-batched, ordered, paced, slow, backlog,
-    /// queueing, console, noisy-neighbour, recovery (not run unless named). `fanout` and `fanout-batched` run once per
+    /// queueing, console, noisy-neighbour, recovery, scale-out (not run unless named). `fanout` and `fanout-batched` run once per
     /// `--fanout-endpoints` count, `ordered` once per `--ordered-keys` count,
     /// `queueing` once per `--queueing-subscribers` count.
-    /// `backlog` and `queueing` need `--relayops-bin` and a target running
+    /// `backlog`, `queueing` and `scale-out` need `--relayops-bin` and a target running
     /// without a worker (`relayops api`).
     #[arg(long, default_value = "ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow")]
     scenarios: String,
@@ -106,7 +107,17 @@ struct Args {
     /// target's `RELAYOPS_MAX_READY_DEPTH` must be above it.
     #[arg(long, default_value_t = 100_000)]
     queueing_max_deliveries: usize,
-    /// The `relayops` binary the `backlog` and `queueing` scenarios run `worker` from.
+    /// `scale-out`: worker processes of each drain, comma-separated: one run per count.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    scale_workers: Vec<usize>,
+    /// `scale-out`: publishers of each pipeline run (the API's own and
+    /// `n - 1` `relayops publisher` processes), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    scale_publishers: Vec<usize>,
+    /// `scale-out`: events each run posts.
+    #[arg(long, default_value_t = 20_000)]
+    scale_events: usize,
+    /// The `relayops` binary the `backlog`, `queueing` and `scale-out` scenarios run `worker` from.
     #[arg(long)]
     relayops_bin: Option<String>,
     /// Deliveries the `console` scenario's tenant gets before its pages are timed.
@@ -280,6 +291,23 @@ async fn main() -> anyhow::Result<()> {
             let events = args.queueing_events.min(args.queueing_max_deliveries / subscribers).max(1);
             let figures = run.run(*subscribers, events).await?;
             report.insert(format!("queueing_{subscribers}"), serde_json::to_value(figures)?);
+        }
+    }
+    if scenarios.contains(&"scale-out") {
+        anyhow::ensure!(
+            args.scale_workers.iter().chain(&args.scale_publishers).all(|n| *n > 0),
+            "--scale-*: at least 1"
+        );
+        let run = scale_out::ScaleOutRun {
+            api_only: api_only(&args, &target, &pool, "scale-out")?,
+            events: args.scale_events,
+        };
+        for workers in &args.scale_workers {
+            report.insert(format!("scale_out_workers_{workers}"), serde_json::to_value(run.workers(*workers).await?)?);
+        }
+        for publishers in &args.scale_publishers {
+            let figures = run.publishers(*publishers).await?;
+            report.insert(format!("scale_out_publishers_{publishers}"), serde_json::to_value(figures)?);
         }
     }
     if scenarios.contains(&"console") {

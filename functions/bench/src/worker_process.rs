@@ -48,16 +48,31 @@ impl ApiOnly<'_> {
         }
     }
 
-    /// Starts `<relayops_bin> worker`; it is killed when the child is dropped.
+    /// Starts `<relayops_bin> worker` with the bench's prefetch; it is killed
+    /// when the child is dropped.
     pub fn spawn_worker(&self) -> anyhow::Result<tokio::process::Child> {
-        Ok(tokio::process::Command::new(self.relayops_bin)
-            .arg("worker")
-            .env("RELAYOPS_WORKER_CONCURRENCY", self.worker_prefetch.to_string())
+        let mut command = self.role("worker");
+        command.env("RELAYOPS_WORKER_CONCURRENCY", self.worker_prefetch.to_string());
+        Ok(command.spawn()?)
+    }
+
+    /// Starts `<relayops_bin> <role>` (`worker`, `publisher`) with the
+    /// product's defaults and no operations port, so that several run side by
+    /// side; it is killed when the child is dropped.
+    pub fn spawn_role(&self, role: &str) -> anyhow::Result<tokio::process::Child> {
+        Ok(self.role(role).spawn()?)
+    }
+
+    fn role(&self, role: &str) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(self.relayops_bin);
+        command
+            .arg(role)
+            .env("RELAYOPS_WORKER_HEALTH_LISTEN", "off")
             .env("RELAYOPS_OUTBOUND_ALLOW_CIDRS", "127.0.0.1/32")
             .env("RELAYOPS_LOG", std::env::var("RELAYOPS_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?)
+            .kill_on_drop(true);
+        command
     }
 
     /// Waits until `expected` deliveries arrived at the hooks whose names

@@ -59,8 +59,7 @@ pub async fn list(
     Query(query): Query<DeliveryQuery>,
 ) -> Result<Html<String>, ConsoleError> {
     refuse_ordering_key(&query)?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let page = DeliveryPage::load(&client, &session, &query, Some(DeliveryStatus::Dead)).await?;
+    let page = DeliveryPage::load(&state.reads, &session, &query, Some(DeliveryStatus::Dead)).await?;
     let body = html! {
         p.muted { "Deliveries whose retries ran out. Open one to see every attempt, or replay them all." }
         (filter_form("/console/dead-letters", &query, &page.endpoints, false))

@@ -8,11 +8,11 @@ use axum::extract::{Query, State};
 use axum::response::Html;
 use maud::{html, Markup};
 use relayops_shared::api::{page_of, ApiState};
-use relayops_shared::db::DbError;
+use relayops_shared::db::{DbError, Reads};
 use relayops_shared::domain::DeliveryStatus;
 use relayops_shared::ids::{EndpointId, EventId};
 use relayops_shared::repo::deliveries::DeliveryRecord;
-use relayops_shared::repo::delivery_queries::{self, TimeKey};
+use relayops_shared::repo::delivery_queries::{self, DeliveryFilter, TimeKey};
 use relayops_shared::repo::endpoints::{self, EndpointRecord};
 use relayops_shared::repo::events;
 use relayops_shared::repo::GenericClient;
@@ -36,15 +36,26 @@ pub struct DeliveryPage {
 }
 
 impl DeliveryPage {
+    /// The page `query` asks for (its filter and cursor checked first, then
+    /// read as a list that may lag: from the reader when there is one).
     pub async fn load(
-        client: &impl GenericClient,
+        reads: &Reads,
         session: &Session,
         query: &DeliveryQuery,
         status: Option<DeliveryStatus>,
     ) -> Result<Self, ConsoleError> {
         let filter = query.filter(status)?;
         let after = filters::decode_cursor(&query.cursor)?;
-        let rows = delivery_queries::list_deliveries(client, session.tenant(), &filter, after, PAGE_SIZE + 1).await?;
+        Ok(relayops_shared::read_may_lag!(reads, |client| Self::read(&*client, session, &filter, after).await?))
+    }
+
+    async fn read(
+        client: &impl GenericClient,
+        session: &Session,
+        filter: &DeliveryFilter,
+        after: Option<TimeKey>,
+    ) -> Result<Self, DbError> {
+        let rows = delivery_queries::list_deliveries(client, session.tenant(), filter, after, PAGE_SIZE + 1).await?;
         let (rows, more) = page_of(rows, PAGE_SIZE);
         let next = rows
             .last()
@@ -153,8 +164,7 @@ pub async fn list(
     session: Session,
     Query(query): Query<DeliveryQuery>,
 ) -> Result<Html<String>, ConsoleError> {
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let page = DeliveryPage::load(&client, &session, &query, None).await?;
+    let page = DeliveryPage::load(&state.reads, &session, &query, None).await?;
     let body = html! {
         (filter_form("/console/deliveries", &query, &page.endpoints, true))
         (page.table("/console/deliveries", &query, Some(&session)))

@@ -53,8 +53,14 @@ pub async fn list(
         until: filters::time("until", &query.until)?,
     };
     let after = filters::decode_cursor(&query.cursor)?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let rows = event_queries::list_events(&client, session.tenant(), &filter, after, PAGE_SIZE + 1).await?;
+    let rows = relayops_shared::read_may_lag!(state.reads, |client| event_queries::list_events(
+        &*client,
+        session.tenant(),
+        &filter,
+        after,
+        PAGE_SIZE + 1
+    )
+    .await?);
     let (rows, more) = page_of(rows, PAGE_SIZE);
     let next = rows
         .last()

@@ -6,15 +6,14 @@ use axum::extract::{Path, State};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use relayops_shared::api::{page_of, parse_path_id, ApiError, ApiQuery, ApiState, Authenticated};
-use relayops_shared::db::DbError;
 use relayops_shared::ids::{DeliveryId, EndpointId, EventId};
 use relayops_shared::repo::delivery_queries::TimeKey;
-use relayops_shared::repo::endpoints;
 use relayops_shared::repo::lanes::{self, BlockedLane};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::cursor::{self, CursorKind};
+use crate::found;
 use crate::params::{self, PageParams};
 
 /// An ordering lane held on a dead delivery.
@@ -71,9 +70,8 @@ pub async fn list_blocked_lanes(
     let limit = params::limit(query.limit)?;
     let after =
         query.cursor.as_deref().map(|text| cursor::decode_time_key(CursorKind::BlockedLanes, text)).transpose()?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    endpoints::get_endpoint(&client, caller.tenant_id, endpoint_id).await?.ok_or(ApiError::NotFound("endpoint"))?;
-    let rows = lanes::list_blocked(&client, caller.tenant_id, endpoint_id, after, limit + 1).await?;
+    let (client, _) = found::endpoint(&state.reads, caller.tenant_id, endpoint_id).await?;
+    let rows = lanes::list_blocked(&*client, caller.tenant_id, endpoint_id, after, limit + 1).await?;
     let (rows, more) = page_of(rows, limit);
     let next_cursor = rows.last().filter(|_| more).map(|last| {
         let key = TimeKey { at: last.blocked_since, id: last.delivery_id.as_uuid() };

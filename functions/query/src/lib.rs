@@ -5,9 +5,14 @@
 //! a dead delivery ([`blocked`]). Wire types live in [`views`];
 //! database rows never leave this crate as-is.
 //!
-//! Invariant: query never writes.
+//! Invariant: query never writes. Its reads may lag: they go to the
+//! Postgres reader when one is configured (`db::reads`); a row looked up by
+//! id that the reader does not have yet is asked of the writer
+//! ([`found`]) before any 404.
+
 mod blocked;
 mod cursor;
+mod found;
 mod lists;
 mod params;
 mod stats;

@@ -4,13 +4,14 @@
 use axum::extract::{Path, State};
 use axum::Json;
 use relayops_shared::api::{page_of, parse_path_id, ApiError, ApiQuery, ApiState, Authenticated};
-use relayops_shared::db::DbError;
 use relayops_shared::ids::{DeliveryId, EndpointId, EventId};
+use relayops_shared::read_may_lag;
 use relayops_shared::repo::delivery_queries::{self, DeliveryFilter, TimeKey};
 use relayops_shared::repo::event_queries::{self, EventFilter};
-use relayops_shared::repo::{attempts, deliveries, events};
+use relayops_shared::repo::{attempts, deliveries};
 
 use crate::cursor::{self, CursorKind};
+use crate::found;
 use crate::params::{self, DeliveryListParams, EventListParams, PageParams};
 use crate::views::{AttemptPage, AttemptView, DeliveryPage, DeliveryView, EventPage, EventView};
 
@@ -34,8 +35,9 @@ pub async fn list_events(
         until,
     };
     let after = query.cursor.as_deref().map(|text| cursor::decode_time_key(CursorKind::Events, text)).transpose()?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let rows = event_queries::list_events(&client, caller.tenant_id, &filter, after, limit + 1).await?;
+    let tenant = caller.tenant_id;
+    let rows =
+        read_may_lag!(state.reads, |db| event_queries::list_events(&*db, tenant, &filter, after, limit + 1).await?);
     let (rows, more) = page_of(rows, limit);
     let next_cursor = rows.last().filter(|_| more).map(|last| {
         cursor::encode_time_key(CursorKind::Events, TimeKey { at: last.received_at, id: last.id.as_uuid() })
@@ -56,8 +58,7 @@ pub async fn get_event(
     Path(event_id): Path<String>,
 ) -> Result<Json<EventView>, ApiError> {
     let event_id: EventId = parse_path_id(&event_id)?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let event = events::get_event(&client, caller.tenant_id, event_id).await?.ok_or(ApiError::NotFound("event"))?;
+    let (_, event) = found::event(&state.reads, caller.tenant_id, event_id).await?;
     Ok(Json(event.into()))
 }
 
@@ -77,9 +78,8 @@ pub async fn list_event_deliveries(
     Path(event_id): Path<String>,
 ) -> Result<Json<DeliveryPage>, ApiError> {
     let event_id: EventId = parse_path_id(&event_id)?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    events::get_event(&client, caller.tenant_id, event_id).await?.ok_or(ApiError::NotFound("event"))?;
-    let rows = deliveries::list_for_event(&client, caller.tenant_id, event_id).await?;
+    let (client, _) = found::event(&state.reads, caller.tenant_id, event_id).await?;
+    let rows = deliveries::list_for_event(&*client, caller.tenant_id, event_id).await?;
     Ok(Json(DeliveryPage { data: rows.into_iter().map(DeliveryView::from).collect(), next_cursor: None }))
 }
 
@@ -114,8 +114,10 @@ pub async fn list_deliveries(
     };
     let after =
         query.cursor.as_deref().map(|text| cursor::decode_time_key(CursorKind::Deliveries, text)).transpose()?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let rows = delivery_queries::list_deliveries(&client, caller.tenant_id, &filter, after, limit + 1).await?;
+    let tenant = caller.tenant_id;
+    let rows =
+        read_may_lag!(state.reads, |db| delivery_queries::list_deliveries(&*db, tenant, &filter, after, limit + 1)
+            .await?);
     let (rows, more) = page_of(rows, limit);
     let next_cursor = rows.last().filter(|_| more).map(|last| {
         cursor::encode_time_key(CursorKind::Deliveries, TimeKey { at: last.created_at, id: last.id.as_uuid() })
@@ -139,10 +141,7 @@ pub async fn get_delivery(
     Path(delivery_id): Path<String>,
 ) -> Result<Json<DeliveryView>, ApiError> {
     let delivery_id: DeliveryId = parse_path_id(&delivery_id)?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    let delivery = deliveries::get_delivery(&client, caller.tenant_id, delivery_id)
-        .await?
-        .ok_or(ApiError::NotFound("delivery"))?;
+    let (_, delivery) = found::delivery(&state.reads, caller.tenant_id, delivery_id).await?;
     Ok(Json(delivery.into()))
 }
 
@@ -166,9 +165,8 @@ pub async fn list_attempts(
     let delivery_id: DeliveryId = parse_path_id(&delivery_id)?;
     let limit = params::limit(query.limit)?;
     let after = query.cursor.as_deref().map(cursor::decode_attempt).transpose()?.unwrap_or(0);
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    deliveries::get_delivery(&client, caller.tenant_id, delivery_id).await?.ok_or(ApiError::NotFound("delivery"))?;
-    let rows = attempts::list_attempts(&client, caller.tenant_id, delivery_id, after, limit + 1).await?;
+    let (client, _) = found::delivery(&state.reads, caller.tenant_id, delivery_id).await?;
+    let rows = attempts::list_attempts(&*client, caller.tenant_id, delivery_id, after, limit + 1).await?;
     let (rows, more) = page_of(rows, limit);
     let next_cursor = rows.last().filter(|_| more).map(|last| cursor::encode_attempt(last.attempt_number));
     Ok(Json(AttemptPage { data: rows.into_iter().map(AttemptView::from).collect(), next_cursor }))

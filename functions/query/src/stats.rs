@@ -3,10 +3,10 @@
 use axum::extract::{Path, State};
 use axum::Json;
 use relayops_shared::api::{parse_path_id, ApiError, ApiQuery, ApiState, Authenticated};
-use relayops_shared::db::DbError;
 use relayops_shared::ids::EndpointId;
-use relayops_shared::repo::{delivery_queries, endpoints};
+use relayops_shared::repo::delivery_queries;
 
+use crate::found;
 use crate::params::{self, StatsParams};
 use crate::views::{EndpointStatsView, StatusCounts};
 
@@ -28,11 +28,10 @@ pub async fn endpoint_stats(
 ) -> Result<Json<EndpointStatsView>, ApiError> {
     let endpoint_id: EndpointId = parse_path_id(&endpoint_id)?;
     let (since, until) = params::time_range(query.since, query.until)?;
-    let client = state.pool.get().await.map_err(DbError::from)?;
-    endpoints::get_endpoint(&client, caller.tenant_id, endpoint_id).await?.ok_or(ApiError::NotFound("endpoint"))?;
+    let (client, _) = found::endpoint(&state.reads, caller.tenant_id, endpoint_id).await?;
     let mut by_status = StatusCounts::default();
     for (status, count) in
-        delivery_queries::count_by_status(&client, caller.tenant_id, endpoint_id, since, until).await?
+        delivery_queries::count_by_status(&*client, caller.tenant_id, endpoint_id, since, until).await?
     {
         by_status.add(status, count);
     }

@@ -65,11 +65,13 @@ pub(crate) async fn partitions_state(pool: &Pool) -> &'static str {
     }
 }
 
-/// Redis as flow control sees it: `ok`, or `degraded` while limits are per
-/// process (not a reason to be unready: ingest and delivery go on without it).
+/// Redis as flow control sees it: `ok` while Redis answers and no key's
+/// limits are per process, or `degraded` while some are (in a cluster, a
+/// shard that fails degrades the keys it holds only). Not a reason to be
+/// unready: ingest and delivery go on without it.
 pub(crate) async fn redis_state(flow: Option<&FlowControl>) -> &'static str {
     match flow {
-        Some(flow) if flow.ping().await.is_ok() => "ok",
+        Some(flow) if flow.ping().await.is_ok() && !flow.is_degraded() => "ok",
         Some(_) => "degraded",
         None => "not used",
     }

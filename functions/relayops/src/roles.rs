@@ -1,6 +1,8 @@
 //! Starting the long-lived roles in one process (stopping them: `stopping`).
 use std::sync::Arc;
 
+use anyhow::Context;
+
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
@@ -172,7 +174,9 @@ pub async fn start(roles: Roles) -> anyhow::Result<Running> {
                 flow: flow_control,
                 default: Limit { per_second: flow.tenant_rate_per_sec, burst: flow.tenant_burst },
             };
+            let reads = db::connect_reads(&database, &pool).context("RELAYOPS_DATABASE_READ_URL")?;
             let mut state = ApiState::new(pool.clone())
+                .with_reads(reads)
                 .with_auth(&api.auth)?
                 .with_wakeup(Arc::new(Wakeups(vec![
                     Arc::clone(&wakeup) as Arc<dyn PublisherWakeup>,

@@ -61,6 +61,8 @@ impl PublisherWakeup for Wakeups {
 #[derive(Clone)]
 pub struct ApiState {
     pub pool: Pool,
+    /// Where list and search reads go: a reader when configured (`db::reads`).
+    pub reads: crate::db::Reads,
     pub wakeup: Option<Arc<dyn PublisherWakeup>>,
     /// When set, ingest refuses work while the pipeline is backed up.
     pub backpressure: Option<Arc<Backpressure>>,
@@ -98,6 +100,7 @@ impl ApiState {
     pub fn new(pool: Pool) -> Self {
         Self {
             pool: pool.clone(),
+            reads: crate::db::Reads::writer_only(pool.clone()),
             wakeup: None,
             backpressure: None,
             ingest_limiter: None,
@@ -110,6 +113,12 @@ impl ApiState {
             platform_retention: crate::config::HistoryConfig::default().retention,
             ingest_writes: crate::repo::event_batches::IngestWrites::new(pool.clone()),
         }
+    }
+
+    /// List and search reads on `reads` (a reader beside the writer).
+    pub fn with_reads(mut self, reads: crate::db::Reads) -> Self {
+        self.reads = reads;
+        self
     }
 
     pub fn with_platform_retention(mut self, retention: std::time::Duration) -> Self {
@@ -239,7 +248,9 @@ where
 /// Backpressure sampling is left to long-lived processes.
 pub fn state_from_env() -> Result<ApiState, Box<dyn std::error::Error + Send + Sync>> {
     use crate::config::{DatabaseConfig, FlowConfig, LoginThrottleConfig};
-    let pool = crate::db::connect_pool(&DatabaseConfig::lambda_from_env()?)?;
+    let database = DatabaseConfig::lambda_from_env()?;
+    let pool = crate::db::connect_pool(&database)?;
+    let reads = crate::db::connect_reads(&database, &pool)?;
     let flow = FlowConfig::from_env()?;
     let flow_control = FlowControl::new(&flow)?;
     let throttle = LoginThrottle::new(flow_control.clone(), LoginThrottleConfig::from_env()?);
@@ -249,6 +260,7 @@ pub fn state_from_env() -> Result<ApiState, Box<dyn std::error::Error + Send + S
     };
     let notifier: Arc<dyn PublisherWakeup> = Arc::new(crate::db::listen::PgNotifier::new(pool.clone()));
     Ok(ApiState::new(pool)
+        .with_reads(reads)
         .with_auth(&AuthConfig::from_env()?)?
         .with_ingest_limiter(limiter)
         .with_wakeup(notifier)

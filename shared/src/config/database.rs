@@ -19,12 +19,16 @@ pub struct DatabaseConfig {
     /// direct connection (not through a transaction-mode pooler) for the
     /// publisher's `LISTEN`.
     pub listen_url: Option<String>,
+    /// `RELAYOPS_DATABASE_READ_URL` (default: none): a reader (an RDS or
+    /// Aurora reader endpoint, a streaming standby) for list and search
+    /// reads (`db::reads`); the pool has `pool_size` connections too.
+    pub read_url: Option<String>,
 }
 
 impl DatabaseConfig {
     /// A pool of `pool_size` on `url`, statement cache on, LISTEN on the same URL.
     pub fn new(url: impl Into<String>, pool_size: usize) -> Self {
-        Self { url: url.into(), pool_size, statement_cache: true, listen_url: None }
+        Self { url: url.into(), pool_size, statement_cache: true, listen_url: None, read_url: None }
     }
 
     /// For long-lived processes (the local runner, the worker container).
@@ -46,6 +50,7 @@ impl DatabaseConfig {
             pool_size: positive("DB_POOL_SIZE", default_pool)?,
             statement_cache: on_off("DB_STATEMENT_CACHE", true)?,
             listen_url: std::env::var(key("DATABASE_LISTEN_URL")).ok().filter(|url| !url.trim().is_empty()),
+            read_url: std::env::var(key("DATABASE_READ_URL")).ok().filter(|url| !url.trim().is_empty()),
         })
     }
 

@@ -2,7 +2,7 @@
 //! (Redis flow control, read by the worker and the API).
 use std::time::Duration;
 
-use super::{key, millis, outbound_allow_from_env, parsed, positive, required, ConfigError};
+use super::{key, millis, on_off, outbound_allow_from_env, parsed, positive, required, ConfigError};
 
 /// The delivery worker.
 #[derive(Debug, Clone)]
@@ -155,8 +155,13 @@ impl WorkerConfig {
 /// Flow control in Redis (see `flow`).
 #[derive(Debug, Clone)]
 pub struct FlowConfig {
-    /// `RELAYOPS_REDIS_URL`, e.g. `redis://127.0.0.1:6379`.
+    /// `RELAYOPS_REDIS_URL`, e.g. `redis://127.0.0.1:6379`; for a cluster in
+    /// cluster mode, its configuration endpoint or several nodes separated by
+    /// commas (see [`redis_urls`](Self::redis_urls)).
     pub redis_url: String,
+    /// `RELAYOPS_REDIS_CLUSTER` (default: on when `RELAYOPS_REDIS_URL` lists
+    /// several nodes): Redis runs in cluster mode (ElastiCache cluster mode).
+    pub redis_cluster: bool,
     /// `RELAYOPS_REDIS_PREFIX` (default `relayops`): prefix of every key.
     pub key_prefix: String,
     /// `RELAYOPS_REDIS_TIMEOUT_MS` (default 250): the longest one Redis call
@@ -184,9 +189,29 @@ pub struct FlowConfig {
 }
 
 impl FlowConfig {
+    /// The node URLs `RELAYOPS_REDIS_URL` lists (one unless a cluster's).
+    pub fn redis_urls(&self) -> Vec<&str> {
+        self.redis_url.split(',').map(str::trim).collect()
+    }
+
     pub fn from_env() -> Result<Self, ConfigError> {
+        let redis_url = required("REDIS_URL")?;
+        let several_nodes = redis_url.contains(',');
+        let redis_cluster = on_off("REDIS_CLUSTER", several_nodes)?;
+        if several_nodes && !redis_cluster {
+            return Err(ConfigError {
+                key: key("REDIS_URL"),
+                message: "lists several nodes, which only a cluster in cluster mode has \
+                          (RELAYOPS_REDIS_CLUSTER is off)"
+                    .into(),
+            });
+        }
+        if redis_url.split(',').any(|url| url.trim().is_empty()) {
+            return Err(ConfigError { key: key("REDIS_URL"), message: "lists an empty address".into() });
+        }
         Ok(Self {
-            redis_url: required("REDIS_URL")?,
+            redis_url,
+            redis_cluster,
             key_prefix: parsed("REDIS_PREFIX", "relayops".to_owned())?,
             redis_timeout: millis("REDIS_TIMEOUT_MS", 250)?,
             redis_retry: millis("REDIS_RETRY_MS", 1_000)?,

@@ -6,6 +6,7 @@ pub mod listen;
 pub mod migrate;
 pub mod partition_routes;
 pub mod partitions;
+pub mod reads;
 pub mod target;
 
 use std::time::Duration;
@@ -14,6 +15,7 @@ use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod, Runtime};
 
 pub use deadpool_postgres::{Object, Pool};
 pub use error::DbError;
+pub use reads::{ReadClient, Reads};
 pub use target::{PgTarget, SslMode};
 
 use crate::config::DatabaseConfig;
@@ -23,18 +25,38 @@ use crate::config::DatabaseConfig;
 /// instead of a hung request. With the statement cache off, the whole process
 /// sends unnamed statements (`repo::sql`).
 pub fn connect_pool(config: &DatabaseConfig) -> Result<Pool, DbError> {
-    let target = PgTarget::parse(&config.url).map_err(DbError::Target)?;
     if !config.statement_cache {
         crate::repo::sql::use_unnamed_statements();
     }
+    pool_on(&config.url, config.pool_size, Duration::from_secs(5))
+}
+
+/// The reader's pool (`RELAYOPS_DATABASE_READ_URL`), when one is configured,
+/// as [`connect_pool`] with shorter waits: a reader that does not answer
+/// sends reads to the writer (`reads`) instead of holding them.
+pub fn connect_reader_pool(config: &DatabaseConfig) -> Result<Option<Pool>, DbError> {
+    config.read_url.as_deref().map(|url| pool_on(url, config.pool_size, Duration::from_secs(2))).transpose()
+}
+
+/// [`connect_pool`] and [`connect_reader_pool`] for [`Reads`]: the writer's,
+/// with the reader's beside it when configured.
+pub fn connect_reads(config: &DatabaseConfig, writer: &Pool) -> Result<Reads, DbError> {
+    Ok(match connect_reader_pool(config)? {
+        Some(reader) => Reads::with_reader(writer.clone(), reader),
+        None => Reads::writer_only(writer.clone()),
+    })
+}
+
+fn pool_on(url: &str, size: usize, wait: Duration) -> Result<Pool, DbError> {
+    let target = PgTarget::parse(url).map_err(DbError::Target)?;
     let manager =
         Manager::from_config(target.config, target.tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Pool::builder(manager)
-        .max_size(config.pool_size)
+        .max_size(size)
         .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(5)))
-        .create_timeout(Some(Duration::from_secs(5)))
-        .recycle_timeout(Some(Duration::from_secs(5)))
+        .wait_timeout(Some(wait))
+        .create_timeout(Some(wait))
+        .recycle_timeout(Some(wait))
         .build()
         .map_err(|error| DbError::Pool(error.to_string()))
 }

@@ -22,20 +22,20 @@
 //! expire, so idle tenants and endpoints cost nothing.
 mod breaker;
 mod bucket;
+mod connection;
 mod lease;
 mod local;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
 pub use bucket::{Limit, TokenDecision};
 pub use local::LocalSlot;
 
 use crate::config::FlowConfig;
 use crate::observe::names;
-use breaker::{Breaker, Permit};
+use breaker::{Breaker, Circuit, Permit};
+use connection::RedisConnection;
 use local::LocalLimits;
 
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +58,9 @@ pub enum FlowError {
 /// and the per-process limits).
 #[derive(Clone)]
 pub struct FlowControl {
-    connection: ConnectionManager,
+    connection: RedisConnection,
+    /// Whether Redis is a cluster: each hash slot is then a circuit of its own.
+    cluster: bool,
     prefix: String,
     timeout: Duration,
     breaker: Arc<Breaker>,
@@ -80,26 +82,15 @@ impl FlowControl {
     /// per-process limits) while Redis is down. `rediss://` URLs connect over
     /// TLS (rustls), verifying the chain and the host name against the system
     /// store (`SSL_CERT_FILE` replaces it), or against the CA file the URL
-    /// names with `ssl_ca_certs=` (redis-py's name).
+    /// names with `ssl_ca_certs=` (redis-py's name). A cluster in cluster mode
+    /// (`RELAYOPS_REDIS_CLUSTER`) is reached through the nodes the URL lists.
     pub fn new(config: &FlowConfig) -> Result<Self, FlowError> {
         crate::tls::install_crypto_provider();
-        let client = match ca_file(&config.redis_url) {
-            None => redis::Client::open(config.redis_url.as_str())?,
-            Some(path) => {
-                let root_cert = std::fs::read(&path).map_err(|source| FlowError::CaFile { path, source })?;
-                let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
-                redis::Client::build_with_tls(config.redis_url.as_str(), certificates)?
-            }
-        };
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.redis_timeout))
-            .set_response_timeout(Some(config.redis_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(2));
-        let connection = client.get_connection_manager_lazy(manager_config)?;
+        let connection = RedisConnection::open(config)?;
         metrics::gauge!(names::FLOW_DEGRADED).set(0.0);
         Ok(Self {
             connection,
+            cluster: config.redis_cluster,
             prefix: config.key_prefix.clone(),
             timeout: config.redis_timeout,
             breaker: Arc::new(Breaker::new(config.redis_retry)),
@@ -118,16 +109,31 @@ impl FlowControl {
         }
     }
 
-    /// Runs a Redis call if the circuit allows it, and feeds its outcome back.
-    async fn ask<T>(&self, call: impl std::future::Future<Output = Result<T, FlowError>>) -> Result<T, FlowError> {
-        let permit = self.breaker.permit();
-        if permit == Permit::Skip {
+    /// The circuit a call on `key` belongs to: its hash slot in a cluster,
+    /// the one server otherwise.
+    fn circuit(&self, key: &str) -> Circuit {
+        if self.cluster {
+            connection::key_slot(key)
+        } else {
+            0
+        }
+    }
+
+    /// Runs a Redis call on `key` if its circuit allows it, and feeds its
+    /// outcome back.
+    async fn ask<T>(
+        &self,
+        key: &str,
+        call: impl std::future::Future<Output = Result<T, FlowError>>,
+    ) -> Result<T, FlowError> {
+        let circuit = self.circuit(key);
+        if self.breaker.permit(circuit) == Permit::Skip {
             return Err(FlowError::CircuitOpen);
         }
         let result = call.await;
         match &result {
-            Ok(_) => self.breaker.succeeded(permit),
-            Err(error) => self.breaker.failed(permit, error),
+            Ok(_) => self.breaker.succeeded(circuit),
+            Err(error) => self.breaker.failed(circuit, error),
         }
         result
     }
@@ -141,7 +147,8 @@ impl FlowControl {
     /// Whether Redis answers (for readiness); asks only when the circuit allows.
     pub async fn ping(&self) -> Result<(), FlowError> {
         let mut connection = self.connection.clone();
-        self.ask(async {
+        // A cluster answers PING from any node; the circuit is slot 0's.
+        self.ask("", async {
             let _: String = self.bounded(redis::cmd("PING").query_async(&mut connection)).await?;
             Ok(())
         })
@@ -157,7 +164,7 @@ impl FlowControl {
     /// bucket, or from this process' own while Redis cannot be asked.
     pub async fn take_tokens(&self, kind: &'static str, id: &str, limit: Limit, cost: u32) -> TokenDecision {
         let key = self.key(kind, id);
-        match self.ask(self.shared_take_tokens(key.clone(), limit, cost)).await {
+        match self.ask(&key, self.shared_take_tokens(key.clone(), limit, cost)).await {
             Ok(decision) => decision,
             Err(error) => {
                 tracing::debug!(kind, error = %crate::telemetry::error_chain(&error), "token decided locally");
@@ -172,7 +179,7 @@ impl FlowControl {
     /// be asked.
     pub async fn give_back_token(&self, kind: &'static str, id: &str, limit: Limit) {
         let key = self.key(kind, id);
-        if let Err(error) = self.ask(self.shared_give_back(key.clone(), limit)).await {
+        if let Err(error) = self.ask(&key, self.shared_give_back(key.clone(), limit)).await {
             tracing::debug!(kind, error = %crate::telemetry::error_chain(&error), "token given back locally");
             self.local.give_back(&key, limit);
         }
@@ -182,7 +189,7 @@ impl FlowControl {
     pub async fn refill(&self, kind: &'static str, id: &str) {
         let key = self.key(kind, id);
         self.local.forget(&key);
-        if let Err(error) = self.ask(self.shared_forget(key)).await {
+        if let Err(error) = self.ask(&key, self.shared_forget(key.clone())).await {
             tracing::debug!(kind, error = %crate::telemetry::error_chain(&error), "bucket refilled locally only");
         }
     }
@@ -201,7 +208,7 @@ impl FlowControl {
     ) -> Option<Slot> {
         let key = self.key(kind, id);
         let local = self.local.acquire(&key, max_in_flight)?;
-        match self.ask(self.shared_acquire_lease(key.clone(), lease_id, max_in_flight, ttl)).await {
+        match self.ask(&key, self.shared_acquire_lease(key.clone(), lease_id, max_in_flight, ttl)).await {
             Ok(true) => Some(Slot { _local: local, shared: Some((key, lease_id.to_owned())) }),
             Ok(false) => None,
             Err(error) => {
@@ -215,7 +222,7 @@ impl FlowControl {
     /// Gives the slot back; if Redis cannot be told, its lease expires.
     pub async fn release_slot(&self, slot: Slot) {
         if let Some((key, lease_id)) = &slot.shared {
-            if let Err(error) = self.ask(self.shared_release_lease(key, lease_id)).await {
+            if let Err(error) = self.ask(key, self.shared_release_lease(key, lease_id)).await {
                 tracing::debug!(error = %crate::telemetry::error_chain(&error), "lease release failed; it will expire");
             }
         }
@@ -228,15 +235,9 @@ impl FlowControl {
         if self.local.held(&key) >= self.local.share(max_in_flight) {
             return true;
         }
-        match self.ask(self.shared_live_leases(key)).await {
+        match self.ask(&key, self.shared_live_leases(key.clone())).await {
             Ok(live) => live >= max_in_flight.max(1),
             Err(_) => false,
         }
     }
-}
-
-/// The CA file a `rediss://` URL names with `ssl_ca_certs=`.
-fn ca_file(url: &str) -> Option<String> {
-    let url = url::Url::parse(url).ok()?;
-    url.query_pairs().find(|(key, _)| key == "ssl_ca_certs").map(|(_, value)| value.into_owned())
 }

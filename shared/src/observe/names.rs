@@ -51,6 +51,9 @@ pub const DELIVERIES_NOT_SENT_ROUND: &str = "relayops_deliveries_not_sent_round_
 /// ratio to `relayops_delivery_attempts_total` is health's cost on the hot path.
 pub const ENDPOINT_HEALTH_WRITES: &str = "relayops_endpoint_health_writes_total";
 
+/// Reads by the Postgres pool that served them; `pool`: `reader` (list and
+/// search reads while a reader is configured and answers) or `writer`.
+pub const DB_READS: &str = "relayops_db_reads_total";
 /// 1 while Redis cannot be asked and flow-control limits are per process
 /// (degraded), else 0.
 pub const FLOW_DEGRADED: &str = "relayops_flow_degraded";
@@ -126,6 +129,7 @@ pub fn describe_all() {
         ENDPOINT_HEALTH_WRITES,
         "Endpoint health writes after attempts, by kind (most attempts write none)."
     );
+    describe_counter!(DB_READS, "Query and console reads by the Postgres pool that served them (reader or writer).");
     describe_gauge!(FLOW_DEGRADED, "1 while Redis is unusable and flow-control limits are per process.");
     describe_counter!(
         FLOW_LOCAL_DECISIONS,

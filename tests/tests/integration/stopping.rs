@@ -168,7 +168,7 @@ async fn a_worker_told_to_stop_mid_bundle_finishes_what_is_under_way_and_starts_
 /// finding the runtime gone under them. And a setting the broker client
 /// cannot use stops the process at once with a message naming it, no panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clean_stop_logs_no_error_and_a_bad_broker_url_stops_the_start_with_its_name() {
+async fn a_clean_stop_logs_no_error_and_a_bad_setting_stops_the_start_with_its_name() {
     let env = TestEnv::start_with(TestConfig { run_publisher: false, run_worker: false, ..Default::default() }).await;
     env.create_endpoint("/sim/ok", &["*"], json!({})).await;
     let (worker_log, api_log) = (log_file("stop-worker"), log_file("stop-api"));
@@ -202,15 +202,32 @@ async fn a_clean_stop_logs_no_error_and_a_bad_broker_url_stops_the_start_with_it
         assert!(errors.is_empty(), "{} logged ERROR lines on a clean stop:\n{}", log.display(), errors.join("\n"));
     }
 
-    let bad_log = log_file("stop-bad-url");
-    let mut bad = env.spawn_role_logging(
-        "worker",
-        &[("RELAYOPS_AMQP_URL", "amqp://a:b@127.0.0.1:5672/%2f,http://nope")],
-        Some(&bad_log),
-    );
-    let status = bad.exited(WAIT).await.expect("a bad setting stops the start");
-    let text = std::fs::read_to_string(&bad_log).unwrap();
-    assert!(!status.success(), "{text}");
-    assert!(text.contains("RELAYOPS_AMQP_URL"), "names the setting: {text}");
-    assert!(!text.contains("panicked"), "no panic: {text}");
+    // A bad setting stops the start with the setting's name, never a panic.
+    let api_listen = relayops_tests::free_loopback_address();
+    let bad_settings: [(&str, &[(&str, &str)]); 3] = [
+        ("worker", &[("RELAYOPS_AMQP_URL", "amqp://a:b@127.0.0.1:5672/%2f,http://nope")]),
+        (
+            "worker",
+            &[
+                ("RELAYOPS_REDIS_URL", "redis://127.0.0.1:7001,redis://127.0.0.1:7002"),
+                ("RELAYOPS_REDIS_CLUSTER", "off"),
+            ],
+        ),
+        (
+            "api",
+            &[
+                ("RELAYOPS_DATABASE_READ_URL", "postgres://r@127.0.0.1:5434/x?sslmode=sometimes"),
+                ("RELAYOPS_API_LISTEN", &api_listen),
+            ],
+        ),
+    ];
+    for (role, settings) in bad_settings {
+        let bad_log = log_file("stop-bad-setting");
+        let mut bad = env.spawn_role_logging(role, settings, Some(&bad_log));
+        let status = bad.exited(WAIT).await.expect("a bad setting stops the start");
+        let text = std::fs::read_to_string(&bad_log).unwrap();
+        assert!(!status.success(), "{text}");
+        assert!(text.contains(settings[0].0), "names the setting: {text}");
+        assert!(!text.contains("panicked"), "no panic: {text}");
+    }
 }

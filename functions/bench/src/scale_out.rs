@@ -1,0 +1,131 @@
+//! The scale-out scenario (`scale-out`): what more processes buy against one
+//! API and one Postgres writer.
+//!
+//! - **Workers** (`--scale-workers`, 1, 2 and 4 unless told): events to one
+//!   fast endpoint are queued while no worker runs, then that many `relayops
+//!   worker` processes (the product's defaults) drain them together: the
+//!   drain's deliveries/s and its CPU per 1,000 deliveries, per component.
+//!   Postgres' share is the writer's: where it nears the cores the machine
+//!   has, more workers stop adding deliveries.
+//! - **Publishers** (`--scale-publishers`, 1 and 2): the whole pipeline
+//!   under a flat-out batch load with two workers running: the API's own
+//!   publisher alone, then with `relayops publisher` processes beside it:
+//!   deliveries/s from the first post to the last arrival, and the cost.
+//!
+//! The target must run WITHOUT a worker (`relayops api`, which includes the
+//! publisher); the bench starts the other processes itself.
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::cost::{Cost, Meter};
+use crate::worker_process::ApiOnly;
+
+/// Events per batch request, and clients posting batches at once.
+const BATCH: usize = 500;
+const BATCH_CLIENTS: usize = 4;
+/// Workers running in the publishers' runs.
+const PUBLISHER_RUN_WORKERS: usize = 2;
+
+#[derive(Debug, Serialize)]
+pub struct WorkersFigures {
+    pub workers: usize,
+    pub deliveries: usize,
+    pub drain_secs: f64,
+    pub deliveries_per_sec: f64,
+    pub complete: bool,
+    /// From the workers' start until every delivery was recorded.
+    pub cost: Option<Cost>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PublishersFigures {
+    pub publishers: usize,
+    pub workers: usize,
+    pub accepted: usize,
+    pub ingest_events_per_sec: f64,
+    /// From the first post until the last delivery arrived.
+    pub deliveries_per_sec: f64,
+    pub complete: bool,
+    pub cost: Option<Cost>,
+}
+
+pub struct ScaleOutRun<'a> {
+    pub api_only: ApiOnly<'a>,
+    /// Events each run posts (one delivery each).
+    pub events: usize,
+}
+
+impl ScaleOutRun<'_> {
+    /// Queues the events, then drains them with `workers` worker processes.
+    pub async fn workers(&self, workers: usize) -> anyhow::Result<WorkersFigures> {
+        let (api_only, target) = (&self.api_only, self.api_only.target);
+        let label = format!("scale-out {workers} worker(s)");
+        let hooks = format!("scale-w{workers}-");
+        let event_type = format!("bench.scale-w{workers}");
+        target.endpoint(&format!("hook/{hooks}0"), &event_type, 1000).await?;
+        target.receiver.reset();
+        eprintln!("[{label}] queueing {} events with no worker running", self.events);
+        let (queued, _) = target.ingest_batches(&event_type, self.events, BATCH, BATCH_CLIENTS).await;
+        api_only.wait_for_published_outbox().await?;
+
+        eprintln!("[{label}] starting the workers");
+        let meter = Meter::start();
+        let started = Instant::now();
+        let mut children = Vec::new();
+        for _ in 0..workers {
+            children.push(api_only.spawn_role("worker")?);
+        }
+        let drained = api_only.await_drain(&hooks, queued.accepted, started, &label).await;
+        target.await_recorded().await?;
+        let cost = meter.finish("deliveries", drained.delivered);
+        for mut child in children {
+            let _ = child.kill().await;
+        }
+        Ok(WorkersFigures {
+            workers,
+            deliveries: drained.delivered,
+            drain_secs: drained.secs,
+            deliveries_per_sec: drained.delivered as f64 / drained.secs,
+            complete: drained.delivered >= queued.accepted,
+            cost,
+        })
+    }
+
+    /// The whole pipeline with `publishers` publishers (the API's and
+    /// `publishers - 1` processes) and two workers, under batch load.
+    pub async fn publishers(&self, publishers: usize) -> anyhow::Result<PublishersFigures> {
+        let (api_only, target) = (&self.api_only, self.api_only.target);
+        let label = format!("scale-out {publishers} publisher(s)");
+        let hooks = format!("scale-p{publishers}-");
+        let event_type = format!("bench.scale-p{publishers}");
+        target.endpoint(&format!("hook/{hooks}0"), &event_type, 1000).await?;
+        target.receiver.reset();
+        let mut children = Vec::new();
+        for _ in 1..publishers {
+            children.push(api_only.spawn_role("publisher")?);
+        }
+        for _ in 0..PUBLISHER_RUN_WORKERS {
+            children.push(api_only.spawn_role("worker")?);
+        }
+        eprintln!("[{label}] posting {} events with {PUBLISHER_RUN_WORKERS} workers running", self.events);
+        let meter = Meter::start();
+        let started = Instant::now();
+        let (posted, _) = target.ingest_batches(&event_type, self.events, BATCH, BATCH_CLIENTS).await;
+        let drained = api_only.await_drain(&hooks, posted.accepted, started, &label).await;
+        target.await_recorded().await?;
+        let cost = meter.finish("deliveries", drained.delivered);
+        for mut child in children {
+            let _ = child.kill().await;
+        }
+        Ok(PublishersFigures {
+            publishers,
+            workers: PUBLISHER_RUN_WORKERS,
+            accepted: posted.accepted,
+            ingest_events_per_sec: posted.events_per_sec,
+            deliveries_per_sec: drained.delivered as f64 / drained.secs,
+            complete: drained.delivered >= posted.accepted,
+            cost,
+        })
+    }
+}
