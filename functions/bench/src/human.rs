@@ -99,19 +99,20 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
     }
     for (_, w) in report.iter().filter(|(key, _)| key.starts_with("scale_out_workers_")) {
         println!(
-            "scale-out  {} worker process(es) drained {} deliveries at {} deliveries/s{}",
+            "scale-out  {} worker process(es) drained {} deliveries at {} deliveries/s{}; Postgres statements {} ms per 1,000",
             w["workers"],
             w["deliveries"],
             f(&w["deliveries_per_sec"]),
-            if w["complete"] == true { "" } else { " INCOMPLETE" }
+            if w["complete"] == true { "" } else { " INCOMPLETE" },
+            f(&w["writer_statement_ms_per_1000"])
         );
         println!("           {}", describe(&w["cost"]));
     }
     for (_, p) in report.iter().filter(|(key, _)| key.starts_with("scale_out_publishers_")) {
         println!(
-            "scale-out  {} publisher(s), {} workers, batches flat out: {} events/s ingested, {} deliveries/s end to end{}",
+            "scale-out  {} publisher(s), {} workers, batches flat out: {} events/s ingested, {} deliveries/s end to end{}; Postgres statements {} ms per 1,000",
             p["publishers"], p["workers"], f(&p["ingest_events_per_sec"]), f(&p["deliveries_per_sec"]),
-            if p["complete"] == true { "" } else { " INCOMPLETE" }
+            if p["complete"] == true { "" } else { " INCOMPLETE" }, f(&p["writer_statement_ms_per_1000"])
         );
         println!("           {}", describe(&p["cost"]));
     }

@@ -12,10 +12,16 @@
 //!   publisher alone, then with `relayops publisher` processes beside it:
 //!   deliveries/s from the first post to the last arrival, and the cost.
 //!
+//! Each run also reports the writer's statement time per 1,000 deliveries
+//! (`pg_stat_database.active_time` of the bench's database: every backend's
+//! time in statements, read once the backends have flushed their counters):
+//! the sizing rule's figure (ARCHITECTURE.md, "Past one machine").
+//!
 //! The target must run WITHOUT a worker (`relayops api`, which includes the
 //! publisher); the bench starts the other processes itself.
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use relayops_shared::db::Pool;
 use serde::Serialize;
 
 use crate::cost::{Cost, Meter};
@@ -36,6 +42,8 @@ pub struct WorkersFigures {
     pub complete: bool,
     /// From the workers' start until every delivery was recorded.
     pub cost: Option<Cost>,
+    /// Postgres time in statements per 1,000 deliveries, ms.
+    pub writer_statement_ms_per_1000: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -48,6 +56,8 @@ pub struct PublishersFigures {
     pub deliveries_per_sec: f64,
     pub complete: bool,
     pub cost: Option<Cost>,
+    /// Postgres time in statements per 1,000 deliveries, ms (ingest included).
+    pub writer_statement_ms_per_1000: f64,
 }
 
 pub struct ScaleOutRun<'a> {
@@ -70,6 +80,7 @@ impl ScaleOutRun<'_> {
         api_only.wait_for_published_outbox().await?;
 
         eprintln!("[{label}] starting the workers");
+        let statements = StatementTime::start(api_only.pool).await?;
         let meter = Meter::start();
         let started = Instant::now();
         let mut children = Vec::new();
@@ -89,6 +100,7 @@ impl ScaleOutRun<'_> {
             deliveries_per_sec: drained.delivered as f64 / drained.secs,
             complete: drained.delivered >= queued.accepted,
             cost,
+            writer_statement_ms_per_1000: statements.per_1000(api_only.pool, drained.delivered).await?,
         })
     }
 
@@ -109,6 +121,7 @@ impl ScaleOutRun<'_> {
             children.push(api_only.spawn_role("worker")?);
         }
         eprintln!("[{label}] posting {} events with {PUBLISHER_RUN_WORKERS} workers running", self.events);
+        let statements = StatementTime::start(api_only.pool).await?;
         let meter = Meter::start();
         let started = Instant::now();
         let (posted, _) = target.ingest_batches(&event_type, self.events, BATCH, BATCH_CLIENTS).await;
@@ -126,6 +139,35 @@ impl ScaleOutRun<'_> {
             deliveries_per_sec: drained.delivered as f64 / drained.secs,
             complete: drained.delivered >= posted.accepted,
             cost,
+            writer_statement_ms_per_1000: statements.per_1000(api_only.pool, drained.delivered).await?,
         })
     }
+}
+
+/// The bench database's `pg_stat_database.active_time` (ms in statements,
+/// summed over its backends) at a run's start.
+struct StatementTime {
+    before_ms: f64,
+}
+
+impl StatementTime {
+    async fn start(pool: &Pool) -> anyhow::Result<Self> {
+        Ok(Self { before_ms: active_ms(pool).await? })
+    }
+
+    /// Statement ms per 1,000 of `count`, once the backends flushed their
+    /// counters (each does within a second of its last statement, or when
+    /// it goes idle; up to 10 s for one that stays busy).
+    async fn per_1000(&self, pool: &Pool, count: usize) -> anyhow::Result<f64> {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let used = active_ms(pool).await? - self.before_ms;
+        Ok((used * 1000.0 / count.max(1) as f64 * 10.0).round() / 10.0)
+    }
+}
+
+async fn active_ms(pool: &Pool) -> anyhow::Result<f64> {
+    let client = pool.get().await?;
+    let row =
+        client.query_one("SELECT active_time FROM pg_stat_database WHERE datname = current_database()", &[]).await?;
+    Ok(row.get::<_, f64>(0))
 }
