@@ -9,6 +9,7 @@
 pub mod credential;
 mod retention;
 mod tenants;
+mod weight;
 
 use axum::routing::{get, post, put};
 use axum::Router;
@@ -24,6 +25,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/admin/v1/tenants/{tenant_id}/resume", post(tenants::resume))
         .route("/admin/v1/tenants/{tenant_id}/limits", put(tenants::set_limits))
         .route("/admin/v1/tenants/{tenant_id}/retention", put(retention::set_retention))
+        .route("/admin/v1/tenants/{tenant_id}/weight", put(weight::set_weight))
 }
 
 /// The function on its own, as its Lambda serves it.
@@ -40,9 +42,10 @@ pub fn router(state: ApiState) -> Router {
         tenants::suspend,
         tenants::resume,
         tenants::set_limits,
-        retention::set_retention
+        retention::set_retention,
+        weight::set_weight
     ),
-    tags((name = "admin", description = "Platform operators: tenants, suspension, limits and retention (the platform admin token)"))
+    tags((name = "admin", description = "Platform operators: tenants, suspension, limits, retention and weights (the platform admin token)"))
 )]
 struct AdminApi;
 

@@ -41,6 +41,9 @@ pub(crate) struct TenantView {
     /// Days of finished history kept for this tenant; `null` means the
     /// platform default (`RELAYOPS_RETENTION_DAYS`).
     retention_days: Option<i32>,
+    /// Its share of a worker's slots against other tenants waiting for them
+    /// (1 to 100; 1 unless set).
+    weight: i16,
     created_at: DateTime<Utc>,
 }
 
@@ -55,6 +58,7 @@ impl From<TenantRecord> for TenantView {
             ingest_rate_per_sec: tenant.ingest_rate_per_sec,
             ingest_burst: tenant.ingest_burst,
             retention_days: tenant.retention_days,
+            weight: tenant.weight,
             created_at: tenant.created_at,
         }
     }

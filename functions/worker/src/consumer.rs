@@ -32,6 +32,7 @@ use crate::process::Processor;
 use crate::sender::{Sender, SenderError};
 use crate::settle::Settler;
 use crate::slots::FairSlots;
+use crate::weights::TenantWeights;
 
 pub struct Worker {
     broker: BrokerConfig,
@@ -39,13 +40,16 @@ pub struct Worker {
     processor: Processor,
     /// True while a consumer is registered on the ready queue (for readiness).
     consuming: tokio::sync::watch::Sender<bool>,
+    /// Tenants' weights for the fair slots, read while the worker runs.
+    weights: Arc<TenantWeights>,
 }
 
 impl Worker {
     pub fn new(pool: Pool, broker: BrokerConfig, config: WorkerConfig, gate: Gate) -> Result<Self, SenderError> {
         let sender = Sender::new(&config)?;
         let processor = Processor::new(pool, sender, gate, config.clone());
-        Ok(Self { broker, config, processor, consuming: tokio::sync::watch::channel(false).0 })
+        let consuming = tokio::sync::watch::channel(false).0;
+        Ok(Self { broker, config, processor, consuming, weights: Arc::default() })
     }
 
     /// This worker wakes the publisher of its own process directly too, not
@@ -72,8 +76,11 @@ impl Worker {
     /// and returns. Without that, they were left leased by a process that is
     /// gone, to be sent again after their leases expired.
     pub async fn run_until(&self, stopping: watch::Receiver<bool>) {
+        let weights = Arc::clone(&self.weights).refresh_until(self.processor.pool().clone(), stopping.clone());
+        let refreshing = tokio::spawn(weights);
         let consume = || self.consume(stopping.clone());
-        broker::consume_until("worker", &self.consuming, stopping.clone(), consume).await
+        broker::consume_until("worker", &self.consuming, stopping.clone(), consume).await;
+        refreshing.abort();
     }
 
     async fn consume(&self, mut stopping: watch::Receiver<bool>) -> Result<(), BrokerError> {
@@ -90,7 +97,7 @@ impl Worker {
         );
         self.consuming.send_replace(true);
         let mut in_flight = JoinSet::new();
-        let slots = FairSlots::new(usize::from(self.config.concurrency));
+        let slots = FairSlots::new(usize::from(self.config.concurrency), Arc::clone(&self.weights));
         let settlers: Vec<Settler> = shards
             .iter()
             .map(|shard| {

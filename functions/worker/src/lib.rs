@@ -41,5 +41,6 @@ pub mod sender;
 mod settle;
 pub mod slots;
 pub mod verdict;
+pub mod weights;
 
 pub use consumer::Worker;

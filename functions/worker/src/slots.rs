@@ -1,7 +1,8 @@
 //! The worker's delivery slots (`RELAYOPS_WORKER_CONCURRENCY`), shared fairly
 //! between tenants: a freed slot goes to the waiting tenant that holds the
-//! fewest, and no tenant holds more than [`TenantShare`] of them while
-//! others may come (SPEC §12). A tenant alone still gets all but the
+//! fewest for its weight ([`TenantWeights`]: a weight-2 tenant holds twice
+//! a weight-1 tenant's while both wait), and no tenant holds more than
+//! [`TenantShare`] of them while others may come (SPEC §12). A tenant alone still gets all but the
 //! reserve, so a lone busy tenant is not held back; a tenant whose receiver
 //! is slow (each slot held for seconds) leaves the reserve free for every
 //! other tenant's next delivery, and among tenants waiting, the one with
@@ -14,6 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use relayops_shared::ids::TenantId;
 use tokio::sync::oneshot;
+
+use crate::weights::TenantWeights;
 
 /// The most slots one tenant may hold: all but a sixteenth (rounded down,
 /// so a worker with fewer than sixteen slots keeps none back).
@@ -29,6 +32,7 @@ impl TenantShare {
 pub struct FairSlots {
     state: Mutex<State>,
     share: TenantShare,
+    weights: Arc<TenantWeights>,
 }
 
 #[derive(Default)]
@@ -69,9 +73,9 @@ impl Drop for SlotPermit {
 }
 
 impl FairSlots {
-    pub fn new(capacity: usize) -> Arc<Self> {
+    pub fn new(capacity: usize, weights: Arc<TenantWeights>) -> Arc<Self> {
         let state = State { free: capacity, ..State::default() };
-        Arc::new(Self { state: Mutex::new(state), share: TenantShare::of(capacity) })
+        Arc::new(Self { state: Mutex::new(state), share: TenantShare::of(capacity), weights })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -114,16 +118,20 @@ impl FairSlots {
     }
 
     /// Hands free slots to waiters: each to the waiting tenant holding the
-    /// fewest (under its share), oldest waiter first within a tenant.
+    /// fewest for its weight (under its share), oldest waiter first within a
+    /// tenant.
     fn grant(self: &Arc<Self>, state: &mut State) {
         while state.free > 0 {
             let next = state
                 .waiting
                 .keys()
-                .map(|tenant| (*tenant, state.held.get(tenant).copied().unwrap_or(0)))
-                .filter(|(_, held)| *held < self.share.0)
-                .min_by_key(|(_, held)| *held);
-            let Some((tenant, _)) = next else { return };
+                .map(|tenant| (*tenant, state.held.get(tenant).copied().unwrap_or(0), self.weights.of(*tenant)))
+                .filter(|(_, held, _)| *held < self.share.0)
+                // held_a / weight_a < held_b / weight_b, without dividing.
+                .min_by(|(_, held_a, weight_a), (_, held_b, weight_b)| {
+                    (*held_a as u64 * u64::from(*weight_b)).cmp(&(*held_b as u64 * u64::from(*weight_a)))
+                });
+            let Some((tenant, _, _)) = next else { return };
             let Some(queue) = state.waiting.get_mut(&tenant) else { return };
             let Some(sender) = queue.pop_front() else {
                 state.waiting.remove(&tenant);
@@ -160,7 +168,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_busy_tenant_cannot_take_the_reserve_and_a_quiet_one_goes_first() {
-        let slots = FairSlots::new(16);
+        let slots = FairSlots::new(16, Arc::default());
         let (busy, quiet) = (TenantId::new(), TenantId::new());
         let mut held: Vec<SlotPermit> = Vec::new();
         for _ in 0..15 {
@@ -194,8 +202,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn waiting_tenants_get_freed_slots_in_proportion_to_their_weights() {
+        let weights = Arc::new(TenantWeights::default());
+        let (heavy, light, first) = (TenantId::new(), TenantId::new(), TenantId::new());
+        weights.replace([(heavy, 2)].into_iter().collect());
+        let slots = FairSlots::new(12, weights);
+        // A third tenant holds every slot; the two others queue many deliveries.
+        let mut held: Vec<SlotPermit> = Vec::new();
+        for _ in 0..12 {
+            held.push(slots.acquire(first).await);
+        }
+        let mut waiters = Vec::new();
+        for tenant in [heavy, light] {
+            for _ in 0..20 {
+                let slots = Arc::clone(&slots);
+                waiters.push(tokio::spawn(async move { slots.acquire(tenant).await }));
+            }
+        }
+        while slots.lock().waiting.values().map(VecDeque::len).sum::<usize>() < 40 {
+            tokio::task::yield_now().await;
+        }
+        // As the first tenant's slots free, weight 2 gets two for each of weight 1's.
+        drop(held);
+        assert_eq!((slots.held_by(heavy), slots.held_by(light)), (8, 4));
+        for waiter in waiters {
+            waiter.abort();
+        }
+    }
+
+    #[tokio::test]
     async fn a_waiter_that_went_away_does_not_lose_its_slot() {
-        let slots = FairSlots::new(1);
+        let slots = FairSlots::new(1, Arc::default());
         let tenant = TenantId::new();
         let first = slots.acquire(tenant).await;
         let abandoned = tokio::time::timeout(Duration::from_millis(10), slots.acquire(tenant)).await;

@@ -67,6 +67,30 @@ pub async fn set_retention(
     Ok(row.as_ref().map(TenantRecord::from_row))
 }
 
+/// Sets a tenant's weight among the tenants waiting for a worker's slots
+/// (1–100; the caller checks it). `None` when there is no such tenant.
+pub async fn set_weight(
+    client: &impl GenericClient,
+    tenant: TenantId,
+    weight: i16,
+) -> Result<Option<TenantRecord>, DbError> {
+    let sql = format!("UPDATE relayops.tenants SET weight = $2 WHERE id = $1 RETURNING {TENANT_COLUMNS}");
+    let row = sql::query_opt(client, &sql, &[&tenant.as_uuid(), &weight]).await?;
+    Ok(row.as_ref().map(TenantRecord::from_row))
+}
+
+/// Every tenant whose weight is not 1, with it (the others weigh 1): what
+/// workers share their slots by. Not scoped by a tenant: it is the
+/// platform's scheduling, read from a partial index of the few weighted.
+pub async fn weights_other_than_one(client: &impl GenericClient) -> Result<Vec<(TenantId, u16)>, DbError> {
+    const SQL: &str = "SELECT id, weight FROM relayops.tenants WHERE weight <> 1";
+    let rows = sql::query(client, SQL, &[]).await?;
+    Ok(rows
+        .iter()
+        .map(|row| (TenantId::from_uuid(row.get("id")), row.get::<_, i16>("weight").clamp(1, 100) as u16))
+        .collect())
+}
+
 /// A tenant as the platform operator sees it (the admin API).
 #[derive(Debug, Clone)]
 pub struct TenantRecord {
@@ -76,13 +100,15 @@ pub struct TenantRecord {
     pub ingest_burst: Option<i32>,
     /// Days of history kept; `None`: the platform default.
     pub retention_days: Option<i32>,
+    /// Its share of a worker's slots against other waiting tenants (1–100).
+    pub weight: i16,
     pub suspended_at: Option<DateTime<Utc>>,
     pub suspended_reason: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
 const TENANT_COLUMNS: &str =
-    "id, name, ingest_rate_per_sec, ingest_burst, retention_days, suspended_at, suspended_reason, created_at";
+    "id, name, ingest_rate_per_sec, ingest_burst, retention_days, weight, suspended_at, suspended_reason, created_at";
 
 impl TenantRecord {
     fn from_row(row: &Row) -> Self {
@@ -92,6 +118,7 @@ impl TenantRecord {
             ingest_rate_per_sec: row.get("ingest_rate_per_sec"),
             ingest_burst: row.get("ingest_burst"),
             retention_days: row.get("retention_days"),
+            weight: row.get("weight"),
             suspended_at: row.get("suspended_at"),
             suspended_reason: row.get("suspended_reason"),
             created_at: row.get("created_at"),

@@ -180,3 +180,74 @@ async fn a_worker_killed_while_many_tenants_deliveries_wait_in_their_shards_lose
     let depths = queue_depths(&env).await;
     assert!(depths.iter().all(|depth| *depth == 0), "nothing left in any shard: {depths:?}");
 }
+
+/// Another tenant whose two shards are both other than the env tenant's:
+/// neither's waiting messages take the other's prefetch.
+async fn tenant_apart(env: &TestEnv) -> (TenantId, String) {
+    let busy = shards_of(env, env.tenant_id);
+    loop {
+        let (tenant, key) = env.second_tenant().await;
+        if shards_of(env, tenant).is_disjoint(&busy) {
+            return (tenant, key);
+        }
+    }
+}
+
+/// Deliveries the simulator answered on `path`.
+fn answered(env: &TestEnv, path: &str) -> usize {
+    env.simulator.received().iter().filter(|r| r.path == path && r.answered_status == 200).count()
+}
+
+/// Weights (SPEC §12): the platform operator gives a tenant weight 2 (the
+/// admin API checks it); while it and a weight-1 tenant both have a backlog
+/// to slow receivers, the worker's slots are shared 2:1 and so are the
+/// deliveries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weight_2_tenant_is_delivered_twice_as_fast_as_a_weight_1_tenant_while_both_wait() {
+    const HEAVY: &str = "/sim/slow/200";
+    const LIGHT: &str = "/sim/slow/201";
+    let mut config = TestConfig { run_worker: false, ..sharded() };
+    config.worker.concurrency = 12;
+    let mut env = TestEnv::start_with(config).await;
+    let admin = Some(env.config.admin_token.clone());
+    let path = format!("/admin/v1/tenants/{}/weight", env.tenant_id);
+    for bad in [json!({ "weight": 0 }), json!({ "weight": 101 }), json!({ "weight": "2" }), json!({})] {
+        let refused = env.request(reqwest::Method::PUT, &path, admin.as_deref(), Some(bad.clone())).await;
+        refused.expect_problem(422);
+    }
+    let set = env.request(reqwest::Method::PUT, &path, admin.as_deref(), Some(json!({ "weight": 2 }))).await;
+    assert_eq!((set.status, &set.body["weight"]), (200, &json!(2)), "{:?}", set.body);
+
+    env.create_endpoint(HEAVY, &["heavy.x"], json!({ "max_in_flight": 100 })).await;
+    let (_, light_key) = tenant_apart(&env).await;
+    endpoint_for(&env, &light_key, LIGHT, &["light.x"], json!({ "max_in_flight": 100 })).await;
+    post_many(&env, "heavy.x", 300).await;
+    let events: Vec<Value> = (0..300).map(|n| json!({ "event_type": "light.x", "payload": { "n": n } })).collect();
+    let light_batch = env
+        .request(reqwest::Method::POST, "/v1/events/batch", Some(&light_key), Some(json!({ "events": events })))
+        .await;
+    assert_eq!(light_batch.status, 200, "{:?}", light_batch.body);
+    // Both backlogs are queued before the worker takes its first slot.
+    env.start_worker().await;
+
+    // Past the start, both still waiting: count each tenant's deliveries
+    // while the weight-2 tenant receives 120 more.
+    let at = |heavy: usize, light: usize| {
+        let env = &env;
+        move || async move {
+            let (h, l) = (answered(env, HEAVY), answered(env, LIGHT));
+            if h >= heavy && l >= light {
+                Ok((h, l))
+            } else {
+                Err(format!("{h} heavy and {l} light deliveries so far"))
+            }
+        }
+    };
+    let (heavy_before, light_before) = eventually(WAIT, at(30, 15)).await;
+    let (heavy_after, light_after) = eventually(WAIT, at(heavy_before + 120, 0)).await;
+    let (heavy, light) = (heavy_after - heavy_before, light_after - light_before);
+    let ratio = heavy as f64 / light.max(1) as f64;
+    println!("while both waited: weight 2 got {heavy} deliveries, weight 1 got {light} ({ratio:.2}×)");
+    assert!(light_after < 300, "the weight-1 tenant still had a backlog ({light_after} of 300 delivered)");
+    assert!((1.8..=2.2).contains(&ratio), "weight 2 got {ratio:.2}× the weight-1 tenant's deliveries");
+}
