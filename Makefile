@@ -5,7 +5,7 @@ export RELAYOPS_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/%2f
 export RELAYOPS_REDIS_URL ?= redis://127.0.0.1:6379
 export RELAYOPS_LOG ?= warn
 
-.PHONY: demo test services lint run bench bench-backlog bench-queueing bench-scale-out bench-smoke clean-test-databases
+.PHONY: demo test services lint run bench bench-backlog bench-queueing bench-scale-out bench-many-tenants bench-smoke clean-test-databases
 .PHONY: aws-lint lambda-smoke watch lambda-build sam-build
 
 ## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
@@ -75,6 +75,16 @@ bench-scale-out: services
 	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_MAX_READY_DEPTH=1000000 \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios scale-out \
+	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+
+## The many-tenants scenario: `relayops api` (no worker) + the bench, which
+## makes 10,000 quiet tenants and runs them beside two loud ones with 1 and
+## 2 worker processes of its own.
+bench-many-tenants: services
+	cargo build --release -q -p relayops -p relayops-bench
+	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_MAX_READY_DEPTH=1000000 \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios many-tenants \
 	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
 
 ## Generated requests against the running API (OpenAPI-driven): no 5xx allowed.

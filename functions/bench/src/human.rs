@@ -116,6 +116,52 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
         );
         println!("           {}", describe(&p["cost"]));
     }
+    for (_, m) in report.iter().filter(|(key, _)| key.starts_with("many_tenants_")) {
+        let quiet = |q: &serde_json::Value| {
+            format!(
+                "p50 {} p95 {} p99 {} max {} ms ({} of {} delivered)",
+                f(&q["end_to_end"]["p50_ms"]),
+                f(&q["end_to_end"]["p95_ms"]),
+                f(&q["end_to_end"]["p99_ms"]),
+                f(&q["end_to_end"]["max_ms"]),
+                q["delivered"],
+                q["events"]
+            )
+        };
+        let loud = |l: &serde_json::Value| {
+            format!(
+                "burst {} deliveries/s, slow flood {} deliveries/s{}",
+                f(&l["burst_deliveries_per_sec"]),
+                f(&l["flood_deliveries_per_sec"]),
+                if l["complete"] == true { "" } else { " INCOMPLETE" }
+            )
+        };
+        println!(
+            "many       {} quiet tenants at {} events/s, {} worker(s): quiet alone {}; beside the loud {} ({}× p99)",
+            m["tenants"],
+            m["offered_events_per_sec"],
+            m["workers"],
+            quiet(&m["quiet_alone"]),
+            quiet(&m["quiet_beside_loud"]),
+            f(&m["quiet_p99_ratio"])
+        );
+        let split = &m["quiet_beside_loud"]["cornered"];
+        if !split.is_null() {
+            println!(
+                "           beside the loud, the {} quiet tenants both of whose shards are a loud tenant's ({} events): p50 {} p99 {} max {} ms; the others p50 {} p99 {} max {} ms",
+                split["cornered_tenants"], split["cornered_events"],
+                f(&split["cornered_end_to_end"]["p50_ms"]), f(&split["cornered_end_to_end"]["p99_ms"]),
+                f(&split["cornered_end_to_end"]["max_ms"]), f(&split["others_end_to_end"]["p50_ms"]),
+                f(&split["others_end_to_end"]["p99_ms"]), f(&split["others_end_to_end"]["max_ms"])
+            );
+        }
+        println!(
+            "           loud alone: {}; beside the quiet: {} ({}× the burst's rate)",
+            loud(&m["loud_alone"]),
+            loud(&m["loud_beside_quiet"]),
+            f(&m["burst_rate_ratio"])
+        );
+    }
     if let Some(c) = report.get("console") {
         println!("console    {} deliveries; {} requests per page:", c["deliveries"], c["rounds"]);
         if let Some(pages) = c["pages"].as_object() {

@@ -15,6 +15,7 @@ mod cost;
 mod human;
 mod idle;
 mod machine;
+mod many_tenants;
 mod memory;
 mod noisy;
 mod noisy_tenant;
@@ -61,10 +62,11 @@ struct Args {
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
     /// delivery-batched, fanout, fanout-batched, ordered, paced, slow, backlog,
-    /// queueing, console, noisy-neighbour, recovery, scale-out (not run unless named). `fanout` and `fanout-batched` run once per
+    /// queueing, console, noisy-neighbour, recovery, scale-out, many-tenants
+    /// (not run unless named). `fanout` and `fanout-batched` run once per
     /// `--fanout-endpoints` count, `ordered` once per `--ordered-keys` count,
     /// `queueing` once per `--queueing-subscribers` count.
-    /// `backlog`, `queueing` and `scale-out` need `--relayops-bin` and a target running
+    /// `backlog`, `queueing`, `scale-out` and `many-tenants` need `--relayops-bin` and a target running
     /// without a worker (`relayops api`).
     #[arg(long, default_value = "ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow")]
     scenarios: String,
@@ -117,7 +119,26 @@ struct Args {
     /// `scale-out`: events each run posts.
     #[arg(long, default_value_t = 20_000)]
     scale_events: usize,
-    /// The `relayops` binary the `backlog`, `queueing` and `scale-out` scenarios run `worker` from.
+    /// `many-tenants`: the quiet tenants, each with one endpoint.
+    #[arg(long, default_value_t = 10_000)]
+    many_tenants: usize,
+    /// `many-tenants`: the quiet tenants' events per second in all, round robin.
+    #[arg(long, default_value_t = 500)]
+    many_rate: u32,
+    /// `many-tenants`: how long the quiet tenants post in each phase, seconds.
+    #[arg(long, default_value_t = 40)]
+    many_secs: u64,
+    /// `many-tenants`: the loud tenant's burst to a fast endpoint, events.
+    #[arg(long, default_value_t = 50_000)]
+    many_burst_events: usize,
+    /// `many-tenants`: the other loud tenant's flood to a 2 s endpoint, events.
+    #[arg(long, default_value_t = 5_000)]
+    many_flood_events: usize,
+    /// `many-tenants`: worker processes of each run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    many_workers: Vec<usize>,
+    /// The `relayops` binary the `backlog`, `queueing`, `scale-out` and
+    /// `many-tenants` scenarios run `worker` from.
     #[arg(long)]
     relayops_bin: Option<String>,
     /// Deliveries the `console` scenario's tenant gets before its pages are timed.
@@ -219,7 +240,7 @@ async fn main() -> anyhow::Result<()> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
     wait_until_ready(&http, &args.api).await?;
 
-    let tenant::BenchTenant { api_key, email, password } = tenant::fresh(&pool, "bench").await?;
+    let tenant::BenchTenant { api_key, email, password, .. } = tenant::fresh(&pool, "bench").await?;
 
     let (receiver, receiver_url) = receiver::start().await?;
     let metrics_also = args.metrics_also.clone();
@@ -308,6 +329,21 @@ async fn main() -> anyhow::Result<()> {
         for publishers in &args.scale_publishers {
             let figures = run.publishers(*publishers).await?;
             report.insert(format!("scale_out_publishers_{publishers}"), serde_json::to_value(figures)?);
+        }
+    }
+    if scenarios.contains(&"many-tenants") {
+        anyhow::ensure!(args.many_tenants > 0 && args.many_rate > 0, "--many-tenants and --many-rate: at least 1");
+        let run = many_tenants::ManyTenantsRun {
+            api_only: api_only(&args, &target, &pool, "many-tenants")?,
+            tenants: args.many_tenants,
+            rate: args.many_rate,
+            secs: args.many_secs,
+            burst_events: args.many_burst_events,
+            flood_events: args.many_flood_events,
+        };
+        let quiet = run.quiet_tenants().await?;
+        for workers in &args.many_workers {
+            report.insert(format!("many_tenants_{workers}"), serde_json::to_value(run.run(&quiet, *workers).await?)?);
         }
     }
     if scenarios.contains(&"console") {

@@ -50,6 +50,15 @@ impl Receiver {
             .unwrap_or(0)
     }
 
+    /// How many deliveries arrived at the hook named `hook`, and when the
+    /// last of them first arrived.
+    pub fn last_arrival_at(&self, hook: &str) -> (usize, Option<Instant>) {
+        let Ok(arrivals) = self.arrivals.lock() else { return (0, None) };
+        let at: Vec<Instant> =
+            arrivals.by_delivery.values().filter(|(_, _, name)| name == hook).map(|(_, at, _)| *at).collect();
+        (at.len(), at.iter().max().copied())
+    }
+
     /// When the last delivery so far first arrived.
     pub fn last_arrival(&self) -> Option<Instant> {
         self.arrivals.lock().ok()?.by_delivery.values().map(|(_, at, _)| *at).max()
