@@ -57,35 +57,34 @@ bench-backlog: services
 	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios backlog --backlog-events $${BACKLOG:-100000} \
 	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
 
+## `relayops api` (no worker; the ready queue may hold every queued delivery,
+## no backpressure) + the bench running the scenario $(1), which starts the
+## workers (and publishers) it needs itself.
+define api_only_bench
+	cargo build --release -q -p relayops -p relayops-bench
+	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_MAX_READY_DEPTH=1000000 \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
+	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios $(1) \
+	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+endef
+
 ## The API-only scenario: `relayops api` (no worker) + the bench, which queues
 ## events to 1, 10 and 100 subscribers and, after each, starts a worker to drain
 ## them. The ready queue may hold every queued delivery (no backpressure).
 bench-queueing: services
-	cargo build --release -q -p relayops -p relayops-bench
-	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_MAX_READY_DEPTH=1000000 \
-	  $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
-	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios queueing \
-	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+	$(call api_only_bench,queueing)
 
 ## The scale-out scenario: `relayops api` (no worker) + the bench, which drains
 ## a queue with 1, 2 and 4 worker processes, then runs the whole pipeline with
 ## 1 and 2 publishers (the API's and `relayops publisher`) and two workers.
 bench-scale-out: services
-	cargo build --release -q -p relayops -p relayops-bench
-	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_MAX_READY_DEPTH=1000000 \
-	  $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
-	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios scale-out \
-	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+	$(call api_only_bench,scale-out)
 
 ## The many-tenants scenario: `relayops api` (no worker) + the bench, which
 ## makes 10,000 quiet tenants and runs them beside two loud ones with 1 and
 ## 2 worker processes of its own.
 bench-many-tenants: services
-	cargo build --release -q -p relayops -p relayops-bench
-	RELAYOPS_LOG=warn RELAYOPS_OUTBOUND_ALLOW_CIDRS=127.0.0.1/32 RELAYOPS_MAX_READY_DEPTH=1000000 \
-	  $${CARGO_TARGET_DIR:-target}/release/relayops api & pid=$$!; \
-	  $${CARGO_TARGET_DIR:-target}/release/relayops-bench --scenarios many-tenants \
-	  --relayops-bin $${CARGO_TARGET_DIR:-target}/release/relayops $(BENCH_ARGS); status=$$?; kill $$pid; exit $$status
+	$(call api_only_bench,many-tenants)
 
 ## Generated requests against the running API (OpenAPI-driven): no 5xx allowed.
 .PHONY: schemathesis openapi

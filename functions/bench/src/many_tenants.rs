@@ -140,10 +140,7 @@ impl ManyTenantsRun<'_> {
 
     /// Every phase with `workers` worker processes running.
     pub async fn run(&self, quiet: &QuietTenants, workers: usize) -> anyhow::Result<ManyTenantsFigures> {
-        let mut children = Vec::new();
-        for _ in 0..workers {
-            children.push(self.api_only.spawn_role("worker")?);
-        }
+        let children = self.api_only.spawn_roles("worker", workers)?;
         let label = format!("many-tenants, {workers} worker(s)");
         eprintln!("[{label}] the quiet tenants alone");
         let quiet_alone = self.quiet_load(quiet, None).await;
@@ -154,9 +151,7 @@ impl ManyTenantsRun<'_> {
         let (quiet_beside_loud, loud_beside_quiet) =
             tokio::join!(self.quiet_load(quiet, Some(&loud.ids)), self.loud(&loud, &together));
         let loud_beside_quiet = loud_beside_quiet?;
-        for mut child in children {
-            let _ = child.kill().await;
-        }
+        ApiOnly::stop_all(children).await;
         let ratio = |a: f64, b: f64| if b > 0.0 { (a / b * 100.0).round() / 100.0 } else { 0.0 };
         Ok(ManyTenantsFigures {
             tenants: self.tenants,

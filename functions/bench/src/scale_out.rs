@@ -83,16 +83,11 @@ impl ScaleOutRun<'_> {
         let statements = StatementTime::start(api_only.pool).await?;
         let meter = Meter::start();
         let started = Instant::now();
-        let mut children = Vec::new();
-        for _ in 0..workers {
-            children.push(api_only.spawn_role("worker")?);
-        }
+        let children = api_only.spawn_roles("worker", workers)?;
         let drained = api_only.await_drain(&hooks, queued.accepted, started, &label).await;
         target.await_recorded().await?;
         let cost = meter.finish("deliveries", drained.delivered);
-        for mut child in children {
-            let _ = child.kill().await;
-        }
+        ApiOnly::stop_all(children).await;
         Ok(WorkersFigures {
             workers,
             deliveries: drained.delivered,
@@ -113,13 +108,8 @@ impl ScaleOutRun<'_> {
         let event_type = format!("bench.scale-p{publishers}");
         target.endpoint(&format!("hook/{hooks}0"), &event_type, 1000).await?;
         target.receiver.reset();
-        let mut children = Vec::new();
-        for _ in 1..publishers {
-            children.push(api_only.spawn_role("publisher")?);
-        }
-        for _ in 0..PUBLISHER_RUN_WORKERS {
-            children.push(api_only.spawn_role("worker")?);
-        }
+        let mut children = api_only.spawn_roles("publisher", publishers - 1)?;
+        children.extend(api_only.spawn_roles("worker", PUBLISHER_RUN_WORKERS)?);
         eprintln!("[{label}] posting {} events with {PUBLISHER_RUN_WORKERS} workers running", self.events);
         let statements = StatementTime::start(api_only.pool).await?;
         let meter = Meter::start();
@@ -128,9 +118,7 @@ impl ScaleOutRun<'_> {
         let drained = api_only.await_drain(&hooks, posted.accepted, started, &label).await;
         target.await_recorded().await?;
         let cost = meter.finish("deliveries", drained.delivered);
-        for mut child in children {
-            let _ = child.kill().await;
-        }
+        ApiOnly::stop_all(children).await;
         Ok(PublishersFigures {
             publishers,
             workers: PUBLISHER_RUN_WORKERS,

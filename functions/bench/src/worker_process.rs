@@ -56,11 +56,19 @@ impl ApiOnly<'_> {
         Ok(command.spawn()?)
     }
 
-    /// Starts `<relayops_bin> <role>` (`worker`, `publisher`) with the
-    /// product's defaults and no operations port, so that several run side by
-    /// side; it is killed when the child is dropped.
-    pub fn spawn_role(&self, role: &str) -> anyhow::Result<tokio::process::Child> {
-        Ok(self.role(role).spawn()?)
+    /// Starts `count` processes of `<relayops_bin> <role>` (`worker`,
+    /// `publisher`) with the product's defaults and no operations port, so
+    /// that several run side by side; each is killed when dropped.
+    pub fn spawn_roles(&self, role: &str, count: usize) -> anyhow::Result<Vec<tokio::process::Child>> {
+        (0..count).map(|_| Ok(self.role(role).spawn()?)).collect()
+    }
+
+    /// Kills the processes [`spawn_roles`](Self::spawn_roles) started and
+    /// waits until they are gone.
+    pub async fn stop_all(children: Vec<tokio::process::Child>) {
+        for mut child in children {
+            let _ = child.kill().await;
+        }
     }
 
     fn role(&self, role: &str) -> tokio::process::Command {

@@ -121,11 +121,12 @@ impl FairSlots {
     /// fewest for its weight (under its share), oldest waiter first within a
     /// tenant.
     fn grant(self: &Arc<Self>, state: &mut State) {
+        let weights = self.weights.read();
         while state.free > 0 {
             let next = state
                 .waiting
                 .keys()
-                .map(|tenant| (*tenant, state.held.get(tenant).copied().unwrap_or(0), self.weights.of(*tenant)))
+                .map(|tenant| (*tenant, state.held.get(tenant).copied().unwrap_or(0), weights.of(*tenant)))
                 .filter(|(_, held, _)| *held < self.share.0)
                 // held_a / weight_a < held_b / weight_b, without dividing.
                 .min_by(|(_, held_a, weight_a), (_, held_b, weight_b)| {

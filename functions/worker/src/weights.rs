@@ -5,7 +5,7 @@
 //! only the tenants whose weight is not 1 (a partial index holds them), so
 //! the cost does not grow with the tenants, and a lookup is a map's.
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use relayops_shared::db::{DbError, Pool};
@@ -23,10 +23,20 @@ pub struct TenantWeights {
     weights: RwLock<HashMap<TenantId, u16>>,
 }
 
-impl TenantWeights {
+/// The weights as read at one moment, for several lookups under one lock.
+pub struct Weights<'a>(RwLockReadGuard<'a, HashMap<TenantId, u16>>);
+
+impl Weights<'_> {
     /// `tenant`'s weight: 1 unless set.
     pub fn of(&self, tenant: TenantId) -> u16 {
-        self.weights.read().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&tenant).copied().unwrap_or(1)
+        self.0.get(&tenant).copied().unwrap_or(1)
+    }
+}
+
+impl TenantWeights {
+    /// The weights now (hold it for a decision, not across an await).
+    pub fn read(&self) -> Weights<'_> {
+        Weights(self.weights.read().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     /// Replaces the weights (a fresh read of every weight other than 1).
@@ -39,15 +49,8 @@ impl TenantWeights {
     pub async fn refresh_until(self: Arc<Self>, pool: Pool, mut stopping: watch::Receiver<bool>) {
         let mut failing = false;
         loop {
-            let read = async {
-                let client = pool.get().await.map_err(DbError::from)?;
-                tenants::weights_other_than_one(&client).await
-            };
-            match read.await {
-                Ok(weights) => {
-                    self.replace(weights.into_iter().collect());
-                    failing = false;
-                }
+            match self.refresh(&pool).await {
+                Ok(()) => failing = false,
                 Err(error) if !failing => {
                     failing = true;
                     tracing::warn!(
@@ -62,5 +65,32 @@ impl TenantWeights {
                 _ = stop_requested(&mut stopping) => return,
             }
         }
+    }
+
+    /// One read of the weights; on failure the ones it had stay.
+    async fn refresh(&self, pool: &Pool) -> Result<(), DbError> {
+        let client = pool.get().await?;
+        self.replace(tenants::weights_other_than_one(&client).await?.into_iter().collect());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use relayops_shared::config::DatabaseConfig;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn weights_stay_as_they_were_when_postgres_cannot_be_read() {
+        let weights = TenantWeights::default();
+        let heavy = TenantId::new();
+        weights.replace([(heavy, 3)].into_iter().collect());
+        // Nothing listens on port 1: the read fails as Postgres being down does.
+        let unreachable = DatabaseConfig::new("postgres://relayops:relayops@127.0.0.1:1/relayops", 1);
+        let pool = relayops_shared::db::connect_pool(&unreachable).unwrap();
+        assert!(weights.refresh(&pool).await.is_err(), "the read fails");
+        assert_eq!(weights.read().of(heavy), 3, "the last weights stay");
+        assert_eq!(weights.read().of(TenantId::new()), 1, "others weigh 1");
     }
 }

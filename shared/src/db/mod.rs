@@ -31,18 +31,13 @@ pub fn connect_pool(config: &DatabaseConfig) -> Result<Pool, DbError> {
     pool_on(&config.url, config.pool_size, Duration::from_secs(5))
 }
 
-/// The reader's pool (`RELAYOPS_DATABASE_READ_URL`), when one is configured,
-/// as [`connect_pool`] with shorter waits: a reader that does not answer
-/// sends reads to the writer (`reads`) instead of holding them.
-pub fn connect_reader_pool(config: &DatabaseConfig) -> Result<Option<Pool>, DbError> {
-    config.read_url.as_deref().map(|url| pool_on(url, config.pool_size, Duration::from_secs(2))).transpose()
-}
-
-/// [`connect_pool`] and [`connect_reader_pool`] for [`Reads`]: the writer's,
-/// with the reader's beside it when configured.
+/// [`Reads`] over `writer` (from [`connect_pool`]) and, when
+/// `RELAYOPS_DATABASE_READ_URL` is set, a reader's pool as [`connect_pool`]
+/// makes one with shorter waits: a reader that does not answer sends reads
+/// to the writer (`reads`) instead of holding them.
 pub fn connect_reads(config: &DatabaseConfig, writer: &Pool) -> Result<Reads, DbError> {
-    Ok(match connect_reader_pool(config)? {
-        Some(reader) => Reads::with_reader(writer.clone(), reader),
+    Ok(match config.read_url.as_deref() {
+        Some(url) => Reads::with_reader(writer.clone(), pool_on(url, config.pool_size, Duration::from_secs(2))?),
         None => Reads::writer_only(writer.clone()),
     })
 }

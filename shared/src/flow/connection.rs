@@ -14,6 +14,7 @@ use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 
+use super::breaker::Circuit;
 use super::FlowError;
 use crate::config::FlowConfig;
 
@@ -40,6 +41,16 @@ impl RedisConnection {
             Ok(Self::Cluster(open_cluster(&urls, certificates, config.redis_timeout)?))
         } else {
             Ok(Self::Single(open_single(urls[0], certificates, config.redis_timeout)?))
+        }
+    }
+
+    /// The circuit a call on `key` belongs to (`breaker`): its hash slot in
+    /// a cluster, so a failed shard degrades only its keys; the one server
+    /// otherwise.
+    pub(super) fn circuit(&self, key: &str) -> Circuit {
+        match self {
+            Self::Single(_) => 0,
+            Self::Cluster(_) => key_slot(key),
         }
     }
 }

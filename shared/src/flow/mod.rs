@@ -34,7 +34,7 @@ pub use local::LocalSlot;
 
 use crate::config::FlowConfig;
 use crate::observe::names;
-use breaker::{Breaker, Circuit, Permit};
+use breaker::{Breaker, Permit};
 use connection::RedisConnection;
 use local::LocalLimits;
 
@@ -59,8 +59,6 @@ pub enum FlowError {
 #[derive(Clone)]
 pub struct FlowControl {
     connection: RedisConnection,
-    /// Whether Redis is a cluster: each hash slot is then a circuit of its own.
-    cluster: bool,
     prefix: String,
     timeout: Duration,
     breaker: Arc<Breaker>,
@@ -90,7 +88,6 @@ impl FlowControl {
         metrics::gauge!(names::FLOW_DEGRADED).set(0.0);
         Ok(Self {
             connection,
-            cluster: config.redis_cluster,
             prefix: config.key_prefix.clone(),
             timeout: config.redis_timeout,
             breaker: Arc::new(Breaker::new(config.redis_retry)),
@@ -109,16 +106,6 @@ impl FlowControl {
         }
     }
 
-    /// The circuit a call on `key` belongs to: its hash slot in a cluster,
-    /// the one server otherwise.
-    fn circuit(&self, key: &str) -> Circuit {
-        if self.cluster {
-            connection::key_slot(key)
-        } else {
-            0
-        }
-    }
-
     /// Runs a Redis call on `key` if its circuit allows it, and feeds its
     /// outcome back.
     async fn ask<T>(
@@ -126,7 +113,7 @@ impl FlowControl {
         key: &str,
         call: impl std::future::Future<Output = Result<T, FlowError>>,
     ) -> Result<T, FlowError> {
-        let circuit = self.circuit(key);
+        let circuit = self.connection.circuit(key);
         if self.breaker.permit(circuit) == Permit::Skip {
             return Err(FlowError::CircuitOpen);
         }
