@@ -84,7 +84,7 @@ pub struct TestConfig {
     pub admin_token: String,
     /// How ingest writes deliveries (the production default unless a test changes it).
     pub ingest: IngestConfig,
-    /// Ready queues (`RELAYOPS_READY_SHARDS`): the production default (8),
+    /// Ready queues (`RELAYOPS_READY_SHARDS`): the production default (10),
     /// so every test runs the shards production runs.
     pub ready_shards: u16,
 }

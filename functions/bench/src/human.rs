@@ -119,13 +119,18 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
     for (_, m) in report.iter().filter(|(key, _)| key.starts_with("many_tenants_")) {
         let quiet = |q: &serde_json::Value| {
             format!(
-                "p50 {} p95 {} p99 {} max {} ms ({} of {} delivered)",
+                "p50 {} p95 {} p99 {} max {} ms ({} of {} delivered; ingest p50 {} p99 {} ms, {} refusals retried; after the answer p50 {} p99 {} ms)",
                 f(&q["end_to_end"]["p50_ms"]),
                 f(&q["end_to_end"]["p95_ms"]),
                 f(&q["end_to_end"]["p99_ms"]),
                 f(&q["end_to_end"]["max_ms"]),
                 q["delivered"],
-                q["events"]
+                q["events"],
+                f(&q["ingest"]["p50_ms"]),
+                f(&q["ingest"]["p99_ms"]),
+                q["refused"],
+                f(&q["after_answer"]["p50_ms"]),
+                f(&q["after_answer"]["p99_ms"])
             )
         };
         let loud = |l: &serde_json::Value| {

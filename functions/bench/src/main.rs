@@ -131,6 +131,9 @@ struct Args {
     /// `many-tenants`: the loud tenant's burst to a fast endpoint, events.
     #[arg(long, default_value_t = 50_000)]
     many_burst_events: usize,
+    /// `many-tenants`: clients posting the burst's batches of 500 at once.
+    #[arg(long, default_value_t = 4)]
+    many_burst_clients: usize,
     /// `many-tenants`: the other loud tenant's flood to a 2 s endpoint, events.
     #[arg(long, default_value_t = 5_000)]
     many_flood_events: usize,
@@ -339,6 +342,7 @@ async fn main() -> anyhow::Result<()> {
             rate: args.many_rate,
             secs: args.many_secs,
             burst_events: args.many_burst_events,
+            burst_clients: args.many_burst_clients.max(1),
             flood_events: args.many_flood_events,
         };
         let quiet = run.quiet_tenants().await?;

@@ -48,6 +48,12 @@ pub struct QuietFigures {
     pub events: usize,
     pub delivered: usize,
     pub end_to_end: Percentiles,
+    /// Of that, first send → the answer that stored the event (refusals
+    /// retried included), and the answer → arrival.
+    pub ingest: Percentiles,
+    pub after_answer: Percentiles,
+    /// 503/429 answers the clients retried (the protocol's Retry-After).
+    pub refused: usize,
     /// With the loud tenants: the quiet tenants both of whose ready shards
     /// are a loud tenant's, their events and end to end; and everyone else's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -92,6 +98,7 @@ pub struct ManyTenantsRun<'a> {
     pub rate: u32,
     pub secs: u64,
     pub burst_events: usize,
+    pub burst_clients: usize,
     pub flood_events: usize,
 }
 
@@ -183,17 +190,26 @@ impl ManyTenantsRun<'_> {
     /// split by whether a quiet tenant's shards are both theirs.
     async fn quiet_load(&self, quiet: &QuietTenants, loud: Option<&[TenantId; 2]>) -> QuietFigures {
         let receiver = &self.api_only.target.receiver;
-        let sent: Arc<Mutex<Vec<(String, Instant, usize)>>> = Arc::default();
+        let sent: Arc<Mutex<Vec<QuietSent>>> = Arc::default();
+        let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let events = (u64::from(self.rate) * self.secs) as usize;
         let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(self.rate.max(1))));
         let mut posts = tokio::task::JoinSet::new();
         for n in 0..events {
             ticks.tick().await;
             let index = n % quiet.targets.len();
-            let (tenant, sent) = (quiet.targets[index].clone(), Arc::clone(&sent));
+            let (tenant, sent, refused) = (quiet.targets[index].clone(), Arc::clone(&sent), Arc::clone(&refused));
             posts.spawn(async move {
-                if let (Ok(posted), _) = tenant.post_one("many.quiet", n).await {
-                    sent.lock().unwrap_or_else(|p| p.into_inner()).push((posted.id, posted.first_sent, index));
+                let (posted, refusals) = tenant.post_one("many.quiet", n).await;
+                refused.fetch_add(refusals.len(), std::sync::atomic::Ordering::Relaxed);
+                if let Ok(posted) = posted {
+                    let quiet = QuietSent {
+                        event: posted.id,
+                        first_sent: posted.first_sent,
+                        answered: posted.answered,
+                        tenant: index,
+                    };
+                    sent.lock().unwrap_or_else(|p| p.into_inner()).push(quiet);
                 }
             });
         }
@@ -203,12 +219,16 @@ impl ManyTenantsRun<'_> {
         loop {
             let arrived = arrivals_of(receiver, &sent);
             if arrived.len() >= sent.len() || Instant::now() > deadline {
-                let latency = |(event, first_sent, _): &(String, Instant, usize)| {
-                    arrived.get(event).map(|at| at.saturating_duration_since(*first_sent).as_secs_f64() * 1000.0)
+                let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
+                let latency = |sent: &QuietSent| {
+                    arrived.get(&sent.event).map(|at| ms(at.saturating_duration_since(sent.first_sent)))
+                };
+                let after_answer = |sent: &QuietSent| {
+                    arrived.get(&sent.event).map(|at| ms(at.saturating_duration_since(sent.answered)))
                 };
                 let cornered = loud.map(|loud| {
                     let is_cornered = cornered_by(loud, &quiet.ids);
-                    let (inside, outside): (Vec<_>, Vec<_>) = sent.iter().partition(|sent| is_cornered[sent.2]);
+                    let (inside, outside): (Vec<_>, Vec<_>) = sent.iter().partition(|sent| is_cornered[sent.tenant]);
                     Split {
                         cornered_tenants: is_cornered.iter().filter(|c| **c).count(),
                         cornered_events: inside.len(),
@@ -220,6 +240,9 @@ impl ManyTenantsRun<'_> {
                     events: sent.len(),
                     delivered: arrived.len(),
                     end_to_end: percentiles(sent.iter().filter_map(latency).collect()),
+                    ingest: percentiles(sent.iter().map(|sent| ms(sent.answered - sent.first_sent)).collect()),
+                    after_answer: percentiles(sent.iter().filter_map(after_answer).collect()),
+                    refused: refused.load(std::sync::atomic::Ordering::Relaxed),
                     cornered,
                 };
             }
@@ -237,7 +260,7 @@ impl ManyTenantsRun<'_> {
         flood.endpoint(&format!("slow/{SLOW_MS}/flood-{phase}"), "many.flood", SLOW_MAX_IN_FLIGHT).await?;
         let started = Instant::now();
         let (burst_posted, flood_posted) = tokio::join!(
-            burst.ingest_batches("many.burst", self.burst_events, 500, 4),
+            burst.ingest_batches("many.burst", self.burst_events, 500, self.burst_clients),
             flood.ingest_batches("many.flood", self.flood_events, 500, 1),
         );
         let expected = |posted: &crate::scenarios::BatchFigures| posted.accepted;
@@ -284,10 +307,19 @@ fn cornered_by(loud: &[TenantId; 2], quiet: &[TenantId]) -> Vec<bool> {
         .collect()
 }
 
+/// One quiet event stored: its id, when it was first sent and answered, and
+/// its tenant (an index into `QuietTenants`).
+struct QuietSent {
+    event: String,
+    first_sent: Instant,
+    answered: Instant,
+    tenant: usize,
+}
+
 /// When each of the events `sent` first arrived, by event id.
-fn arrivals_of(receiver: &crate::receiver::Receiver, sent: &[(String, Instant, usize)]) -> HashMap<String, Instant> {
+fn arrivals_of(receiver: &crate::receiver::Receiver, sent: &[QuietSent]) -> HashMap<String, Instant> {
     let Ok(arrivals) = receiver.arrivals.lock() else { return HashMap::new() };
-    let wanted: std::collections::HashSet<&str> = sent.iter().map(|(event, _, _)| event.as_str()).collect();
+    let wanted: std::collections::HashSet<&str> = sent.iter().map(|sent| sent.event.as_str()).collect();
     arrivals
         .by_delivery
         .values()

@@ -105,6 +105,9 @@ pub struct Publisher {
     housekeeping_in_own_tasks: AtomicBool,
     /// Whether the last attempt to reach the broker worked (for readiness).
     broker_connected: tokio::sync::watch::Sender<bool>,
+    /// Where the next claim's walk over the tenants starts
+    /// (`outbox::claim_batch`).
+    turn: std::sync::Mutex<outbox::TenantTurn>,
     /// The publisher's end of the hand-off from ingest in this process, once
     /// [`handoff`](Self::handoff) made one; the long-lived loop takes it.
     handed: std::sync::Mutex<Option<HandoffReceiver>>,
@@ -188,6 +191,7 @@ impl Publisher {
             housekeeping_in_own_tasks: AtomicBool::new(false),
             broker_connected: tokio::sync::watch::channel(false).0,
             handed: std::sync::Mutex::new(None),
+            turn: std::sync::Mutex::default(),
         }
     }
 
@@ -236,14 +240,15 @@ impl Publisher {
         // rather than claimed by a publisher that cannot publish them.
         let mut guard = self.session.lock().await;
         self.open_session(&mut guard).await?;
-        let messages =
-            outbox::claim_batch(&mut client, &self.owner, self.config.batch_size, self.config.claim_ttl).await?;
-        if messages.is_empty() {
+        let mut turn = *self.turn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (owner, limit, ttl) = (&self.owner, self.config.batch_size, self.config.claim_ttl);
+        let claimed = outbox::claim_batch(&mut client, owner, limit, ttl, &mut turn).await?;
+        *self.turn.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = turn;
+        if claimed.messages.is_empty() {
             return Ok((PublishReport::default(), false));
         }
-        let batch_was_full = messages.len() as i64 >= self.config.batch_size;
-        let (report, left_over) = self.publish_claimed(&mut client, guard, &messages, started).await?;
-        Ok((report, batch_was_full || left_over))
+        let (report, left_over) = self.publish_claimed(&mut client, guard, &claimed.messages, started).await?;
+        Ok((report, claimed.more || left_over))
     }
 
     /// Publishes rows ingest in this process wrote claimed by this publisher

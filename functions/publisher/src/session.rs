@@ -2,7 +2,10 @@
 //! each message to a ready queue goes to one of its tenant's shards, the
 //! less loaded (`ShardLoad`: depths sampled a few times a second by a task of
 //! the session's own, on a channel of its own, never in a publish's way; plus
-//! what this session published to each lately).
+//! what this session published to each lately) and, unless its tenant sends
+//! more than a shard's worth ([`TenantLoad`]), of the refuge shards
+//! (`broker::shards`).
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,10 +13,11 @@ use futures_util::future::join_all;
 use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::Confirmation;
 use lapin::{BasicProperties, Channel, Connection};
-use relayops_shared::broker::{self, BrokerError, Destination, QueueMessage, Topology};
+use relayops_shared::broker::{self, BrokerError, Destination, QueueMessage, ReadyShards, Topology};
 use relayops_shared::config::BrokerConfig;
 use relayops_shared::db::DbError;
 use relayops_shared::failpoint;
+use relayops_shared::ids::TenantId;
 use relayops_shared::repo::outbox_fanout::Outgoing;
 use relayops_shared::task::AbortOnDrop;
 use serde::Deserialize;
@@ -43,6 +47,50 @@ const DEPTH_SAMPLE_EVERY: Duration = Duration::from_millis(200);
 /// sample: a half-life of ~7 s.
 const RECENT_DECAY: f64 = 0.98;
 
+/// What remains of a tenant's sends in [`TenantLoad`] after each sample: a
+/// half-life of ~1 s, so a steady rate `r` settles near `1.5 r`.
+const TENANT_DECAY: f64 = 0.87;
+/// A tenant has a backlog (keeps to its own two shards, never the refuge
+/// shards) once its decayed sends reach either figure: about 130
+/// deliveries/s or 40 messages/s sustained, or a burst of that size. Well
+/// under a shard's worth (a worker's prefetch window on a shard is half its
+/// slots, in messages: 128 at the default 256, 8 at 16), so what a tenant
+/// sends the refuge shards before it is judged fits in the workers'
+/// windows and never queues there in front of a quiet tenant. Judged so
+/// wrongly, a tenant loses only the refuge: it still has its own two shards.
+const BACKLOG_DELIVERIES: f64 = 200.0;
+const BACKLOG_MESSAGES: f64 = 64.0;
+
+/// What one session sent each tenant lately, decayed by [`TENANT_DECAY`] at
+/// each sample; a tenant is dropped once what it sent has faded. Whether it
+/// has a backlog: from when either figure reaches its threshold until both
+/// are under half of it.
+#[derive(Debug, Default, Clone, Copy)]
+struct TenantLoad {
+    deliveries: f64,
+    messages: f64,
+    backlogged: bool,
+}
+
+impl TenantLoad {
+    fn sent(&mut self, deliveries: usize) -> bool {
+        self.deliveries += deliveries as f64;
+        self.messages += 1.0;
+        self.backlogged |= self.deliveries >= BACKLOG_DELIVERIES || self.messages >= BACKLOG_MESSAGES;
+        self.backlogged
+    }
+
+    /// Decays; `false` once nothing is left worth keeping.
+    fn decay(&mut self) -> bool {
+        self.deliveries *= TENANT_DECAY;
+        self.messages *= TENANT_DECAY;
+        if self.deliveries < BACKLOG_DELIVERIES / 2.0 && self.messages < BACKLOG_MESSAGES / 2.0 {
+            self.backlogged = false;
+        }
+        self.backlogged || self.messages >= 0.1
+    }
+}
+
 /// How loaded each ready shard is (indexed like `Topology::ready_shards`):
 /// its ready messages as last sampled, plus the deliveries this session
 /// sent it lately. The depth alone misses a shard whose messages all sit in
@@ -58,11 +106,21 @@ struct ShardLoad {
     /// Sampled depth + `recent`, kept up to date by both.
     score: Vec<f64>,
     sampled: Vec<u32>,
+    /// Per tenant that sent lately: whether it has a backlog.
+    tenants: HashMap<TenantId, TenantLoad>,
 }
 
 impl ShardLoad {
     fn new(shards: usize) -> Self {
-        Self { recent: vec![0.0; shards], score: vec![0.0; shards], sampled: vec![0; shards] }
+        Self { recent: vec![0.0; shards], score: vec![0.0; shards], sampled: vec![0; shards], tenants: HashMap::new() }
+    }
+
+    /// The shard a message of `deliveries` for `tenant` goes to, counted as sent.
+    fn route(&mut self, shards: &ReadyShards, tenant: TenantId, deliveries: usize) -> usize {
+        let backlogged = self.tenants.entry(tenant).or_default().sent(deliveries);
+        let chosen = shards.choose(tenant, backlogged, &self.score);
+        self.sent(chosen, deliveries);
+        chosen
     }
 
     fn sent(&mut self, shard: usize, deliveries: usize) {
@@ -78,6 +136,7 @@ impl ShardLoad {
             self.recent[shard] *= RECENT_DECAY;
             self.score[shard] = f64::from(self.sampled[shard]) + self.recent[shard];
         }
+        self.tenants.retain(|_, tenant| tenant.decay());
     }
 }
 
@@ -142,8 +201,7 @@ impl Session {
             Ok(Destination::Ready { tenant }) => {
                 let shards = &self.topology.ready_shards;
                 let mut load = self.load.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let chosen = shards.choose(tenant, &load.score);
-                load.sent(chosen, message.rows.iter().map(|(_, deliveries)| deliveries).sum());
+                let chosen = load.route(shards, tenant, message.rows.iter().map(|(_, deliveries)| deliveries).sum());
                 (&self.topology.exchange, &shards.all()[chosen].routing_key)
             }
             Ok(Destination::DeadLetters) | Err(_) => (&self.topology.dead_exchange, ""),
@@ -246,5 +304,48 @@ mod tests {
         load.sampled([Some(0), None, Some(7)].into_iter());
         assert_eq!(load.sampled, [0, 0, 7], "an unread shard keeps its last depth");
         assert!(load.score[2] > 7.0 && load.score[2] < 8.0, "{:?}", load.score);
+    }
+
+    #[test]
+    fn a_tenant_sending_more_than_a_shards_worth_keeps_to_its_own_shards_until_it_calms_down() {
+        let shards = ReadyShards::new("t", broker::DEFAULT_READY_SHARDS);
+        let mut load = ShardLoad::new(shards.all().len());
+        let (busy, quiet) = (TenantId::new(), TenantId::new());
+        let own = shards.candidates(busy);
+        let refuge = shards.refuge();
+        // A 500-event batch travels as 16 messages of up to 32 deliveries:
+        // the first spread over its own shards and the refuge shards.
+        let first: Vec<usize> = (0..6).map(|_| load.route(&shards, busy, 32)).collect();
+        assert!(first.iter().any(|shard| refuge.contains(shard)), "{first:?}");
+        // Past 200 deliveries, only its own two.
+        let later: Vec<usize> = (0..58).map(|_| load.route(&shards, busy, 32)).collect();
+        assert!(later.iter().all(|shard| [own.0, own.1].contains(shard)), "{later:?}");
+        // Four seconds after it stops (twenty samples), still judged by what it sent…
+        for _ in 0..20 {
+            load.sampled(std::iter::empty());
+        }
+        assert!(load.tenants[&busy].backlogged);
+        // …five seconds after, it may take refuge again.
+        for _ in 0..5 {
+            load.sampled(std::iter::empty());
+        }
+        assert!(!load.tenants[&busy].backlogged);
+        // A tenant posting one event at a time, 20 a second, never has a
+        // backlog: with its own shards the busier, it takes refuge.
+        for _ in 0..50 {
+            for _ in 0..4 {
+                let shard = load.route(&shards, quiet, 1);
+                let (a, b) = shards.candidates(quiet);
+                assert!(refuge.contains(&shard) || [a, b].contains(&shard));
+            }
+            load.sampled(
+                [Some(0), Some(0), Some(0), Some(0), Some(0), Some(0), Some(0), Some(0), Some(0), Some(0)].into_iter(),
+            );
+            assert!(!load.tenants[&quiet].backlogged);
+        }
+        for _ in 0..100 {
+            load.sampled(std::iter::empty());
+        }
+        assert!(load.tenants.is_empty(), "faded tenants are forgotten: {}", load.tenants.len());
     }
 }

@@ -159,8 +159,8 @@ impl Worker {
 /// Each shard's prefetch window: half the worker's concurrency (all of it
 /// with one ready queue), so that a tenant's two shards together can fill
 /// every slot (work-conserving: a tenant alone is not held back), while the
-/// messages held at once are bounded by the concurrency (four times it with
-/// eight shards), not by shards × concurrency — a bundle message carries an event's deliveries,
+/// messages held at once are bounded by the concurrency (five times it with
+/// the default ten shards), not by shards × concurrency — a bundle message carries an event's deliveries,
 /// and a fan-out held that many times over was most of the worker's memory.
 /// A delivery for a full endpoint does not hold its message while it waits:
 /// it is parked and acked ([`crate::admission`]).

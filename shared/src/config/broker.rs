@@ -22,12 +22,14 @@ pub struct BrokerConfig {
     /// 1800000,3600000,7200000,18000000,36000000`): the fixed delays of the retry
     /// queues, ascending. Changing them declares new queues; old ones drain.
     pub retry_delays_ms: Vec<u64>,
-    /// `RELAYOPS_READY_SHARDS` (default 8, at most 64): ready queues. With 1,
+    /// `RELAYOPS_READY_SHARDS` (default 10, at most 64): ready queues. With 1,
     /// every message goes to `<ns>.ready`. With more, first attempts go to
     /// `<ns>.ready.1` … `<ns>.ready.<n-1>`, each tenant to the less loaded
-    /// of its two (shuffle sharding), and `<ns>.ready` carries what comes back
-    /// (retries, postponements); workers consume them all, each with its own
-    /// prefetch. See ARCHITECTURE.md, "Fair delivery".
+    /// of its two (shuffle sharding) — from 6 on, the last two are the
+    /// refuge shards, where any tenant without a backlog may go — and
+    /// `<ns>.ready` carries what comes back (retries, postponements); workers
+    /// consume them all, each with its own prefetch. See `broker::shards`
+    /// and ARCHITECTURE.md, "Fair delivery".
     pub ready_shards: u16,
 }
 

@@ -64,6 +64,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0024_deliveries_wait_for_a_slot", include_str!("../../../migrations/0024_deliveries_wait_for_a_slot.sql")),
     ("0025_login_sessions", include_str!("../../../migrations/0025_login_sessions.sql")),
     ("0026_tenant_weights", include_str!("../../../migrations/0026_tenant_weights.sql")),
+    ("0027_outbox_tenant_turns", include_str!("../../../migrations/0027_outbox_tenant_turns.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -1,6 +1,6 @@
 //! The outbox, from the publisher's side: claim a batch (short transaction,
-//! `FOR UPDATE SKIP LOCKED`, so publishers run in parallel; an event's row
-//! comes with its pending deliveries), delete rows only
+//! `FOR UPDATE SKIP LOCKED`, so publishers run in parallel; tenants in turn;
+//! an event's row comes with its pending deliveries), delete rows only
 //! after the broker confirmed them (the outbox holds the work in flight and
 //! nothing else), release what failed, and reclaim the claims of publishers
 //! that died. Not tenant-scoped: rows are never chosen by a client.
@@ -14,10 +14,28 @@ use crate::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::{sql, GenericClient};
 
 /// The claim of a batch of rows (`FOR UPDATE SKIP LOCKED`, so publishers run
-/// in parallel) and, in the same statement, the deliveries each
-/// `event_deliveries.v1` row stands for: those of its event still `pending`
-/// (one result row per delivery; a row of any other kind, or an event with
-/// none left, comes once with no delivery). An event's row names its event
+/// in parallel), taken **fairly between tenants**, and, in the same
+/// statement, the deliveries each `event_deliveries.v1` row stands for.
+///
+/// Which rows: a walk over the tenants with pending rows (`walk`), in
+/// `tenant_id` order from just after `$4` (the last tenant the previous
+/// claim reached), wrapping round, at most `$2` tenants — each step one
+/// probe of the `(tenant_id, id) WHERE status = 'pending'` index, so the
+/// walk costs O(tenants visited), never O(rows waiting). Each tenant offers
+/// its oldest rows not locked by another claim, at most `per_tenant` (a fair
+/// share of the batch, at most four batches' worth in all), locked
+/// (`FOR UPDATE SKIP LOCKED`, so publishers run in parallel; the statement's
+/// locks last only as long as it), and the batch takes them round-robin:
+/// every tenant's first row, then every tenant's second, … up to `$2`. A
+/// tenant's lone event is thus in the next claim however many rows another
+/// tenant has waiting (oldest-first, it waited behind all of them), and a
+/// tenant alone still fills whole batches. `more` says whether rows may be
+/// left (a tenant offered all it could, or the walk stopped short); the
+/// statement returns the last tenant reached, where the next walk goes on.
+///
+/// The deliveries: those of each event row's event still `pending` (one
+/// result row per delivery; a row of any other kind, or an event with none
+/// left, comes once with no delivery). An event's row names its event
 /// in `event_id` (the ingest statements write it; no other row has one). Each
 /// event's lookup is a probe of the `(event_id, endpoint_id)` index of the one
 /// partition its id names (a nested loop, pruned per row at run time); the
@@ -30,26 +48,54 @@ use crate::repo::{sql, GenericClient};
 /// after the claim: a round trip and ~0.3 ms of Postgres per lone event more
 /// (issue 18).
 ///
-/// The rows are picked by `= ANY(ARRAY(…))`, which Postgres runs once (an
-/// init plan), never `IN (…)`: as a semi-join, the planner may run the
-/// locking sub-select again for each row it tests, and every run skips the
-/// rows the previous ones locked and takes the next `LIMIT` — one claim
-/// took thousands of rows in 27–31 s under a burst of ingest (the stalled
-/// publisher of ARCHITECTURE.md, "Fair delivery"), then released most of
-/// them as "left for the next batch".
-const CLAIM_BATCH: &str = "WITH claimed AS (
+/// The rows offered are locked in a CTE of their own, which Postgres runs
+/// once (it is read several times, so it is materialized), and the update
+/// takes them by `= ANY(ARRAY(…))`, never `IN (…)`: as a semi-join, the
+/// planner may run a locking sub-select again for each row it tests, and
+/// every run skips the rows the previous ones locked — one claim took
+/// thousands of rows in 27–31 s under a burst of ingest, then released most
+/// of them as "left for the next batch".
+const CLAIM_BATCH: &str = "WITH RECURSIVE walk (tenant_id, turn, first) AS (
+         SELECT n.tenant_id, 1::bigint, n.tenant_id
+         FROM (SELECT COALESCE(
+                  (SELECT tenant_id FROM relayops.outbox_messages
+                   WHERE status = 'pending' AND tenant_id > $4 ORDER BY tenant_id LIMIT 1),
+                  (SELECT tenant_id FROM relayops.outbox_messages
+                   WHERE status = 'pending' ORDER BY tenant_id LIMIT 1)) AS tenant_id) n
+         WHERE n.tenant_id IS NOT NULL
+       UNION ALL
+         SELECT n.tenant_id, w.turn + 1, w.first
+         FROM walk w CROSS JOIN LATERAL (SELECT COALESCE(
+                  (SELECT tenant_id FROM relayops.outbox_messages
+                   WHERE status = 'pending' AND tenant_id > w.tenant_id ORDER BY tenant_id LIMIT 1),
+                  (SELECT tenant_id FROM relayops.outbox_messages
+                   WHERE status = 'pending' ORDER BY tenant_id LIMIT 1)) AS tenant_id) n
+         WHERE w.turn < $2::bigint AND n.tenant_id <> w.first),
+     sized AS (
+         SELECT count(*) AS tenants,
+                greatest(1, least($2::bigint - count(*) + 1, ceil(4.0 * $2::bigint / greatest(count(*), 1))))::bigint AS per_tenant
+         FROM walk),
+     offered AS (
+         SELECT r.id, r.rank, w.turn, w.tenant_id
+         FROM walk w CROSS JOIN LATERAL (
+             SELECT o.id, row_number() OVER (ORDER BY o.id) AS rank
+             FROM (SELECT id FROM relayops.outbox_messages
+                   WHERE status = 'pending' AND tenant_id = w.tenant_id AND available_at <= now()
+                   ORDER BY id LIMIT (SELECT per_tenant FROM sized)
+                   FOR UPDATE SKIP LOCKED) o) r),
+     chosen AS (SELECT id, turn, tenant_id FROM offered ORDER BY rank, turn LIMIT $2::bigint),
+     claimed AS (
          UPDATE relayops.outbox_messages o
          SET status = 'claimed', claimed_by = $1,
              claim_expires_at = now() + $3::bigint * interval '1 millisecond',
              publish_attempts = o.publish_attempts + 1
-         WHERE o.id = ANY(ARRAY(
-             SELECT id FROM relayops.outbox_messages
-             WHERE status = 'pending' AND available_at <= now()
-             ORDER BY id
-             LIMIT $2
-             FOR UPDATE SKIP LOCKED))
+         WHERE o.id = ANY(ARRAY(SELECT id FROM chosen))
          RETURNING o.id, o.envelope, o.tenant_id, o.event_id)
-     SELECT c.id, c.envelope, c.tenant_id, c.event_id, d.id AS delivery_id, d.endpoint_id
+     SELECT c.id, c.envelope, c.tenant_id, c.event_id, d.id AS delivery_id, d.endpoint_id,
+            ((SELECT tenants FROM sized) >= $2::bigint
+             OR (SELECT count(*) FROM offered) > $2::bigint
+             OR EXISTS (SELECT 1 FROM offered WHERE rank = (SELECT per_tenant FROM sized))) AS more,
+            (SELECT tenant_id FROM chosen ORDER BY turn DESC LIMIT 1) AS reached
      FROM claimed c
      LEFT JOIN LATERAL (
          SELECT d.id, d.endpoint_id, d.status, d.tenant_id FROM relayops.deliveries d
@@ -99,24 +145,45 @@ pub struct OutboxMessage {
     pub pending: Vec<DeliveryTask>,
 }
 
-/// Claims up to `limit` rows for `ttl`, oldest first, each with the pending
-/// deliveries it stands for (see [`CLAIM_BATCH`]). The claim's commit does
-/// not wait for the WAL flush: a claim lost in a database crash leaves the
-/// rows pending, to be claimed again.
+/// Where a publisher's next claim starts its walk over the tenants (see
+/// [`CLAIM_BATCH`]): after the last tenant the previous claim reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantTurn(Uuid);
+
+/// A claimed batch, and whether the outbox may hold more rows to claim now.
+#[derive(Debug, Default)]
+pub struct ClaimedBatch {
+    pub messages: Vec<OutboxMessage>,
+    pub more: bool,
+}
+
+/// Claims up to `limit` rows for `ttl`, fairly between tenants from `turn`
+/// on (which it moves on), each with the pending deliveries it stands for
+/// (see [`CLAIM_BATCH`]). The claim's commit does not wait for the WAL
+/// flush: a claim lost in a database crash leaves the rows pending, to be
+/// claimed again.
 pub async fn claim_batch(
     client: &mut deadpool_postgres::Object,
     owner: &str,
     limit: i64,
     ttl: Duration,
-) -> Result<Vec<OutboxMessage>, DbError> {
+    turn: &mut TenantTurn,
+) -> Result<ClaimedBatch, DbError> {
     let ttl_ms = ttl.as_millis() as i64;
-    let rows = sql::query_unflushed(client, CLAIM_BATCH, &[&owner, &limit, &ttl_ms]).await?;
-    // Oldest first (RETURNING keeps no order; the statement sorts), a row's
+    let rows = sql::query_unflushed(client, CLAIM_BATCH, &[&owner, &limit, &ttl_ms, &turn.0]).await?;
+    let mut batch = ClaimedBatch::default();
+    if let Some(first) = rows.first() {
+        batch.more = first.get("more");
+        if let Some(reached) = first.get::<_, Option<Uuid>>("reached") {
+            *turn = TenantTurn(reached);
+        }
+    }
+    // By row id (RETURNING keeps no order; the statement sorts), a row's
     // deliveries one after another.
-    let mut messages: Vec<OutboxMessage> = Vec::new();
+    let messages = &mut batch.messages;
     for row in &rows {
         let id: i64 = row.get("id");
-        if messages.last().is_none_or(|last| last.id != id) {
+        if messages.last().is_none_or(|last: &OutboxMessage| last.id != id) {
             messages.push(OutboxMessage { id, envelope: row.get("envelope"), pending: Vec::new() });
         }
         let (Some(delivery), Some(event)) =
@@ -132,7 +199,7 @@ pub async fn claim_batch(
             endpoint_id: EndpointId::from_uuid(row.get("endpoint_id")),
         });
     }
-    Ok(messages)
+    Ok(batch)
 }
 
 /// `EXPLAIN (ANALYZE, FORMAT JSON)` of [`claim_batch`]'s statement as it runs
@@ -144,8 +211,14 @@ pub async fn explain_claim_batch(
     limit: i64,
     ttl: Duration,
 ) -> Result<serde_json::Value, DbError> {
-    let ttl_ms = ttl.as_millis() as i64;
-    sql::explain_on_generic_plan(client, CLAIM_BATCH, &["text", "bigint", "bigint"], &[&owner, &limit, &ttl_ms]).await
+    let (ttl_ms, from) = (ttl.as_millis() as i64, TenantTurn::default().0);
+    sql::explain_on_generic_plan(
+        client,
+        CLAIM_BATCH,
+        &["text", "bigint", "bigint", "uuid"],
+        &[&owner, &limit, &ttl_ms, &from],
+    )
+    .await
 }
 
 /// `EXPLAIN (ANALYZE, FORMAT JSON)` of [`delete_published`]'s statement as

@@ -89,9 +89,16 @@ async fn rows_claimed_by_a_publisher_that_died_are_reclaimed_and_published() {
 
     // A publisher claims the row and dies before any confirm.
     let mut client = env.pool.get().await.unwrap();
-    let claimed =
-        outbox::claim_batch(&mut client, "publisher-that-died", 10, Duration::from_millis(500)).await.unwrap();
-    assert_eq!(claimed.len(), 1);
+    let claimed = outbox::claim_batch(
+        &mut client,
+        "publisher-that-died",
+        10,
+        Duration::from_millis(500),
+        &mut Default::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(claimed.messages.len(), 1);
 
     env.start_publisher();
     env.wait_for_status(&event_id, "delivered").await;

@@ -3,8 +3,8 @@
 //! keeping the outbox small, a recovery pass beside publishing (never in a
 //! wake-up's way), a drain that ends with its last non-empty claim, and the
 //! one-round-trip lease writes its claims use; a commit that comes mid-drain
-//! still wakes it; and a claim takes one batch from a large outbox whatever
-//! plan Postgres picks.
+//! still wakes it; a claim takes one batch from a large outbox whatever
+//! plan Postgres picks, and takes tenants in turn, not the oldest rows first.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -315,8 +315,10 @@ async fn an_outbox_claim_is_one_transaction_of_its_own_that_does_not_wait_for_th
     admin.execute(insert, &[&tenant, &json!({ "n": 1 })]).await.unwrap();
 
     let mut client = env.pool.get().await.unwrap();
-    let claimed = outbox::claim_batch(&mut client, "publisher-a", 10, Duration::from_secs(30)).await.unwrap();
-    assert_eq!(claimed.len(), 1);
+    let claimed = outbox::claim_batch(&mut client, "publisher-a", 10, Duration::from_secs(30), &mut Default::default())
+        .await
+        .unwrap();
+    assert_eq!(claimed.messages.len(), 1);
     let seen: String = admin.query_one("SELECT flush FROM relayops.claim_seen", &[]).await.unwrap().get(0);
     assert_eq!(seen, "off", "the claim ran inside its unflushed transaction");
     let status: String = admin.query_one("SELECT status FROM relayops.outbox_messages", &[]).await.unwrap().get(0);
@@ -328,7 +330,8 @@ async fn an_outbox_claim_is_one_transaction_of_its_own_that_does_not_wait_for_th
     // once: no transaction left open or aborted.
     admin.execute("DELETE FROM relayops.outbox_messages", &[]).await.unwrap();
     admin.execute(insert, &[&tenant, &json!({ "fail": true })]).await.unwrap();
-    let failed = outbox::claim_batch(&mut client, "publisher-a", 10, Duration::from_secs(30)).await;
+    let failed =
+        outbox::claim_batch(&mut client, "publisher-a", 10, Duration::from_secs(30), &mut Default::default()).await;
     assert!(failed.is_err(), "the trigger refused the claim: {failed:?}");
     let open: Option<i64> = client.query_one("SELECT txid_current_if_assigned()", &[]).await.unwrap().get(0);
     assert_eq!(open, None, "no transaction was left open");
@@ -395,7 +398,11 @@ async fn a_claim_takes_one_batch_from_a_large_outbox_whatever_the_plan() {
 
     let mut client = env.pool.get().await.unwrap();
     client.batch_execute("SET enable_hashagg = off; SET enable_sort = off; SET enable_material = off").await.unwrap();
-    let claimed = outbox::claim_batch(&mut client, "publisher-a", 200, Duration::from_secs(30)).await.unwrap();
+    let claimed =
+        outbox::claim_batch(&mut client, "publisher-a", 200, Duration::from_secs(30), &mut Default::default())
+            .await
+            .unwrap()
+            .messages;
     client.batch_execute("RESET ALL").await.unwrap();
     assert_eq!(claimed.len(), 200, "one batch");
     let ids: Vec<i64> = claimed.iter().map(|message| message.id).collect();
@@ -405,4 +412,105 @@ async fn a_claim_takes_one_batch_from_a_large_outbox_whatever_the_plan() {
     let claimed_in_table: i64 = admin.query_one(status, &[]).await.unwrap().get(0);
     assert_eq!(claimed_in_table, 200, "no row claimed beyond the batch");
     held.rollback().await.unwrap();
+}
+
+/// Outbox rows for `tenant`, `count` of them, pending.
+async fn pending_rows(client: &relayops_shared::db::Object, tenant: uuid::Uuid, count: i64) {
+    client
+        .execute(
+            "INSERT INTO relayops.outbox_messages (tenant_id, envelope)
+             SELECT $1, jsonb_build_object('n', n) FROM generate_series(1, $2::bigint) AS n",
+            &[&tenant, &count],
+        )
+        .await
+        .unwrap();
+}
+
+/// The tenants whose rows a claim took, in the order of their rows.
+async fn tenants_of(client: &relayops_shared::db::Object, claimed: &outbox::ClaimedBatch) -> Vec<uuid::Uuid> {
+    let ids: Vec<i64> = claimed.messages.iter().map(|message| message.id).collect();
+    let rows = client
+        .query("SELECT tenant_id FROM relayops.outbox_messages WHERE id = ANY($1) ORDER BY id", &[&ids])
+        .await
+        .unwrap();
+    rows.iter().map(|row| row.get(0)).collect()
+}
+
+/// Fair claims (SPEC §12): behind 5,000 rows of one tenant, another tenant's
+/// lone row is in the very next batch (oldest first, it waited behind all
+/// of them); a tenant alone fills whole batches, oldest rows first; and with
+/// more tenants waiting than a batch holds, each claim goes on where the
+/// last one stopped, so every tenant's row comes out within a round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_takes_tenants_in_turn_not_the_oldest_rows_first() {
+    use relayops_shared::repo::tenants::insert_tenant;
+    let env = TestEnv::start_with(TestConfig { run_publisher: false, run_worker: false, ..Default::default() }).await;
+    let admin = env.pool.get().await.unwrap();
+    let busy = env.tenant_id.as_uuid();
+    pending_rows(&admin, busy, 5_000).await;
+    let quiet = insert_tenant(&admin, "quiet").await.unwrap().as_uuid();
+    pending_rows(&admin, quiet, 1).await;
+
+    let mut client = env.pool.get().await.unwrap();
+    let mut turn = outbox::TenantTurn::default();
+    let ttl = Duration::from_secs(30);
+    let first = outbox::claim_batch(&mut client, "publisher-a", 10, ttl, &mut turn).await.unwrap();
+    let tenants = tenants_of(&admin, &first).await;
+    assert_eq!(tenants.len(), 10, "one batch of ten");
+    assert_eq!(tenants.iter().filter(|tenant| **tenant == quiet).count(), 1, "the quiet tenant's row came at once");
+    assert!(first.more, "the busy tenant has rows left");
+
+    // Alone, the busy tenant fills whole batches, its oldest rows first.
+    let alone = outbox::claim_batch(&mut client, "publisher-a", 200, ttl, &mut turn).await.unwrap();
+    let ids: Vec<i64> = alone.messages.iter().map(|message| message.id).collect();
+    let oldest: i64 = admin
+        .query_one("SELECT min(id) FROM relayops.outbox_messages WHERE status = 'pending'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ids.len(), 200, "a whole batch");
+    assert!(ids == (ids[0]..ids[0] + 200).collect::<Vec<_>>() && ids[0] < oldest, "its oldest rows: {ids:?}");
+    assert_eq!(tenants_of(&admin, &alone).await, vec![busy; 200]);
+
+    // 30 more tenants with a row each: batches of 10 take 10 tenants a row
+    // each, and in four claims every one of the 31 has had its turn.
+    let mut waiting = std::collections::HashSet::from([busy]);
+    for n in 0..30 {
+        let tenant = insert_tenant(&admin, &format!("t{n}")).await.unwrap().as_uuid();
+        pending_rows(&admin, tenant, 1).await;
+        waiting.insert(tenant);
+    }
+    for round in 0..4 {
+        let claimed = outbox::claim_batch(&mut client, "publisher-a", 10, ttl, &mut turn).await.unwrap();
+        let tenants = tenants_of(&admin, &claimed).await;
+        let distinct: std::collections::HashSet<_> = tenants.iter().copied().collect();
+        if round < 3 {
+            // (The fourth finds two tenants left: then the busy one takes the rest of the batch.)
+            assert_eq!(distinct.len(), 10, "claim {round}: one row per tenant while more wait: {tenants:?}");
+        }
+        for tenant in &tenants {
+            if *tenant != busy {
+                waiting.remove(tenant);
+            }
+        }
+    }
+    waiting.remove(&busy);
+    assert!(waiting.is_empty(), "{} tenants still waited after four claims of ten", waiting.len());
+    let plan = outbox::explain_claim_batch(&mut client, "publisher-b", 10, ttl).await.unwrap();
+    let read = plan_rows_read(&plan[0]["Plan"], "outbox_messages");
+    assert!(read <= 200.0, "a claim of ten read {read} outbox rows of ~4,800 waiting:\n{plan:#}");
+}
+
+/// Rows the index and table scans of `relation` in a plan returned, in all.
+fn plan_rows_read(node: &serde_json::Value, relation: &str) -> f64 {
+    let number = |key: &str| node.get(key).and_then(serde_json::Value::as_f64).unwrap_or_default();
+    let is_scan = node.get("Relation Name").and_then(serde_json::Value::as_str) == Some(relation);
+    let own = if is_scan { number("Actual Rows") * number("Actual Loops").max(1.0) } else { 0.0 };
+    own + node
+        .get("Plans")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|child| plan_rows_read(child, relation))
+        .sum::<f64>()
 }

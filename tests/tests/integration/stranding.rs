@@ -202,9 +202,11 @@ async fn a_delivery_published_late_from_a_backlog_is_re_enqueued_only_once_its_m
         "publisher-that-died",
         10,
         Duration::from_secs(3600),
+        &mut Default::default(),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .messages;
     assert_eq!(held.len(), 1);
     // Written ten minutes ago, as a backlog's oldest rows are.
     client
