@@ -514,3 +514,21 @@ fn plan_rows_read(node: &serde_json::Value, relation: &str) -> f64 {
         .map(|child| plan_rows_read(child, relation))
         .sum::<f64>()
 }
+
+/// A fair claim may come back short with rows still waiting (each tenant
+/// offers at most its share): the long-lived loop's drain then goes on
+/// rather than ending as after a short claim of an empty outbox. One wake-up
+/// for 1,000 rows of one tenant and a row each of nine others publishes them
+/// all; the publisher's idle interval (600 s) is far longer than the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_goes_on_after_a_fair_claim_that_came_back_short_with_rows_left() {
+    use relayops_shared::repo::tenants::insert_tenant;
+    let (env, _publisher) = env_with_a_listening_publisher().await;
+    let admin = env.pool.get().await.unwrap();
+    pending_rows(&admin, env.tenant_id.as_uuid(), 1_000).await;
+    for n in 0..9 {
+        pending_rows(&admin, insert_tenant(&admin, &format!("q{n}")).await.unwrap().as_uuid(), 1).await;
+    }
+    admin.batch_execute("NOTIFY relayops_outbox").await.unwrap();
+    env.wait_for_outbox_drained().await;
+}
