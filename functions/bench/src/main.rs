@@ -165,6 +165,8 @@ struct Args {
     noisy_flood_events: usize,
     /// `noisy-neighbour` phases, comma-separated (run in this order): alone,
     /// burst-alone, burst, slow, slow-default, failing, fanout, same-tenant-failing;
+    /// also same-tenant-slow (B's own flood to a second, 2 s endpoint of B's
+    /// at `max_in_flight` 1,000, beside B's pings to its fast one);
     /// also burst-default-alone (A's burst alone to a fast endpoint at the
     /// default `max_in_flight`, so that most of it waits parked for a slot),
     /// burst-rated (A's burst to a fast endpoint with a 1,000/s rate limit

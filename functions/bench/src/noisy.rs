@@ -37,6 +37,7 @@ pub const PHASES: &[&str] = &[
     "failing",
     "fanout",
     "same-tenant-failing",
+    "same-tenant-slow",
     "circuit-close",
     "circuit-close-steady",
     "steady-fast",
@@ -74,6 +75,9 @@ pub enum Noise {
     Fanout,
     /// B's own flood to a second endpoint of B's, answering 503.
     SameTenantFailing,
+    /// B's own flood to a second endpoint of B's, a 2,000 ms one at
+    /// `max_in_flight` [`MAX_IN_FLIGHT_LIMIT`](crate::noisy_tenant::MAX_IN_FLIGHT_LIMIT).
+    SameTenantSlow,
     /// A's flood to an endpoint answering 500 for its first
     /// [`DOWN_FOR`](crate::noisy_tenant::DOWN_FOR), then 200: its circuit
     /// opens on the backlog and closes on it.
@@ -107,6 +111,7 @@ impl Noise {
             "circuit-close-steady" => (Self::CircuitCloseSteady, true),
             "steady-fast" => (Self::Steady { slow: false }, false),
             "steady-slow" => (Self::Steady { slow: true }, false),
+            "same-tenant-slow" => (Self::SameTenantSlow, true),
             _ => (Self::SameTenantFailing, true),
         }
     }

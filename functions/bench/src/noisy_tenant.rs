@@ -83,11 +83,12 @@ impl NoisyRun<'_> {
     ) -> anyhow::Result<Option<NoisySide>> {
         let target = match noise {
             Noise::Quiet => return Ok(None),
-            Noise::SameTenantFailing => Target { key: quiet.key.clone(), ..self.target.clone() },
+            Noise::SameTenantFailing | Noise::SameTenantSlow => Target { key: quiet.key.clone(), ..self.target.clone() },
             _ => Target { key: self.tenant(&format!("noisy-a-{phase}")).await?, ..self.target.clone() },
         };
         let event_type = match noise {
             Noise::SameTenantFailing => "noisy.failing".to_owned(),
+            Noise::SameTenantSlow => "noisy.slow".to_owned(),
             _ => "noisy.loud".to_owned(),
         };
         let url = |path: &str| format!("{}/{path}", target.receiver_url);
@@ -122,6 +123,15 @@ impl NoisyRun<'_> {
                 }
                 let limit = max_in_flight.map_or("the default".to_owned(), |n| n.to_string());
                 let load = format!("{} events to a {SLOW_MS} ms endpoint, max_in_flight {limit}", self.flood_events);
+                (vec![body], self.flood_events, load)
+            }
+            Noise::SameTenantSlow => {
+                let mut body = subscribed(&format!("slow/{SLOW_MS}/b-{phase}"));
+                body["max_in_flight"] = json!(MAX_IN_FLIGHT_LIMIT);
+                let load = format!(
+                    "{} events to a {SLOW_MS} ms endpoint, max_in_flight {MAX_IN_FLIGHT_LIMIT} (B's own, a second endpoint)",
+                    self.flood_events
+                );
                 (vec![body], self.flood_events, load)
             }
             Noise::SlowBacklog => {

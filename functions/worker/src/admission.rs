@@ -299,7 +299,7 @@ impl Admitter {
                 }
             };
             full_checks = 0;
-            let Some(permit) = self.fair_slot(tenant).await else {
+            let Some(permit) = self.fair_slot(tenant, endpoint).await else {
                 self.processor.gate().give_back(&known, slot).await;
                 break Stopped::Other;
             };
@@ -319,7 +319,7 @@ impl Admitter {
         endpoint: EndpointId,
         sends: &mut JoinSet<Leased>,
     ) -> LeasedFirst {
-        let Some(permit) = self.fair_slot(tenant).await else { return LeasedFirst::Stopping };
+        let Some(permit) = self.fair_slot(tenant, endpoint).await else { return LeasedFirst::Stopping };
         let claim_asked = Instant::now();
         let job = match self.processor.admit_oldest(tenant, endpoint).await {
             Ok(Some(job)) => job,
@@ -343,14 +343,14 @@ impl Admitter {
         }
     }
 
-    /// One of the worker's fair slots for `tenant`; `None` if the process is
-    /// told to stop first.
-    async fn fair_slot(&self, tenant: TenantId) -> Option<SlotPermit> {
+    /// One of the worker's fair slots for `tenant`'s `endpoint`; `None` if
+    /// the process is told to stop first.
+    async fn fair_slot(&self, tenant: TenantId, endpoint: EndpointId) -> Option<SlotPermit> {
         let mut stopping = self.stopping.clone();
         tokio::select! {
             biased;
             () = stop_requested(&mut stopping) => None,
-            permit = self.slots.acquire(tenant) => Some(permit),
+            permit = self.slots.acquire(tenant, endpoint) => Some(permit),
         }
     }
 

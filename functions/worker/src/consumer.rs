@@ -4,7 +4,7 @@
 //! another's messages), and hand each message to a [`Settler`] on its own
 //! task (a bundle's deliveries each on a task of their own; at most the
 //! concurrency's deliveries under way, the slots shared fairly between
-//! tenants: [`FairSlots`]), which acks, delays or requeues it once settled;
+//! tenants and their endpoints: [`FairSlots`]), which acks, delays or requeues it once settled;
 //! beside them, parked deliveries are admitted into the same slots
 //! ([`Admitter`]).
 //! A lost connection is re-established with a growing pause; unacked

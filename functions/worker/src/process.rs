@@ -295,6 +295,29 @@ impl Processor {
         self.deliver(task.tenant_id, task.delivery_id, recheck).await
     }
 
+    /// Parks a slow endpoint's delivery whose tenant holds its share of this
+    /// worker's slots (`crate::settle`), for admission to send in its
+    /// endpoint's turn;
+    /// whether it is parked (not if its row is not due, or the write failed:
+    /// then it waits for a slot as any other).
+    pub(crate) async fn park_at_share(&self, task: DeliveryTask) -> bool {
+        match self.parks.call((task.tenant_id, task.delivery_id)).await {
+            Ok(true) => {
+                report::parked(ParkedFor::Share.reason());
+                self.waiters.note(task.tenant_id, task.endpoint_id);
+                true
+            }
+            Ok(false) => false,
+            Err(error) => {
+                tracing::warn!(
+                    tenant_id = %task.tenant_id, delivery_id = %task.delivery_id,
+                    error = %error_chain(&error), "parking a delivery at its tenant's share failed; it waits for a slot"
+                );
+                false
+            }
+        }
+    }
+
     async fn deliver(
         &self,
         tenant: TenantId,
@@ -687,6 +710,8 @@ enum ParkedFor {
     RateLimit,
     /// Its turn: the endpoint's parked deliveries are being admitted.
     Turn,
+    /// A worker slot: its tenant holds its share of them.
+    Share,
 }
 
 impl From<Busy> for ParkedFor {
@@ -705,6 +730,7 @@ impl ParkedFor {
             Self::Slot => "endpoint_full",
             Self::RateLimit => "rate_limited",
             Self::Turn => "behind_parked",
+            Self::Share => "tenant_share",
         }
     }
 }

@@ -6,8 +6,10 @@
 //! own, and the bundle acked once all are settled or sent round (requeued
 //! whole if one that nothing else would redo could not be sent round). The
 //! worker's fair slots ([`FairSlots`]) keep the deliveries under way within
-//! its concurrency, shared between tenants: prefetch counts messages (per
-//! ready shard), and a bundle carries several.
+//! its concurrency, shared between tenants and a tenant's endpoints:
+//! prefetch counts messages (per ready shard), and a bundle carries several.
+//! A slow endpoint's delivery whose tenant holds its share of the slots is
+//! parked ([`Grant::Park`]).
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +25,7 @@ use crate::delay::{next_recheck, recheck_of, DelayPublisher};
 use crate::hold::{delivery_count, near_delivery_limit, Backoff};
 use crate::process::{Disposition, Processor};
 use crate::report;
-use crate::slots::FairSlots;
+use crate::slots::{FairSlots, Grant};
 
 /// Pause before requeueing after a failure on our side, so a database outage
 /// does not become a hot redelivery loop.
@@ -119,10 +121,25 @@ impl Settler {
         relayops_shared::hop!("worker.consumed", event_id = %task.event_id, tenant_id = %task.tenant_id);
         let mut stopping = self.stopping.clone();
         // (A stop already requested resolves at once: checked first.)
-        let _permit = tokio::select! {
+        let (tenant, endpoint) = (task.tenant_id, task.endpoint_id);
+        let grant = tokio::select! {
             biased;
             () = stop_requested(&mut stopping) => return Disposition::Requeue,
-            permit = self.slots.acquire(task.tenant_id) => permit,
+            grant = self.slots.acquire_or_park(tenant, endpoint) => grant,
+        };
+        let _permit = match grant {
+            Grant::Slot(permit) => permit,
+            // Its tenant holds its share and its endpoint is slow: parked, to
+            // be admitted in the endpoint's turn, rather than queued in the
+            // tenant's shards and this worker's windows in front of the
+            // tenant's other endpoints. If it cannot be parked (its row is
+            // not due, or the write failed), it waits for a slot as any other.
+            Grant::Park if self.processor.park_at_share(task).await => return Disposition::Ack,
+            Grant::Park => tokio::select! {
+                biased;
+                () = stop_requested(&mut stopping) => return Disposition::Requeue,
+                permit = self.slots.acquire(tenant, endpoint) => permit,
+            },
         };
         let mut backoff = Backoff::default();
         loop {

@@ -1,22 +1,48 @@
 //! The worker's delivery slots (`RELAYOPS_WORKER_CONCURRENCY`), shared fairly
-//! between tenants: a freed slot goes to the waiting tenant that holds the
-//! fewest for its weight ([`TenantWeights`]: a weight-2 tenant holds twice
-//! a weight-1 tenant's while both wait), and no tenant holds more than
-//! [`TenantShare`] of them while others may come (SPEC §12). A tenant alone still gets all but the
-//! reserve, so a lone busy tenant is not held back; a tenant whose receiver
-//! is slow (each slot held for seconds) leaves the reserve free for every
-//! other tenant's next delivery, and among tenants waiting, the one with
-//! the least under way goes first — not whoever queued first.
+//! between tenants and, inside a tenant, between its endpoints: a freed slot
+//! goes to the waiting tenant that holds the fewest for its weight
+//! ([`TenantWeights`]: a weight-2 tenant holds twice a weight-1 tenant's
+//! while both wait), and of that tenant's waiting deliveries to the one whose
+//! endpoint holds the fewest. No tenant holds more than [`TenantShare`] of
+//! the slots while others may come (SPEC §12). A tenant alone still gets all
+//! but the reserve, so a lone busy tenant is not held back; a tenant whose
+//! receiver is slow (each slot held for seconds) leaves the reserve free for
+//! every other tenant's next delivery, and among tenants waiting, the one
+//! with the least under way goes first — not whoever queued first.
+//!
+//! A tenant at its share does not queue a slow endpoint's deliveries here —
+//! one whose slots are held for [`SLOW_HOLD`] or more on average lately:
+//! [`FairSlots::acquire_or_park`] answers [`Grant::Park`], at once or as
+//! soon as the endpoint turns out slow, and the delivery is parked
+//! (`crate::settle`), to be admitted in its endpoint's turn
+//! (`crate::admission`, which waits here with [`FairSlots::acquire`]). A
+//! tenant's slow endpoint with a generous `max_in_flight` thus never fills
+//! the tenant's shards and the worker's windows in front of its other
+//! endpoints' deliveries, and those, once here, go before the slow
+//! endpoint's admissions. A fast endpoint's deliveries wait here as before:
+//! its slots free within milliseconds, and parking would only add writes.
 //!
 //! A slot is held from before the claim until the delivery is settled; a
 //! [`SlotPermit`] gives it back when dropped (also when a task is aborted).
+//! Each grant looks at the tenants and endpoints waiting in this worker —
+//! as many as the deliveries in its prefetch windows at most, whatever the
+//! number of tenants.
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use relayops_shared::ids::TenantId;
+use relayops_shared::ids::{EndpointId, TenantId};
 use tokio::sync::oneshot;
 
 use crate::weights::TenantWeights;
+
+/// An endpoint whose slots are held this long on average (its receiver
+/// answers in about that, or slower) is slow: beyond its tenant's share,
+/// its deliveries wait parked, not in the worker's windows.
+pub const SLOW_HOLD: Duration = Duration::from_millis(500);
+
+/// How much of an endpoint's average hold each released slot makes up.
+const HOLD_WEIGHT: f64 = 0.2;
 
 /// The most slots one tenant may hold: all but a sixteenth (rounded down,
 /// so a worker with fewer than sixteen slots keeps none back).
@@ -35,39 +61,141 @@ pub struct FairSlots {
     weights: Arc<TenantWeights>,
 }
 
+/// What a waiter is given.
+pub enum Grant {
+    Slot(SlotPermit),
+    /// Park the delivery instead: its tenant holds its share and its
+    /// endpoint is slow.
+    Park,
+}
+
+struct Waiter {
+    sender: oneshot::Sender<Grant>,
+    /// Whether it may be told to park ([`FairSlots::acquire_or_park`]).
+    parkable: bool,
+}
+
+/// The waiters for one endpoint's slots, in arrival order.
+type Waiters = VecDeque<Waiter>;
+
 #[derive(Default)]
 struct State {
     free: usize,
     held: HashMap<TenantId, usize>,
-    /// Per tenant, its waiters in arrival order.
-    waiting: HashMap<TenantId, VecDeque<oneshot::Sender<SlotPermit>>>,
+    held_by_endpoint: HashMap<EndpointId, usize>,
+    /// Per endpoint holding slots, how long it held them lately, seconds
+    /// (a moving average of the slots it gave back).
+    hold_secs: HashMap<EndpointId, f64>,
+    /// Per tenant, per endpoint, its waiters (never an empty queue).
+    waiting: HashMap<TenantId, HashMap<EndpointId, Waiters>>,
 }
 
 impl State {
-    /// One of `tenant`'s slots is free again.
-    fn give_back(&mut self, tenant: TenantId) {
-        if let Some(held) = self.held.get_mut(&tenant) {
-            *held -= 1;
-            if *held == 0 {
-                self.held.remove(&tenant);
-            }
+    fn held(&self, tenant: TenantId) -> usize {
+        self.held.get(&tenant).copied().unwrap_or(0)
+    }
+
+    fn held_by(&self, endpoint: EndpointId) -> usize {
+        self.held_by_endpoint.get(&endpoint).copied().unwrap_or(0)
+    }
+
+    fn take(&mut self, holder: Holder) {
+        self.free -= 1;
+        *self.held.entry(holder.tenant).or_insert(0) += 1;
+        *self.held_by_endpoint.entry(holder.endpoint).or_insert(0) += 1;
+    }
+
+    /// One of `holder`'s slots is free again.
+    fn give_back(&mut self, holder: Holder) {
+        decrement(&mut self.held, holder.tenant);
+        if !decrement(&mut self.held_by_endpoint, holder.endpoint) {
+            self.hold_secs.remove(&holder.endpoint);
         }
         self.free += 1;
     }
+
+    /// `endpoint` held a slot for `held`.
+    fn record_hold(&mut self, endpoint: EndpointId, held: Duration) {
+        let held = held.as_secs_f64();
+        let average = self.hold_secs.entry(endpoint).or_insert(held);
+        *average += (held - *average) * HOLD_WEIGHT;
+    }
+
+    /// The oldest waiter of `holder`'s endpoint, taken out of the queues.
+    fn next_waiter(&mut self, holder: Holder) -> Option<Waiter> {
+        let endpoints = self.waiting.get_mut(&holder.tenant)?;
+        let queue = endpoints.get_mut(&holder.endpoint)?;
+        let waiter = queue.pop_front();
+        if queue.is_empty() {
+            endpoints.remove(&holder.endpoint);
+            if endpoints.is_empty() {
+                self.waiting.remove(&holder.tenant);
+            }
+        }
+        waiter
+    }
+
+    /// Tells `holder`'s endpoint's parkable waiters to park.
+    fn park_waiters(&mut self, holder: Holder) {
+        let Some(endpoints) = self.waiting.get_mut(&holder.tenant) else { return };
+        let Some(queue) = endpoints.get_mut(&holder.endpoint) else { return };
+        for waiter in std::mem::take(queue) {
+            if waiter.parkable {
+                let _ = waiter.sender.send(Grant::Park);
+            } else {
+                queue.push_back(waiter);
+            }
+        }
+        if queue.is_empty() {
+            endpoints.remove(&holder.endpoint);
+            if endpoints.is_empty() {
+                self.waiting.remove(&holder.tenant);
+            }
+        }
+    }
+
+    fn is_slow(&self, endpoint: EndpointId) -> bool {
+        self.hold_secs.get(&endpoint).is_some_and(|secs| *secs >= SLOW_HOLD.as_secs_f64())
+    }
 }
 
-/// One slot, held for `tenant` until dropped.
+/// Counts one fewer for `key`; whether any are left.
+fn decrement<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: K) -> bool {
+    let Some(count) = counts.get_mut(&key) else { return false };
+    *count -= 1;
+    if *count == 0 {
+        counts.remove(&key);
+        return false;
+    }
+    true
+}
+
+/// Whose slot it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Holder {
+    tenant: TenantId,
+    endpoint: EndpointId,
+}
+
+/// One slot, held for a tenant's endpoint until dropped.
 pub struct SlotPermit {
     slots: Arc<FairSlots>,
-    tenant: TenantId,
+    holder: Holder,
+    since: Instant,
     /// False once its slot was taken back without running `Drop`'s release.
     live: bool,
+}
+
+impl SlotPermit {
+    fn new(slots: &Arc<FairSlots>, holder: Holder) -> Self {
+        Self { slots: Arc::clone(slots), holder, since: Instant::now(), live: true }
+    }
 }
 
 impl Drop for SlotPermit {
     fn drop(&mut self) {
         if self.live {
-            self.slots.release(self.tenant);
+            self.slots.release(self.holder, self.since.elapsed());
         }
     }
 }
@@ -82,25 +210,43 @@ impl FairSlots {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A slot for one of `tenant`'s deliveries: at once if one is free and
-    /// the tenant is under its share, else when the fair order gives it one.
-    pub async fn acquire(self: &Arc<Self>, tenant: TenantId) -> SlotPermit {
+    /// A slot for one of `tenant`'s deliveries to `endpoint`: at once if one
+    /// is free and the tenant is under its share, else when the fair order
+    /// gives it one.
+    pub async fn acquire(self: &Arc<Self>, tenant: TenantId, endpoint: EndpointId) -> SlotPermit {
+        loop {
+            if let Grant::Slot(permit) = self.ask(Holder { tenant, endpoint }, false).await {
+                return permit;
+            }
+        }
+    }
+
+    /// [`acquire`](Self::acquire), or [`Grant::Park`] once `tenant` holds its
+    /// share and `endpoint` is slow (see the module's doc).
+    pub async fn acquire_or_park(self: &Arc<Self>, tenant: TenantId, endpoint: EndpointId) -> Grant {
+        self.ask(Holder { tenant, endpoint }, true).await
+    }
+
+    async fn ask(self: &Arc<Self>, holder: Holder, parkable: bool) -> Grant {
         loop {
             let receiver = {
                 let mut state = self.lock();
-                let held = state.held.get(&tenant).copied().unwrap_or(0);
-                if state.free > 0 && held < self.share.0 {
-                    state.free -= 1;
-                    *state.held.entry(tenant).or_insert(0) += 1;
-                    return SlotPermit { slots: Arc::clone(self), tenant, live: true };
+                let at_share = state.held(holder.tenant) >= self.share.0;
+                if !at_share && state.free > 0 {
+                    state.take(holder);
+                    return Grant::Slot(SlotPermit::new(self, holder));
+                }
+                if at_share && parkable && state.is_slow(holder.endpoint) {
+                    return Grant::Park;
                 }
                 let (sender, receiver) = oneshot::channel();
-                state.waiting.entry(tenant).or_default().push_back(sender);
+                let waiter = Waiter { sender, parkable };
+                state.waiting.entry(holder.tenant).or_default().entry(holder.endpoint).or_default().push_back(waiter);
                 receiver
             };
             // A sender is only dropped unsent with the whole state; then ask again.
-            if let Ok(permit) = receiver.await {
-                return permit;
+            if let Ok(grant) = receiver.await {
+                return grant;
             }
         }
     }
@@ -108,46 +254,71 @@ impl FairSlots {
     /// Slots held now, by `tenant`.
     #[cfg(test)]
     fn held_by(&self, tenant: TenantId) -> usize {
-        self.lock().held.get(&tenant).copied().unwrap_or(0)
+        self.lock().held(tenant)
     }
 
-    fn release(self: &Arc<Self>, tenant: TenantId) {
+    /// Slots held now, for `endpoint`.
+    #[cfg(test)]
+    fn held_for(&self, endpoint: EndpointId) -> usize {
+        self.lock().held_by(endpoint)
+    }
+
+    /// Whether `endpoint`'s slots are held for [`SLOW_HOLD`] or more on
+    /// average lately (`false` while it holds none, or has given none back).
+    #[cfg(test)]
+    fn is_slow(&self, endpoint: EndpointId) -> bool {
+        self.lock().is_slow(endpoint)
+    }
+
+    /// A slot given back after `held`: if its tenant held its share and its
+    /// endpoint is slow, that endpoint's parkable waiters are told to park;
+    /// then the free slots are granted.
+    fn release(self: &Arc<Self>, holder: Holder, held: Duration) {
         let mut state = self.lock();
-        state.give_back(tenant);
+        state.record_hold(holder.endpoint, held);
+        if state.held(holder.tenant) >= self.share.0 && state.is_slow(holder.endpoint) {
+            state.park_waiters(holder);
+        }
+        state.give_back(holder);
         self.grant(&mut state);
     }
 
-    /// Hands free slots to waiters: each to the waiting tenant holding the
-    /// fewest for its weight (under its share), oldest waiter first within a
-    /// tenant.
-    fn grant(self: &Arc<Self>, state: &mut State) {
+    /// Who gets the next free slot: of the tenants under their share, the one
+    /// holding the fewest for its weight; of its endpoints, the one holding
+    /// the fewest.
+    fn next_holder(&self, state: &State) -> Option<Holder> {
         let weights = self.weights.read();
-        while state.free > 0 {
-            let next = state
-                .waiting
-                .keys()
-                .map(|tenant| (*tenant, state.held.get(tenant).copied().unwrap_or(0), weights.of(*tenant)))
-                .filter(|(_, held, _)| *held < self.share.0)
-                // held_a / weight_a < held_b / weight_b, without dividing.
-                .min_by(|(_, held_a, weight_a), (_, held_b, weight_b)| {
-                    (*held_a as u64 * u64::from(*weight_b)).cmp(&(*held_b as u64 * u64::from(*weight_a)))
-                });
-            let Some((tenant, _, _)) = next else { return };
-            let Some(queue) = state.waiting.get_mut(&tenant) else { return };
-            let Some(sender) = queue.pop_front() else {
-                state.waiting.remove(&tenant);
+        let mut best: Option<(Holder, u64, u64)> = None;
+        for (tenant, endpoints) in &state.waiting {
+            let held = state.held(*tenant) as u64;
+            if held >= self.share.0 as u64 {
                 continue;
-            };
-            if queue.is_empty() {
-                state.waiting.remove(&tenant);
             }
-            state.free -= 1;
-            *state.held.entry(tenant).or_insert(0) += 1;
-            let permit = SlotPermit { slots: Arc::clone(self), tenant, live: true };
-            if let Err(mut unsent) = sender.send(permit) {
+            let weight = u64::from(weights.of(*tenant));
+            // held / weight < best_held / best_weight, without dividing.
+            if best.is_some_and(|(_, best_held, best_weight)| held * best_weight >= best_held * weight) {
+                continue;
+            }
+            let endpoint = endpoints.keys().min_by_key(|endpoint| state.held_by(**endpoint));
+            if let Some(endpoint) = endpoint {
+                best = Some((Holder { tenant: *tenant, endpoint: *endpoint }, held, weight));
+            }
+        }
+        best.map(|(holder, _, _)| holder)
+    }
+
+    /// Hands free slots to waiters, as [`next_holder`](Self::next_holder)
+    /// says, oldest waiter first within an endpoint.
+    fn grant(self: &Arc<Self>, state: &mut State) {
+        while state.free > 0 {
+            let Some(holder) = self.next_holder(state) else { return };
+            let Some(waiter) = state.next_waiter(holder) else { return };
+            state.take(holder);
+            let permit = SlotPermit::new(self, holder);
+            if let Err(Grant::Slot(mut unsent)) = waiter.sender.send(Grant::Slot(permit)) {
                 // Its waiter went away: take the slot back here, under the lock.
                 unsent.live = false;
-                state.give_back(tenant);
+                state.give_back(holder);
             }
         }
     }
@@ -158,6 +329,15 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// A tenant with one endpoint.
+    fn holder() -> (TenantId, EndpointId) {
+        (TenantId::new(), EndpointId::new())
+    }
+
+    fn waiting(slots: &FairSlots) -> usize {
+        slots.lock().waiting.values().flat_map(HashMap::values).map(VecDeque::len).sum()
+    }
 
     #[test]
     fn a_tenant_keeps_a_reserve_free_for_the_others() {
@@ -170,62 +350,164 @@ mod tests {
     #[tokio::test]
     async fn a_busy_tenant_cannot_take_the_reserve_and_a_quiet_one_goes_first() {
         let slots = FairSlots::new(16, Arc::default());
-        let (busy, quiet) = (TenantId::new(), TenantId::new());
+        let (busy, quiet) = (holder(), holder());
         let mut held: Vec<SlotPermit> = Vec::new();
         for _ in 0..15 {
-            held.push(slots.acquire(busy).await);
+            held.push(slots.acquire(busy.0, busy.1).await);
         }
         // The busy tenant's sixteenth waits, though a slot is free: the reserve.
-        let mut busy_waiting = Box::pin(slots.acquire(busy));
+        let mut busy_waiting = Box::pin(slots.acquire(busy.0, busy.1));
         assert!(tokio::time::timeout(Duration::from_millis(20), &mut busy_waiting).await.is_err());
-        let quiet_first = slots.acquire(quiet).await;
-        assert_eq!(slots.held_by(quiet), 1, "the quiet tenant got the reserve at once");
+        let quiet_first = slots.acquire(quiet.0, quiet.1).await;
+        assert_eq!(slots.held_by(quiet.0), 1, "the quiet tenant got the reserve at once");
         // All sixteen taken; a second quiet delivery queues behind the busy one's waiter…
         let quiet_second = tokio::spawn({
             let slots = Arc::clone(&slots);
-            async move { slots.acquire(quiet).await }
+            async move { slots.acquire(quiet.0, quiet.1).await }
         });
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        while waiting(&slots) < 2 {
+            tokio::task::yield_now().await;
+        }
         // …yet the next freed slot goes to the quiet tenant, which holds fewer.
         drop(held.pop());
         let quiet_second = tokio::time::timeout(Duration::from_secs(1), quiet_second).await.unwrap().unwrap();
-        assert_eq!(slots.held_by(quiet), 2);
-        assert_eq!(slots.held_by(busy), 14);
+        assert_eq!(slots.held_by(quiet.0), 2);
+        assert_eq!(slots.held_by(busy.0), 14);
         drop((quiet_first, quiet_second));
         // Freed slots now reach the busy tenant's waiter.
         let busy_last = tokio::time::timeout(Duration::from_secs(1), busy_waiting).await.unwrap();
-        assert_eq!(slots.held_by(busy), 15);
+        assert_eq!(slots.held_by(busy.0), 15);
         drop(busy_last);
         drop(held);
-        assert_eq!(slots.held_by(busy), 0);
+        assert_eq!(slots.held_by(busy.0), 0);
         assert_eq!(slots.lock().free, 16, "every slot back");
+    }
+
+    fn slot(grant: Grant) -> SlotPermit {
+        match grant {
+            Grant::Slot(permit) => permit,
+            Grant::Park => panic!("told to park"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tenant_at_its_share_gives_its_next_slot_to_its_endpoint_holding_the_fewest() {
+        let slots = FairSlots::new(16, Arc::default());
+        let (tenant, busy) = holder();
+        let sibling = EndpointId::new();
+        let mut held: Vec<SlotPermit> = Vec::new();
+        for _ in 0..15 {
+            held.push(slot(slots.acquire_or_park(tenant, busy).await));
+        }
+        // Waiting for the busy endpoint, then for the sibling (neither slow):
+        let busy_waiting = tokio::spawn({
+            let slots = Arc::clone(&slots);
+            async move { slot(slots.acquire_or_park(tenant, busy).await) }
+        });
+        while waiting(&slots) < 1 {
+            tokio::task::yield_now().await;
+        }
+        let sibling_waiting = tokio::spawn({
+            let slots = Arc::clone(&slots);
+            async move { slot(slots.acquire_or_park(tenant, sibling).await) }
+        });
+        while waiting(&slots) < 2 {
+            tokio::task::yield_now().await;
+        }
+        // …a slot the busy endpoint frees goes to the sibling, which holds none.
+        drop(held.pop());
+        let sibling_slot = tokio::time::timeout(Duration::from_secs(1), sibling_waiting).await.unwrap().unwrap();
+        assert_eq!((slots.held_for(busy), slots.held_for(sibling)), (14, 1));
+        // The next to the busy endpoint's waiter: 15 in all, the tenant's share.
+        drop(held.pop());
+        let busy_slot = tokio::time::timeout(Duration::from_secs(1), busy_waiting).await.unwrap().unwrap();
+        assert_eq!((slots.held_for(busy), slots.held_by(tenant)), (14, 15));
+        drop((busy_slot, sibling_slot, held));
+        assert_eq!(slots.lock().free, 16, "every slot back");
+        assert!(slots.lock().held_by_endpoint.is_empty() && slots.lock().held.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_slow_endpoints_deliveries_beyond_its_tenants_share_are_told_to_park_but_admissions_wait() {
+        let slots = FairSlots::new(16, Arc::default());
+        let (tenant, slow) = holder();
+        let mut held: Vec<SlotPermit> = Vec::new();
+        for _ in 0..15 {
+            held.push(slots.acquire(tenant, slow).await);
+        }
+        // Not known to be slow yet: a delivery and an admission both wait.
+        let delivery = tokio::spawn({
+            let slots = Arc::clone(&slots);
+            async move { slots.acquire_or_park(tenant, slow).await }
+        });
+        let admission = tokio::spawn({
+            let slots = Arc::clone(&slots);
+            async move { slots.acquire(tenant, slow).await }
+        });
+        while waiting(&slots) < 2 {
+            tokio::task::yield_now().await;
+        }
+        // Its slots turn out to be held for most of a second: the waiting
+        // delivery is told to park, and the freed slot goes to the admission.
+        slots.lock().record_hold(slow, Duration::from_millis(900));
+        drop(held.pop());
+        let told = tokio::time::timeout(Duration::from_secs(1), delivery).await.unwrap().unwrap();
+        assert!(matches!(told, Grant::Park), "the waiting delivery parks");
+        let admitted = tokio::time::timeout(Duration::from_secs(1), admission).await.unwrap().unwrap();
+        assert_eq!(slots.held_for(slow), 15);
+        // From now on, told at once while the tenant holds its share…
+        assert!(matches!(slots.acquire_or_park(tenant, slow).await, Grant::Park));
+        // …and given a slot as before once it holds fewer.
+        drop(admitted);
+        let again = tokio::time::timeout(Duration::from_secs(1), slots.acquire_or_park(tenant, slow)).await.unwrap();
+        assert!(matches!(again, Grant::Slot(_)));
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_whose_slots_are_held_half_a_second_or_more_is_slow_while_it_holds_any() {
+        let slots = FairSlots::new(4, Arc::default());
+        let (tenant, endpoint) = holder();
+        let first = slots.acquire(tenant, endpoint).await;
+        let second = slots.acquire(tenant, endpoint).await;
+        assert!(!slots.is_slow(endpoint), "none given back yet");
+        slots.lock().record_hold(endpoint, Duration::from_millis(900));
+        assert!(slots.is_slow(endpoint));
+        for _ in 0..10 {
+            slots.lock().record_hold(endpoint, Duration::from_millis(20));
+        }
+        assert!(!slots.is_slow(endpoint), "fast again: the average follows");
+        slots.lock().record_hold(endpoint, Duration::from_secs(5));
+        drop(first);
+        assert!(slots.is_slow(endpoint), "one slot given back at once does not make it fast");
+        drop(second);
+        assert!(!slots.is_slow(endpoint), "holding none: forgotten");
+        assert!(slots.lock().hold_secs.is_empty());
     }
 
     #[tokio::test]
     async fn waiting_tenants_get_freed_slots_in_proportion_to_their_weights() {
         let weights = Arc::new(TenantWeights::default());
-        let (heavy, light, first) = (TenantId::new(), TenantId::new(), TenantId::new());
-        weights.replace([(heavy, 2)].into_iter().collect());
+        let (heavy, light, first) = (holder(), holder(), holder());
+        weights.replace([(heavy.0, 2)].into_iter().collect());
         let slots = FairSlots::new(12, weights);
         // A third tenant holds every slot; the two others queue many deliveries.
         let mut held: Vec<SlotPermit> = Vec::new();
         for _ in 0..12 {
-            held.push(slots.acquire(first).await);
+            held.push(slots.acquire(first.0, first.1).await);
         }
         let mut waiters = Vec::new();
-        for tenant in [heavy, light] {
+        for (tenant, endpoint) in [heavy, light] {
             for _ in 0..20 {
                 let slots = Arc::clone(&slots);
-                waiters.push(tokio::spawn(async move { slots.acquire(tenant).await }));
+                waiters.push(tokio::spawn(async move { slots.acquire(tenant, endpoint).await }));
             }
         }
-        while slots.lock().waiting.values().map(VecDeque::len).sum::<usize>() < 40 {
+        while waiting(&slots) < 40 {
             tokio::task::yield_now().await;
         }
         // As the first tenant's slots free, weight 2 gets two for each of weight 1's.
         drop(held);
-        assert_eq!((slots.held_by(heavy), slots.held_by(light)), (8, 4));
+        assert_eq!((slots.held_by(heavy.0), slots.held_by(light.0)), (8, 4));
         for waiter in waiters {
             waiter.abort();
         }
@@ -234,13 +516,13 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_went_away_does_not_lose_its_slot() {
         let slots = FairSlots::new(1, Arc::default());
-        let tenant = TenantId::new();
-        let first = slots.acquire(tenant).await;
-        let abandoned = tokio::time::timeout(Duration::from_millis(10), slots.acquire(tenant)).await;
+        let (tenant, endpoint) = holder();
+        let first = slots.acquire(tenant, endpoint).await;
+        let abandoned = tokio::time::timeout(Duration::from_millis(10), slots.acquire(tenant, endpoint)).await;
         assert!(abandoned.is_err(), "none free: waits");
         drop(first);
         assert_eq!(slots.lock().free, 1);
-        let again = tokio::time::timeout(Duration::from_secs(1), slots.acquire(tenant)).await;
+        let again = tokio::time::timeout(Duration::from_secs(1), slots.acquire(tenant, endpoint)).await;
         assert!(again.is_ok());
     }
 }

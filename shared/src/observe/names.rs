@@ -30,7 +30,7 @@ pub const DELIVERIES_POSTPONED: &str = "relayops_deliveries_postponed_total";
 /// process freed, instead of going round through the broker; no labels.
 pub const DELIVERIES_WAITED_FOR_SLOT: &str = "relayops_deliveries_waited_for_slot_total";
 /// Deliveries parked to wait in Postgres, by `reason`: `circuit_open`,
-/// `endpoint_full`, `rate_limited`, `behind_parked`.
+/// `endpoint_full`, `rate_limited`, `behind_parked`, `tenant_share`.
 pub const DELIVERIES_PARKED: &str = "relayops_deliveries_parked_total";
 pub const DELIVERIES_ADMITTED: &str = "relayops_deliveries_admitted_total";
 /// Endpoint circuits changed by a worker, by `change` (`opened`, `reopened`,
@@ -108,7 +108,7 @@ pub fn describe_all() {
     describe_counter!(DELIVERIES_SETTLED_WITHOUT_ATTEMPT, "Deliveries settled without an attempt, by reason.");
     describe_counter!(
         DELIVERIES_PARKED,
-        "Deliveries parked to wait in Postgres, by reason (circuit_open, endpoint_full, rate_limited, behind_parked)."
+        "Deliveries parked to wait in Postgres, by reason (circuit_open, endpoint_full, rate_limited, behind_parked, tenant_share)."
     );
     describe_counter!(
         DELIVERIES_ADMITTED,
