@@ -83,7 +83,9 @@ impl NoisyRun<'_> {
     ) -> anyhow::Result<Option<NoisySide>> {
         let target = match noise {
             Noise::Quiet => return Ok(None),
-            Noise::SameTenantFailing | Noise::SameTenantSlow => Target { key: quiet.key.clone(), ..self.target.clone() },
+            Noise::SameTenantFailing | Noise::SameTenantSlow => {
+                Target { key: quiet.key.clone(), ..self.target.clone() }
+            }
             _ => Target { key: self.tenant(&format!("noisy-a-{phase}")).await?, ..self.target.clone() },
         };
         let event_type = match noise {

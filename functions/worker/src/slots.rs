@@ -4,16 +4,21 @@
 //! ([`TenantWeights`]: a weight-2 tenant holds twice a weight-1 tenant's
 //! while both wait), and of that tenant's waiting deliveries to the one whose
 //! endpoint holds the fewest. No tenant holds more than [`TenantShare`] of
-//! the slots while others may come (SPEC §12). A tenant alone still gets all
+//! the slots while others may come, and no endpoint more than that share of
+//! its tenant's unless it is known to be fast — to give its slots back
+//! within [`SLOW_HOLD`] on average (SPEC §12). A tenant alone still gets all
 //! but the reserve, so a lone busy tenant is not held back; a tenant whose
 //! receiver is slow (each slot held for seconds) leaves the reserve free for
-//! every other tenant's next delivery, and among tenants waiting, the one
+//! every other tenant's next delivery — and a slow endpoint, or one not
+//! known yet, its tenant's reserve for the tenant's other endpoints, whose
+//! next delivery would otherwise wait for the slow one's slots, which all
+//! free together every few seconds —, and among tenants waiting, the one
 //! with the least under way goes first — not whoever queued first.
 //!
-//! A tenant at its share does not queue a slow endpoint's deliveries here —
-//! one whose slots are held for [`SLOW_HOLD`] or more on average lately:
-//! [`FairSlots::acquire_or_park`] answers [`Grant::Park`], at once or as
-//! soon as the endpoint turns out slow, and the delivery is parked
+//! A tenant or endpoint at its share does not queue a slow endpoint's
+//! deliveries here — one whose slots are held for [`SLOW_HOLD`] or more on
+//! average lately: [`FairSlots::acquire_or_park`] answers [`Grant::Park`],
+//! at once or as soon as the endpoint turns out slow, and the delivery is parked
 //! (`crate::settle`), to be admitted in its endpoint's turn
 //! (`crate::admission`, which waits here with [`FairSlots::acquire`]). A
 //! tenant's slow endpoint with a generous `max_in_flight` thus never fills
@@ -44,8 +49,9 @@ pub const SLOW_HOLD: Duration = Duration::from_millis(500);
 /// How much of an endpoint's average hold each released slot makes up.
 const HOLD_WEIGHT: f64 = 0.2;
 
-/// The most slots one tenant may hold: all but a sixteenth (rounded down,
-/// so a worker with fewer than sixteen slots keeps none back).
+/// The most of `capacity` slots one holder may hold: all but a sixteenth
+/// (rounded down, so fewer than sixteen keep none back). A tenant's share of
+/// the worker's slots, and an endpoint's of its tenant's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TenantShare(usize);
 
@@ -58,6 +64,9 @@ impl TenantShare {
 pub struct FairSlots {
     state: Mutex<State>,
     share: TenantShare,
+    /// The most slots one endpoint may hold, unless known to be fast: the
+    /// same share of its tenant's.
+    endpoint_share: TenantShare,
     weights: Arc<TenantWeights>,
 }
 
@@ -157,6 +166,11 @@ impl State {
     fn is_slow(&self, endpoint: EndpointId) -> bool {
         self.hold_secs.get(&endpoint).is_some_and(|secs| *secs >= SLOW_HOLD.as_secs_f64())
     }
+
+    /// Known to give its slots back within [`SLOW_HOLD`] on average lately.
+    fn is_fast(&self, endpoint: EndpointId) -> bool {
+        self.hold_secs.get(&endpoint).is_some_and(|secs| *secs < SLOW_HOLD.as_secs_f64())
+    }
 }
 
 /// Counts one fewer for `key`; whether any are left.
@@ -203,7 +217,8 @@ impl Drop for SlotPermit {
 impl FairSlots {
     pub fn new(capacity: usize, weights: Arc<TenantWeights>) -> Arc<Self> {
         let state = State { free: capacity, ..State::default() };
-        Arc::new(Self { state: Mutex::new(state), share: TenantShare::of(capacity), weights })
+        let share = TenantShare::of(capacity);
+        Arc::new(Self { state: Mutex::new(state), share, endpoint_share: TenantShare::of(share.0), weights })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -221,8 +236,9 @@ impl FairSlots {
         }
     }
 
-    /// [`acquire`](Self::acquire), or [`Grant::Park`] once `tenant` holds its
-    /// share and `endpoint` is slow (see the module's doc).
+    /// [`acquire`](Self::acquire), or [`Grant::Park`] once `tenant` or
+    /// `endpoint` holds its share and `endpoint` is slow (see the module's
+    /// doc).
     pub async fn acquire_or_park(self: &Arc<Self>, tenant: TenantId, endpoint: EndpointId) -> Grant {
         self.ask(Holder { tenant, endpoint }, true).await
     }
@@ -231,7 +247,7 @@ impl FairSlots {
         loop {
             let receiver = {
                 let mut state = self.lock();
-                let at_share = state.held(holder.tenant) >= self.share.0;
+                let at_share = self.at_share(&state, holder);
                 if !at_share && state.free > 0 {
                     state.take(holder);
                     return Grant::Slot(SlotPermit::new(self, holder));
@@ -270,13 +286,23 @@ impl FairSlots {
         self.lock().is_slow(endpoint)
     }
 
-    /// A slot given back after `held`: if its tenant held its share and its
-    /// endpoint is slow, that endpoint's parkable waiters are told to park;
-    /// then the free slots are granted.
+    /// Whether `holder`'s tenant holds its share, or its endpoint — unless
+    /// known to be fast — its share of the tenant's.
+    fn at_share(&self, state: &State, holder: Holder) -> bool {
+        state.held(holder.tenant) >= self.share.0 || self.endpoint_at_share(state, holder.endpoint)
+    }
+
+    fn endpoint_at_share(&self, state: &State, endpoint: EndpointId) -> bool {
+        state.held_by(endpoint) >= self.endpoint_share.0 && !state.is_fast(endpoint)
+    }
+
+    /// A slot given back after `held`: if its tenant or endpoint held its
+    /// share and the endpoint is slow, that endpoint's parkable waiters are
+    /// told to park; then the free slots are granted.
     fn release(self: &Arc<Self>, holder: Holder, held: Duration) {
         let mut state = self.lock();
         state.record_hold(holder.endpoint, held);
-        if state.held(holder.tenant) >= self.share.0 && state.is_slow(holder.endpoint) {
+        if self.at_share(&state, holder) && state.is_slow(holder.endpoint) {
             state.park_waiters(holder);
         }
         state.give_back(holder);
@@ -284,8 +310,8 @@ impl FairSlots {
     }
 
     /// Who gets the next free slot: of the tenants under their share, the one
-    /// holding the fewest for its weight; of its endpoints, the one holding
-    /// the fewest.
+    /// holding the fewest for its weight; of its endpoints under theirs, the
+    /// one holding the fewest.
     fn next_holder(&self, state: &State) -> Option<Holder> {
         let weights = self.weights.read();
         let mut best: Option<(Holder, u64, u64)> = None;
@@ -299,7 +325,10 @@ impl FairSlots {
             if best.is_some_and(|(_, best_held, best_weight)| held * best_weight >= best_held * weight) {
                 continue;
             }
-            let endpoint = endpoints.keys().min_by_key(|endpoint| state.held_by(**endpoint));
+            let endpoint = endpoints
+                .keys()
+                .filter(|endpoint| !self.endpoint_at_share(state, **endpoint))
+                .min_by_key(|endpoint| state.held_by(**endpoint));
             if let Some(endpoint) = endpoint {
                 best = Some((Holder { tenant: *tenant, endpoint: *endpoint }, held, weight));
             }
@@ -425,6 +454,60 @@ mod tests {
         drop((busy_slot, sibling_slot, held));
         assert_eq!(slots.lock().free, 16, "every slot back");
         assert!(slots.lock().held_by_endpoint.is_empty() && slots.lock().held.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_leaves_its_tenants_reserve_to_the_tenants_other_endpoints() {
+        // 64 slots: a tenant holds at most 60, an endpoint at most 57 of them.
+        let slots = FairSlots::new(64, Arc::default());
+        let (tenant, busy) = holder();
+        let sibling = EndpointId::new();
+        assert_eq!(TenantShare::of(60), TenantShare(57));
+        let mut held: Vec<SlotPermit> = Vec::new();
+        for _ in 0..57 {
+            held.push(slot(slots.acquire_or_park(tenant, busy).await));
+        }
+        let mut busy_waiting = Box::pin(slots.acquire_or_park(tenant, busy));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), &mut busy_waiting).await.is_err(),
+            "the busy endpoint (not slow) waits at its share, though slots are free"
+        );
+        let sibling_slots: Vec<SlotPermit> = vec![
+            slot(slots.acquire_or_park(tenant, sibling).await),
+            slot(slots.acquire_or_park(tenant, sibling).await),
+            slot(slots.acquire_or_park(tenant, sibling).await),
+        ];
+        assert_eq!((slots.held_for(busy), slots.held_for(sibling), slots.held_by(tenant)), (57, 3, 60));
+        // A slot of the busy endpoint freed goes back to its waiter.
+        drop(held.pop());
+        let busy_next = slot(tokio::time::timeout(Duration::from_secs(1), busy_waiting).await.unwrap());
+        assert_eq!(slots.held_for(busy), 57);
+        // Slow, at its share, its next delivery is told to park.
+        for _ in 0..10 {
+            slots.lock().record_hold(busy, Duration::from_secs(2));
+        }
+        drop(sibling_slots);
+        assert!(matches!(slots.acquire_or_park(tenant, busy).await, Grant::Park));
+        drop((busy_next, held));
+        assert_eq!(slots.lock().free, 64, "every slot back");
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_known_to_be_fast_may_take_its_tenants_whole_share() {
+        let slots = FairSlots::new(64, Arc::default());
+        let (tenant, fast) = holder();
+        slots.lock().record_hold(fast, Duration::from_millis(10));
+        let mut held: Vec<SlotPermit> = Vec::new();
+        for _ in 0..60 {
+            held.push(slot(slots.acquire_or_park(tenant, fast).await));
+        }
+        assert_eq!(slots.held_for(fast), 60, "the tenant's share, not 57: its slots free within milliseconds");
+        let mut waiting_one = Box::pin(slots.acquire_or_park(tenant, fast));
+        assert!(tokio::time::timeout(Duration::from_millis(20), &mut waiting_one).await.is_err(), "the tenant's share");
+        drop(held.pop());
+        let next = slot(tokio::time::timeout(Duration::from_secs(1), waiting_one).await.unwrap());
+        assert_eq!(slots.held_for(fast), 60);
+        drop((next, held));
     }
 
     #[tokio::test]

@@ -219,10 +219,10 @@ async fn a_quiet_tenant_whose_two_shards_are_a_busy_tenants_takes_refuge_and_is_
 }
 
 /// Inside one tenant (SPEC §12): its slow endpoint, allowed 1,000 requests
-/// at once, may hold the tenant's whole share of the worker's 64 slots; what
-/// it has beyond that is parked, not queued in the tenant's shards in front
-/// of its other endpoints, so the tenant's own pings to a fast endpoint go
-/// at once. Parked, the backlog is still all delivered.
+/// at once, may hold most of the tenant's share of the worker's 64 slots
+/// (57 of 60); what it has beyond that is parked, not queued in the tenant's
+/// shards in front of its other endpoints, so the tenant's own pings to a
+/// fast endpoint go at once. Parked, the backlog is still all delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_fast_endpoint_is_delivered_at_once_beside_its_own_slow_endpoints_backlog() {
     const SLOW: &str = "/sim/slow/600";
@@ -230,7 +230,7 @@ async fn a_tenants_fast_endpoint_is_delivered_at_once_beside_its_own_slow_endpoi
     config.worker.concurrency = 64;
     let env = TestEnv::start_with(config).await;
     // 4,000 deliveries to a receiver that takes 600 ms each (slow: over
-    // `SLOW_HOLD`): at the tenant's share of 60 slots, 40 s of work, and
+    // `SLOW_HOLD`): at the endpoint's share of 57 slots, 42 s of work, and
     // twice what the worker's windows hold (64 messages of up to 32).
     env.create_endpoint(SLOW, &["busy.flood"], json!({ "max_in_flight": 1000 })).await;
     env.create_endpoint("/sim/ok", &["quiet.ping"], json!({})).await;
@@ -264,7 +264,7 @@ async fn a_tenants_fast_endpoint_is_delivered_at_once_beside_its_own_slow_endpoi
     })
     .await;
     let most = env.simulator.max_in_flight(SLOW);
-    assert!((48..=60).contains(&most), "the slow endpoint had about its tenant's share of 60 slots: {most} at once");
+    assert!((48..=57).contains(&most), "the slow endpoint had about its share of 57 slots: {most} at once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
