@@ -295,15 +295,17 @@ impl Processor {
         self.deliver(task.tenant_id, task.delivery_id, recheck).await
     }
 
-    /// Parks a slow endpoint's delivery whose tenant holds its share of this
-    /// worker's slots (`crate::settle`), for admission to send in its
-    /// endpoint's turn;
-    /// whether it is parked (not if its row is not due, or the write failed:
-    /// then it waits for a slot as any other).
-    pub(crate) async fn park_at_share(&self, task: DeliveryTask) -> bool {
+    /// Parks a delivery before it takes a worker slot (`crate::settle`), for
+    /// admission to send in its endpoint's turn: one behind its endpoint's
+    /// parked deliveries being admitted here (`behind_admission`), or a slow
+    /// endpoint's at its or its tenant's share. Whether it is parked (not if
+    /// its row is not due, or the write failed: then it waits for a slot as
+    /// any other).
+    pub(crate) async fn park_unslotted(&self, task: DeliveryTask, behind_admission: bool) -> bool {
+        let parked_for = if behind_admission { ParkedFor::Turn } else { ParkedFor::Share };
         match self.parks.call((task.tenant_id, task.delivery_id)).await {
             Ok(true) => {
-                report::parked(ParkedFor::Share.reason());
+                report::parked(parked_for.reason());
                 self.waiters.note(task.tenant_id, task.endpoint_id);
                 true
             }
@@ -311,7 +313,7 @@ impl Processor {
             Err(error) => {
                 tracing::warn!(
                     tenant_id = %task.tenant_id, delivery_id = %task.delivery_id,
-                    error = %error_chain(&error), "parking a delivery at its tenant's share failed; it waits for a slot"
+                    error = %error_chain(&error), "parking a delivery before its slot failed; it waits for a slot"
                 );
                 false
             }

@@ -122,6 +122,12 @@ impl Settler {
         let mut stopping = self.stopping.clone();
         // (A stop already requested resolves at once: checked first.)
         let (tenant, endpoint) = (task.tenant_id, task.endpoint_id);
+        // Behind its endpoint's parked deliveries being admitted here: parked
+        // without a slot, which it would take only to be parked (and whose
+        // short hold would count the endpoint fast).
+        if self.processor.waiters().admitting(endpoint) && self.processor.park_unslotted(task, true).await {
+            return Disposition::Ack;
+        }
         let grant = tokio::select! {
             biased;
             () = stop_requested(&mut stopping) => return Disposition::Requeue,
@@ -134,7 +140,7 @@ impl Settler {
             // tenant's shards and this worker's windows in front of the
             // tenant's other endpoints. If it cannot be parked (its row is
             // not due, or the write failed), it waits for a slot as any other.
-            Grant::Park if self.processor.park_at_share(task).await => return Disposition::Ack,
+            Grant::Park if self.processor.park_unslotted(task, false).await => return Disposition::Ack,
             Grant::Park => tokio::select! {
                 biased;
                 () = stop_requested(&mut stopping) => return Disposition::Requeue,

@@ -6,7 +6,7 @@
 //! endpoint holds the fewest. No tenant holds more than [`TenantShare`] of
 //! the slots while others may come, and no endpoint more than that share of
 //! its tenant's unless it is known to be fast — to give its slots back
-//! within [`SLOW_HOLD`] on average (SPEC §12). A tenant alone still gets all
+//! within [`FAST_HOLD`] on average (SPEC §12). A tenant alone still gets all
 //! but the reserve, so a lone busy tenant is not held back; a tenant whose
 //! receiver is slow (each slot held for seconds) leaves the reserve free for
 //! every other tenant's next delivery — and a slow endpoint, or one not
@@ -45,6 +45,12 @@ use crate::weights::TenantWeights;
 /// answers in about that, or slower) is slow: beyond its tenant's share,
 /// its deliveries wait parked, not in the worker's windows.
 pub const SLOW_HOLD: Duration = Duration::from_millis(500);
+
+/// An endpoint whose slots are held less than this on average lately is
+/// fast: it may hold its tenant's whole share. Half of [`SLOW_HOLD`], so a
+/// slow endpoint's few short holds (a delivery parked after all, a lease
+/// that found nothing) do not make it fast.
+pub const FAST_HOLD: Duration = Duration::from_millis(250);
 
 /// How much of an endpoint's average hold each released slot makes up.
 const HOLD_WEIGHT: f64 = 0.2;
@@ -167,9 +173,9 @@ impl State {
         self.hold_secs.get(&endpoint).is_some_and(|secs| *secs >= SLOW_HOLD.as_secs_f64())
     }
 
-    /// Known to give its slots back within [`SLOW_HOLD`] on average lately.
+    /// Known to give its slots back within [`FAST_HOLD`] on average lately.
     fn is_fast(&self, endpoint: EndpointId) -> bool {
-        self.hold_secs.get(&endpoint).is_some_and(|secs| *secs < SLOW_HOLD.as_secs_f64())
+        self.hold_secs.get(&endpoint).is_some_and(|secs| *secs < FAST_HOLD.as_secs_f64())
     }
 }
 
