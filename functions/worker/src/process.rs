@@ -287,12 +287,22 @@ impl Processor {
         parked_for: ParkedFor,
         recheck: Option<Duration>,
     ) -> Result<Disposition, ProcessError> {
-        if self.parks.call((task.tenant_id, task.delivery_id)).await? {
-            report::parked(parked_for.reason());
-            self.waiters.note(task.tenant_id, task.endpoint_id);
+        if self.park(task, parked_for).await? {
             return Ok(Disposition::Ack);
         }
         self.deliver(task.tenant_id, task.delivery_id, recheck).await
+    }
+
+    /// Parks a delivery without a claim (one write), counted under
+    /// `parked_for`, and has its endpoint admitted here; whether it was
+    /// parked (not if its row is not due).
+    async fn park(&self, task: DeliveryTask, parked_for: ParkedFor) -> Result<bool, BatchError> {
+        let parked = self.parks.call((task.tenant_id, task.delivery_id)).await?;
+        if parked {
+            report::parked(parked_for.reason());
+            self.waiters.note(task.tenant_id, task.endpoint_id);
+        }
+        Ok(parked)
     }
 
     /// Parks a delivery before it takes a worker slot (`crate::settle`), for
@@ -303,13 +313,8 @@ impl Processor {
     /// any other).
     pub(crate) async fn park_unslotted(&self, task: DeliveryTask, behind_admission: bool) -> bool {
         let parked_for = if behind_admission { ParkedFor::Turn } else { ParkedFor::Share };
-        match self.parks.call((task.tenant_id, task.delivery_id)).await {
-            Ok(true) => {
-                report::parked(parked_for.reason());
-                self.waiters.note(task.tenant_id, task.endpoint_id);
-                true
-            }
-            Ok(false) => false,
+        match self.park(task, parked_for).await {
+            Ok(parked) => parked,
             Err(error) => {
                 tracing::warn!(
                     tenant_id = %task.tenant_id, delivery_id = %task.delivery_id,

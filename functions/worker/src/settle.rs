@@ -120,7 +120,6 @@ impl Settler {
     async fn process_holding(&self, task: DeliveryTask, recheck: Option<Duration>) -> Disposition {
         relayops_shared::hop!("worker.consumed", event_id = %task.event_id, tenant_id = %task.tenant_id);
         let mut stopping = self.stopping.clone();
-        // (A stop already requested resolves at once: checked first.)
         let (tenant, endpoint) = (task.tenant_id, task.endpoint_id);
         // Behind its endpoint's parked deliveries being admitted here: parked
         // without a slot, which it would take only to be parked (and whose
@@ -128,6 +127,7 @@ impl Settler {
         if self.processor.waiters().admitting(endpoint) && self.processor.park_unslotted(task, true).await {
             return Disposition::Ack;
         }
+        // (A stop already requested resolves at once: checked first.)
         let grant = tokio::select! {
             biased;
             () = stop_requested(&mut stopping) => return Disposition::Requeue,

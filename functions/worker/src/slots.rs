@@ -79,8 +79,8 @@ pub struct FairSlots {
 /// What a waiter is given.
 pub enum Grant {
     Slot(SlotPermit),
-    /// Park the delivery instead: its tenant holds its share and its
-    /// endpoint is slow.
+    /// Park the delivery instead: its tenant or endpoint holds its share
+    /// and the endpoint is slow.
     Park,
 }
 
@@ -141,13 +141,19 @@ impl State {
         let endpoints = self.waiting.get_mut(&holder.tenant)?;
         let queue = endpoints.get_mut(&holder.endpoint)?;
         let waiter = queue.pop_front();
-        if queue.is_empty() {
-            endpoints.remove(&holder.endpoint);
-            if endpoints.is_empty() {
-                self.waiting.remove(&holder.tenant);
-            }
-        }
+        self.forget_if_empty(holder);
         waiter
+    }
+
+    /// Drops `holder`'s endpoint's queue once empty, and its tenant's map.
+    fn forget_if_empty(&mut self, holder: Holder) {
+        let Some(endpoints) = self.waiting.get_mut(&holder.tenant) else { return };
+        if endpoints.get(&holder.endpoint).is_some_and(VecDeque::is_empty) {
+            endpoints.remove(&holder.endpoint);
+        }
+        if endpoints.is_empty() {
+            self.waiting.remove(&holder.tenant);
+        }
     }
 
     /// Tells `holder`'s endpoint's parkable waiters to park.
@@ -161,12 +167,7 @@ impl State {
                 queue.push_back(waiter);
             }
         }
-        if queue.is_empty() {
-            endpoints.remove(&holder.endpoint);
-            if endpoints.is_empty() {
-                self.waiting.remove(&holder.tenant);
-            }
-        }
+        self.forget_if_empty(holder);
     }
 
     fn is_slow(&self, endpoint: EndpointId) -> bool {
