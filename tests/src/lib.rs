@@ -924,7 +924,7 @@ fn quiet_rabbitmqctl(args: &[&str]) -> bool {
 }
 
 /// A RabbitMQ policy that makes every queue of the test's namespace matching
-/// `queues` (a regex suffix, e.g. `retry\..*`) refuse new messages (max length
+/// `queues` (a regex suffix, e.g. `delay\..*`) refuse new messages (max length
 /// 0, reject-publish): publishes to them are nacked. Removed when dropped.
 pub struct RefusingQueues {
     name: String,

@@ -40,7 +40,7 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::delay::DelayPublisher;
+use crate::delay::{DelayPublisher, ReturnTo};
 use crate::gate::{Admission, EndpointLimits};
 use crate::process::Processor;
 use crate::report;
@@ -454,7 +454,8 @@ async fn send_admitted(
     let sent = Leased::Sent { limits: processor.gate().limits(&job) };
     let disposition = processor.send_and_record(&job, slot, claim_asked, Some(&delays)).await;
     let Some(again) = RoundAgain::after(disposition) else { return sent };
-    if let Err(error) = delays.publish(&crate::process::message_of(&job), again.wait).await {
+    let to = ReturnTo::tenants_own(job.tenant_id);
+    if let Err(error) = delays.publish(&crate::process::message_of(&job), again.wait, to).await {
         report::not_sent_round();
         tracing::warn!(delivery_id = %job.delivery_id, error = %error_chain(&error),
             "admitted delivery not sent round; left to recovery");

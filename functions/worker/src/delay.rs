@@ -1,6 +1,8 @@
-//! Sending a message round again: to a retry queue whose fixed delay is the
-//! longest not above the wait, or straight to the ready queue when there is no
-//! wait. Publishes are confirmed; if one fails, nothing is lost: after a retry
+//! Sending a message round again: to a delay queue whose fixed delay is the
+//! longest not above the wait, or straight to a ready shard when there is no
+//! wait — in both cases back to the ready shard it arrived by, or its
+//! tenant's own ([`ReturnTo`], `Topology::return_shard`), never one shared
+//! by every tenant's returns. Publishes are confirmed; if one fails, nothing is lost: after a retry
 //! the row is `scheduled` in Postgres and the recovery pass re-enqueues it
 //! once overdue; a message whose row may still be `pending` is requeued
 //! instead of acked. A refusal also renews the channel
@@ -18,7 +20,8 @@ use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::Confirmation;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
-use relayops_shared::broker::{self, BrokerError, Topology};
+use relayops_shared::broker::{self, BrokerError, Topology, DELAY_HEADER};
+use relayops_shared::ids::TenantId;
 
 /// The header of a message that, finding its delivery leased, comes back
 /// after this many milliseconds (and twice as many the next time) instead
@@ -42,6 +45,26 @@ pub fn recheck_of(delivery: &Delivery) -> Option<Duration> {
 /// The recheck wait after one of `wait`.
 pub fn next_recheck(wait: Duration) -> Duration {
     (wait * 2).min(LONGEST_RECHECK)
+}
+
+/// Where a message sent round comes back to: the ready shard it arrived by
+/// if it came by one, else its tenant's own (see `Topology::return_shard`).
+#[derive(Debug, Clone, Copy)]
+pub struct ReturnTo<'a> {
+    tenant: Option<TenantId>,
+    arrived_by: Option<&'a str>,
+}
+
+impl<'a> ReturnTo<'a> {
+    /// Back to the shard `message` arrived by (a delivery of `tenant`, if known).
+    pub fn arrived(tenant: Option<TenantId>, message: &'a Delivery) -> Self {
+        Self { tenant, arrived_by: Some(message.routing_key.as_str()) }
+    }
+
+    /// To the tenant's own first shard (a delivery no message brought).
+    pub fn tenants_own(tenant: TenantId) -> Self {
+        Self { tenant: Some(tenant), arrived_by: None }
+    }
 }
 
 pub struct DelayPublisher {
@@ -71,8 +94,8 @@ impl DelayPublisher {
 
     /// Publishes and awaits the broker's confirm. After a refusal the next
     /// publishes go out on a new channel (see [`broker::close_replaced`]).
-    pub async fn publish(&self, body: &[u8], wait: Duration) -> Result<(), DelayError> {
-        self.publish_rechecking(body, wait, None).await
+    pub async fn publish(&self, body: &[u8], wait: Duration, to: ReturnTo<'_>) -> Result<(), DelayError> {
+        self.publish_rechecking(body, wait, None, to).await
     }
 
     /// As [`publish`](Self::publish), the message marked to recheck a leased
@@ -82,22 +105,27 @@ impl DelayPublisher {
         body: &[u8],
         wait: Duration,
         recheck: Option<Duration>,
+        to: ReturnTo<'_>,
     ) -> Result<(), DelayError> {
-        let (exchange, routing_key, queue) = if wait.is_zero() {
-            (&self.topology.exchange, &self.topology.ready_routing_key, &self.topology.ready_queue)
+        let shard = self.topology.return_shard(to.tenant, to.arrived_by);
+        let mut headers = FieldTable::default();
+        let (exchange, queue) = if wait.is_zero() {
+            (&self.topology.exchange, &shard.queue)
         } else {
             let bucket = self.topology.bucket_for(wait);
-            (&self.topology.retry_exchange, &bucket.routing_key, &bucket.queue)
+            headers.insert(ShortString::from(DELAY_HEADER), AMQPValue::LongString(bucket.key.as_str().into()));
+            (&self.topology.retry_exchange, &bucket.queue)
         };
         let error = |source| DelayError::Publish { queue: queue.clone(), source };
-        let mut properties =
-            BasicProperties::default().with_delivery_mode(2).with_content_type("application/json".into());
         if let Some(recheck) = recheck {
-            let mut headers = FieldTable::default();
             let ms = AMQPValue::LongLongInt(recheck.as_millis().min(i64::MAX as u128) as i64);
             headers.insert(ShortString::from(RECHECK_HEADER), ms);
-            properties = properties.with_headers(headers);
         }
+        let properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into())
+            .with_headers(headers);
+        let routing_key = &shard.routing_key;
         let options = BasicPublishOptions { mandatory: true, ..Default::default() };
         let channel = self.channel.read().await.clone();
         let confirm = channel.basic_publish(exchange, routing_key, options, body, properties).await.map_err(error)?;

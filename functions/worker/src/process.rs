@@ -40,7 +40,7 @@ use relayops_shared::telemetry::error_chain;
 
 use crate::admission::Waiters;
 use crate::circuit;
-use crate::delay::{DelayPublisher, FIRST_RECHECK};
+use crate::delay::{DelayPublisher, ReturnTo, FIRST_RECHECK};
 use crate::gate::{Admission, Gate};
 use crate::health;
 use crate::hold::Backoff;
@@ -690,7 +690,7 @@ pub(crate) fn message_of(job: &DeliveryJob) -> Vec<u8> {
 /// attempt is recorded ([`Processor::send_and_record`]); whether it is out.
 async fn publish_retry_ahead(delays: &DelayPublisher, job: &DeliveryJob, wait: Duration) -> bool {
     let body = message_of(job);
-    match delays.publish_rechecking(&body, wait, Some(FIRST_RECHECK)).await {
+    match delays.publish_rechecking(&body, wait, Some(FIRST_RECHECK), ReturnTo::tenants_own(job.tenant_id)).await {
         Ok(()) => true,
         Err(error) => {
             tracing::debug!(delivery_id = %job.delivery_id, error = %error_chain(&error),

@@ -21,7 +21,7 @@ use relayops_shared::telemetry::error_chain;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::delay::{next_recheck, recheck_of, DelayPublisher};
+use crate::delay::{next_recheck, recheck_of, DelayPublisher, ReturnTo};
 use crate::hold::{delivery_count, near_delivery_limit, Backoff};
 use crate::process::{Disposition, Processor};
 use crate::report;
@@ -172,7 +172,8 @@ impl Settler {
             return disposition;
         }
         let Some(again) = RoundAgain::after(disposition) else { return disposition };
-        if self.send_round(&delivery.data, &again, task).await || !again.lost_unless_published {
+        let to = ReturnTo::arrived(Some(task.tenant_id), delivery);
+        if self.send_round(&delivery.data, &again, task, to).await || !again.lost_unless_published {
             Disposition::Ack
         } else {
             Disposition::Requeue
@@ -181,8 +182,10 @@ impl Settler {
 
     /// Publishes `body` (one delivery's message) to come back as `again`
     /// says; whether it is out. A failure is logged with what follows from it.
-    async fn send_round(&self, body: &[u8], again: &RoundAgain, task: DeliveryTask) -> bool {
-        let Err(error) = self.delays.publish_rechecking(body, again.wait, again.recheck).await else { return true };
+    async fn send_round(&self, body: &[u8], again: &RoundAgain, task: DeliveryTask, to: ReturnTo<'_>) -> bool {
+        let Err(error) = self.delays.publish_rechecking(body, again.wait, again.recheck, to).await else {
+            return true;
+        };
         report::not_sent_round();
         let outcome = match (again.lost_unless_published, again.recheck) {
             (true, _) => "its message is requeued",
@@ -201,7 +204,7 @@ impl Settler {
     /// [`Disposition::Requeue`] (the whole bundle: the next claims drop the
     /// deliveries already settled) when one that would otherwise be lost
     /// could not be sent round.
-    async fn process_bundle(&self, tasks: Vec<DeliveryTask>) -> Disposition {
+    async fn process_bundle(&self, delivery: &Delivery, tasks: Vec<DeliveryTask>) -> Disposition {
         // Dropped with this future (a worker task aborted), the set aborts
         // its tasks: none goes on alone.
         let mut attempts = JoinSet::new();
@@ -219,7 +222,8 @@ impl Settler {
             };
             let Some(again) = RoundAgain::after(disposition) else { continue };
             let body = serde_json::to_vec(&QueueMessage::DeliveryV1(task)).unwrap_or_default();
-            if !self.send_round(&body, &again, task).await && again.lost_unless_published {
+            let to = ReturnTo::arrived(Some(task.tenant_id), delivery);
+            if !self.send_round(&body, &again, task, to).await && again.lost_unless_published {
                 whole = Disposition::Requeue;
             }
         }
@@ -235,7 +239,7 @@ impl Settler {
     async fn republish_near_limit(&self, delivery: &Delivery) -> Disposition {
         tokio::time::sleep(REQUEUE_PAUSE).await;
         let redeliveries = delivery_count(delivery);
-        match self.delays.publish(&delivery.data, Duration::ZERO).await {
+        match self.delays.publish(&delivery.data, Duration::ZERO, ReturnTo::arrived(None, delivery)).await {
             Ok(()) => {
                 report::republished();
                 tracing::warn!(redeliveries, "message near the delivery limit re-published");
@@ -251,7 +255,7 @@ impl Settler {
     pub(crate) async fn settle(&self, delivery: Delivery) {
         let disposition = match read(&delivery.data) {
             Message::One(task) => self.process_one(&delivery, task).await,
-            Message::Bundle(tasks) => self.process_bundle(tasks).await,
+            Message::Bundle(tasks) => self.process_bundle(&delivery, tasks).await,
             Message::Unusable => Disposition::Reject,
         };
         let disposition = match disposition {

@@ -14,7 +14,7 @@ pub use envelope::{
     EventDelivery, QueueMessage, TenantDeliveries, EVENT_DELIVERIES_V1,
 };
 pub use shards::{ReadyShard, ReadyShards, DEFAULT_READY_SHARDS, MAX_READY_SHARDS};
-pub use topology::{RetryBucket, Topology, DELIVERY_LIMIT, RETRY_DELAYS_MS};
+pub use topology::{RetryBucket, Topology, DELAY_HEADER, DELIVERY_LIMIT, RETRY_DELAYS_MS};
 
 use crate::config::BrokerConfig;
 

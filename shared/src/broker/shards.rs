@@ -2,9 +2,9 @@
 //! fixed set of queues, so that one tenant's backlog fills its own queues and
 //! not everyone's (SPEC §12; ARCHITECTURE.md, "Fair delivery").
 //!
-//! With `n` ready queues, `<ns>.ready` (shard 0) carries what comes back
-//! through the retry queues (their dead-letter routing key is fixed, and
-//! queue arguments cannot change on an existing queue); with `n` of at least
+//! With `n` ready queues, `<ns>.ready` (shard 0) takes only a message sent
+//! round whose tenant is unknown (what goes round returns to the shard it
+//! arrived by: `Topology::return_shard`); with `n` of at least
 //! [`MIN_SHARDS_WITH_REFUGE`], the last [`REFUGE_SHARDS`] are the **refuge
 //! shards**, and `<ns>.ready.1` up to them are each tenant's own: two per
 //! tenant, chosen by a hash of its id. A message goes to the least loaded
@@ -69,8 +69,8 @@ impl ReadyShards {
         &self.shards
     }
 
-    /// `<ns>.ready`: where messages coming back (retries, postponements,
-    /// re-publications) go.
+    /// `<ns>.ready`: everything with one shard; with more, a message sent
+    /// round whose tenant is unknown.
     pub fn returns(&self) -> &ReadyShard {
         &self.shards[0]
     }

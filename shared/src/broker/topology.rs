@@ -3,12 +3,14 @@
 //! topology"):
 //!
 //! - `<ns>.work` (direct) → `<ns>.ready`: work to do now; with more than one
-//!   ready shard, `<ns>.ready` takes what comes back through the retry queues
-//!   and `<ns>.ready.<i>` (routing key `ready.<i>`) the first attempts, each
-//!   tenant's on two of them (`shards`).
-//! - `<ns>.retry` (direct) → `<ns>.retry.<ttl>`: one queue per fixed delay
+//!   ready shard, `<ns>.ready.<i>` (routing key `ready.<i>`) take the first
+//!   attempts, each tenant's on two of them (`shards`), and what comes back.
+//! - `<ns>.delay` (headers) → `<ns>.delay.<ttl>`: one queue per fixed delay
 //!   (`x-message-ttl` per queue, never per message, so a long delay cannot hold
-//!   up a short one); expired messages dead-letter back to `<ns>.work` / `ready`.
+//!   up a short one), chosen by the message's [`DELAY_HEADER`]; an expired
+//!   message dead-letters to `<ns>.work` under its own routing key: back to
+//!   the ready shard it names ([`Topology::return_shard`]), so one tenant's
+//!   retries never queue in front of another's.
 //! - `<ns>.dead` (fanout) → `<ns>.dead`: the operations dead-letter queue.
 //!
 //! No broker plugin is needed (the delayed-message plugin is absent on managed
@@ -21,9 +23,10 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, ExchangeKind};
 
-use super::shards::ReadyShards;
+use super::shards::{ReadyShard, ReadyShards};
 use super::BrokerError;
 use crate::config::BrokerConfig;
+use crate::ids::TenantId;
 
 /// The default retry delays (`RELAYOPS_RETRY_DELAYS_MS` overrides them). A wait
 /// is served by the longest delay not above it (so a message is never late by
@@ -39,11 +42,17 @@ pub const RETRY_DELAYS_MS: [u64; 11] =
 /// `pending` row of a message dropped anyway.
 pub const DELIVERY_LIMIT: i64 = 20;
 
+/// The header that routes a message on `<ns>.delay` to its delay queue; its
+/// routing key is the ready shard it returns to. Not `x-`-prefixed: a
+/// headers exchange ignores such headers, and every binding would match.
+pub const DELAY_HEADER: &str = "relayops-delay";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryBucket {
     pub delay: Duration,
     pub queue: String,
-    pub routing_key: String,
+    /// This queue's [`DELAY_HEADER`] value (`250ms`, `1000ms`, …).
+    pub key: String,
 }
 
 /// The names of one installation's exchanges and queues.
@@ -51,12 +60,12 @@ pub struct RetryBucket {
 pub struct Topology {
     /// Direct exchange that routes work to the ready queue.
     pub exchange: String,
-    /// `<ns>.ready`: everything with one shard; what comes back through the
-    /// retry queues (which dead-letter to `ready_routing_key`) with more.
+    /// `<ns>.ready`: everything with one shard.
     pub ready_queue: String,
     pub ready_routing_key: String,
     /// Every ready queue (`RELAYOPS_READY_SHARDS`), `<ns>.ready` first.
     pub ready_shards: ReadyShards,
+    /// `<ns>.delay`, the headers exchange in front of the delay queues.
     pub retry_exchange: String,
     pub retry_buckets: Vec<RetryBucket>,
     pub dead_exchange: String,
@@ -72,8 +81,8 @@ impl Topology {
             .iter()
             .map(|&ms| RetryBucket {
                 delay: Duration::from_millis(ms),
-                queue: format!("{ns}.retry.{ms}ms"),
-                routing_key: format!("{ms}ms"),
+                queue: format!("{ns}.delay.{ms}ms"),
+                key: format!("{ms}ms"),
             })
             .collect();
         let ready_shards = ReadyShards::new(ns, config.ready_shards);
@@ -82,7 +91,7 @@ impl Topology {
             ready_queue: ready_shards.returns().queue.clone(),
             ready_routing_key: ready_shards.returns().routing_key.clone(),
             ready_shards,
-            retry_exchange: format!("{ns}.retry"),
+            retry_exchange: format!("{ns}.delay"),
             retry_buckets,
             dead_exchange: format!("{ns}.dead"),
             dead_queue: format!("{ns}.dead"),
@@ -100,6 +109,18 @@ impl Topology {
         self.retry_buckets.iter().rev().find(|bucket| bucket.delay <= wait).unwrap_or(&self.retry_buckets[0])
     }
 
+    /// The ready shard a message goes back to: the one it arrived by
+    /// (`arrived_by`, its routing key) when that is a ready shard, so a
+    /// tenant's retries return to its own shards and a quiet tenant's to the
+    /// refuge it took; otherwise its tenant's first own shard; otherwise
+    /// (neither known) `<ns>.ready`.
+    pub fn return_shard(&self, tenant: Option<TenantId>, arrived_by: Option<&str>) -> &ReadyShard {
+        let shards = self.ready_shards.all();
+        let arrived = arrived_by.and_then(|key| shards.iter().find(|shard| shard.routing_key == key));
+        let own = || tenant.map(|tenant| &shards[self.ready_shards.candidates(tenant).0]);
+        arrived.or_else(own).unwrap_or(self.ready_shards.returns())
+    }
+
     fn quorum_arguments(&self) -> FieldTable {
         let mut arguments = FieldTable::default();
         arguments.insert(ShortString::from("x-queue-type"), AMQPValue::LongString("quorum".into()));
@@ -110,15 +131,15 @@ impl Topology {
     }
 
     /// Retry buckets are quorum queues whose expired messages move to the ready
-    /// queue *at least once*: if the ready queue is briefly unavailable (a
-    /// broker restart), they wait instead of being dropped. That strategy needs
-    /// `reject-publish` overflow.
+    /// shard their routing key names *at least once*: if it is briefly
+    /// unavailable (a broker restart), they wait instead of being dropped.
+    /// That strategy needs `reject-publish` overflow. No dead-letter routing
+    /// key: each message keeps its own.
     fn retry_arguments(&self, delay: Duration) -> FieldTable {
         let mut arguments = self.quorum_arguments();
         let mut put = |key: &str, value: AMQPValue| arguments.insert(ShortString::from(key), value);
         put("x-message-ttl", AMQPValue::LongLongInt(delay.as_millis() as i64));
         put("x-dead-letter-exchange", AMQPValue::LongString(self.exchange.as_str().into()));
-        put("x-dead-letter-routing-key", AMQPValue::LongString(self.ready_routing_key.as_str().into()));
         put("x-dead-letter-strategy", AMQPValue::LongString("at-least-once".into()));
         put("x-overflow", AMQPValue::LongString("reject-publish".into()));
         arguments
@@ -136,8 +157,19 @@ impl Topology {
     }
 
     async fn bind(&self, channel: &Channel, queue: &str, exchange: &str, key: &str) -> Result<(), BrokerError> {
+        self.bind_with(channel, queue, exchange, key, FieldTable::default()).await
+    }
+
+    async fn bind_with(
+        &self,
+        channel: &Channel,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        arguments: FieldTable,
+    ) -> Result<(), BrokerError> {
         channel
-            .queue_bind(queue, exchange, key, QueueBindOptions::default(), FieldTable::default())
+            .queue_bind(queue, exchange, key, QueueBindOptions::default(), arguments)
             .await
             .map_err(BrokerError::Topology)
     }
@@ -152,10 +184,13 @@ impl Topology {
             self.bind(channel, &shard.queue, &self.exchange, &shard.routing_key).await?;
         }
 
-        self.exchange(channel, &self.retry_exchange, ExchangeKind::Direct).await?;
+        self.exchange(channel, &self.retry_exchange, ExchangeKind::Headers).await?;
         for bucket in &self.retry_buckets {
             self.queue(channel, &bucket.queue, self.retry_arguments(bucket.delay)).await?;
-            self.bind(channel, &bucket.queue, &self.retry_exchange, &bucket.routing_key).await?;
+            let mut matching = FieldTable::default();
+            matching.insert(ShortString::from("x-match"), AMQPValue::LongString("all".into()));
+            matching.insert(ShortString::from(DELAY_HEADER), AMQPValue::LongString(bucket.key.as_str().into()));
+            self.bind_with(channel, &bucket.queue, &self.retry_exchange, "", matching).await?;
         }
 
         self.exchange(channel, &self.dead_exchange, ExchangeKind::Fanout).await?;
@@ -197,14 +232,18 @@ impl Topology {
 mod tests {
     use super::*;
 
-    fn topology() -> Topology {
-        Topology::new(&BrokerConfig {
+    fn topology_config() -> BrokerConfig {
+        BrokerConfig {
             url: String::new(),
             namespace: "t".into(),
             queue_expires_ms: None,
             retry_delays_ms: RETRY_DELAYS_MS.to_vec(),
             ready_shards: 1,
-        })
+        }
+    }
+
+    fn topology() -> Topology {
+        Topology::new(&topology_config())
     }
 
     #[test]
@@ -214,6 +253,20 @@ mod tests {
         assert_eq!(topology.bucket_for(Duration::from_secs(1)).delay, Duration::from_secs(1));
         assert_eq!(topology.bucket_for(Duration::from_secs(299)).delay, Duration::from_secs(120));
         assert_eq!(topology.bucket_for(Duration::from_secs(86_400)).delay, Duration::from_secs(36_000));
-        assert_eq!(topology.bucket_for(Duration::from_secs(5)).queue, "t.retry.5000ms");
+        assert_eq!(topology.bucket_for(Duration::from_secs(5)).queue, "t.delay.5000ms");
+    }
+
+    #[test]
+    fn a_message_returns_to_the_shard_it_arrived_by_else_its_tenants_own() {
+        let sharded = Topology::new(&BrokerConfig { ready_shards: 10, ..topology_config() });
+        let tenant = TenantId::new();
+        let own = &sharded.ready_shards.all()[sharded.ready_shards.candidates(tenant).0].queue;
+        assert_eq!(sharded.return_shard(Some(tenant), Some("ready.9")).queue, "t.ready.9", "the refuge it came by");
+        assert_eq!(&sharded.return_shard(Some(tenant), None).queue, own);
+        assert_eq!(&sharded.return_shard(Some(tenant), Some("1000ms")).queue, own, "not a ready shard's key");
+        assert_eq!(sharded.return_shard(None, Some("ready")).queue, "t.ready");
+        assert_eq!(sharded.return_shard(None, None).queue, "t.ready");
+        let one = topology();
+        assert_eq!(one.return_shard(Some(tenant), None).queue, "t.ready", "one shard takes everything");
     }
 }

@@ -23,7 +23,7 @@ pub fn spawn_queue_gauges(pool: Pool, broker: BrokerConfig, interval: Duration) 
             .map(|shard| (shard.routing_key.replace('.', "_"), shard.queue.clone()))
             .collect();
         for bucket in &topology.retry_buckets {
-            queues.push((format!("retry_{}", bucket.routing_key), bucket.queue.clone()));
+            queues.push((format!("retry_{}", bucket.key), bucket.queue.clone()));
         }
         queues.push(("dead".to_owned(), topology.dead_queue.clone()));
         let mut channel: Option<(std::sync::Arc<lapin::Connection>, lapin::Channel)> = None;

@@ -31,9 +31,9 @@
 //! (`relayops.ready_queue_sightings`, recorded by publishers from their
 //! depth samples: [`record_empty_sightings`]): by then the message had
 //! been handed to a consumer, which would have claimed the row long since.
-//! A retry's message comes back through `<ns>.ready` (the returns queue)
-//! at or before its due time; a first attempt's through the first-attempt
-//! shards. Until a queue has been seen empty (a new installation, a broker
+//! A first attempt's message is in one of the first-attempt shards; a
+//! retry's comes back at or before its due time to the shard it arrived by
+//! or its tenant's own (`Topology::return_shard`), so any ready queue. Until a queue has been seen empty (a new installation, a broker
 //! that cannot be reached), nothing that depends on it counts as lost.
 //!
 //! Each re-enqueued row's clock (`updated_at`, or `next_attempt_at` for a
@@ -67,8 +67,8 @@ macro_rules! seen_empty_before {
     };
 }
 
-/// Expired leases; retries whose message came back (to the returns queue,
-/// `$3`) before that queue was last seen empty, the grace ago.
+/// Expired leases; retries whose message came back (to a ready queue, `$3`:
+/// all of them) before every one was last seen empty, the grace ago.
 const FIND_EXPIRED_OR_OVERDUE: &str = concat!(
     "SELECT id, tenant_id, event_id, endpoint_id FROM relayops.deliveries
      WHERE (status = 'in_progress' AND lease_expires_at < now())
@@ -190,11 +190,6 @@ impl ReadyQueues {
         &self.all
     }
 
-    /// Where retries come back (`<ns>.ready`).
-    fn returns(&self) -> &[String] {
-        &self.all[..1.min(self.all.len())]
-    }
-
     /// Where first attempts (and re-publications through the outbox) go:
     /// the shards after `<ns>.ready`, or that one alone.
     fn first(&self) -> &[String] {
@@ -244,7 +239,7 @@ pub async fn requeue_stranded(
     // the one plan it must not keep; nor is REVIVE's (a hashed scan of every
     // partition for an unknown number of ids).
     let expired =
-        sql::query_on_generic_plan_in_transaction(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit, &queues.returns()])
+        sql::query_on_generic_plan_in_transaction(tx, FIND_EXPIRED_OR_OVERDUE, &[&grace_ms, &limit, &queues.all()])
             .await?;
     let lost = sql::query(tx, FIND_LOST_PENDING, &[&grace_ms, &limit, &queues.first()]).await?;
     sql::execute(tx, SAMPLE_WATERMARK, &[&grace_ms]).await?;

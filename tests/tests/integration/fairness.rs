@@ -4,14 +4,15 @@
 //! a quiet tenant is delivered at once while another has a backlog to a slow
 //! receiver (its own shards, and a reserve of the worker's slots the busy
 //! tenant cannot take), even the one in 21 whose two shards are both the busy
-//! tenant's (the refuge shards); and a worker killed while many tenants' deliveries
-//! wait in their shards loses none of them. Inside one tenant, a slow
+//! tenant's (the refuge shards); retries come back to their tenant's shards;
+//! and a worker killed while many tenants' deliveries wait in their shards
+//! loses none of them. Inside one tenant, a slow
 //! endpoint's backlog does not delay the tenant's other endpoints.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use relayops_shared::broker::DEFAULT_READY_SHARDS;
-use relayops_shared::ids::TenantId;
+use relayops_shared::broker::{QueueMessage, DEFAULT_READY_SHARDS};
+use relayops_shared::ids::{DeliveryId, TenantId};
 use relayops_tests::{eventually, TestConfig, TestEnv, WAIT};
 use serde_json::{json, Value};
 
@@ -113,6 +114,62 @@ async fn a_tenants_first_attempts_go_only_to_its_own_two_shards_or_the_refuge() 
     );
     assert_eq!(depths[0], 0, "first attempts never go to the returns queue: {depths:?}");
     assert!(used.len() >= 2, "both tenants' messages are queued: {depths:?}");
+}
+
+/// Retries come back to their own tenant's shards — the one each message
+/// arrived by — never to one queue every tenant's retries share, so a loud
+/// tenant's returning retries cannot queue in front of a quiet tenant's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_retries_come_back_to_its_own_shards_not_a_shared_queue() {
+    let mut env = TestEnv::start_with(sharded()).await;
+    // A wait of 20 s goes through the 5 s delay queue and comes back early
+    // (to be sent round again): with the worker gone, it waits in its shard.
+    let policy = json!({ "retry_schedule_secs": [20], "max_in_flight": 1000 });
+    env.create_endpoint("/sim/status/503", &["loud.fail"], policy.clone()).await;
+    let (quiet, quiet_key) = tenant_beside(&env).await;
+    endpoint_for(&env, &quiet_key, "/sim/status/503", &["quiet.fail"], policy).await;
+    // Fewer than the 20 failures in a row that open an endpoint's circuit
+    // (its deliveries would then wait parked, not scheduled).
+    post_many(&env, "loud.fail", 15).await;
+    let body = json!({ "event_type": "quiet.fail", "payload": {} });
+    assert_eq!(env.request(reqwest::Method::POST, "/v1/events", Some(&quiet_key), Some(body)).await.status, 201);
+    eventually(WAIT, || async {
+        match env.query_i64("SELECT count(*) FROM relayops.deliveries WHERE status = 'scheduled'").await {
+            16 => Ok(()),
+            scheduled => Err(format!("{scheduled} of 16 deliveries failed once so far")),
+        }
+    })
+    .await;
+    env.kill_worker().await;
+    // Every delivery's message comes back to a ready queue (each taken as
+    // it arrives; a few may come twice, sent round as the worker died).
+    let shards = env.topology().ready_shards.all().to_vec();
+    let refuge = env.topology().ready_shards.refuge();
+    let back = std::sync::Mutex::new(HashMap::<DeliveryId, (TenantId, usize)>::new());
+    eventually(WAIT, || async {
+        for (index, shard) in shards.iter().enumerate() {
+            for message in env.take_messages(&shard.queue).await {
+                let message: QueueMessage = serde_json::from_value(message).expect("a queue message");
+                for task in message.tasks() {
+                    back.lock().unwrap().insert(task.delivery_id, (task.tenant_id, index));
+                }
+            }
+        }
+        match back.lock().unwrap().len() {
+            16 => Ok(()),
+            seen => Err(format!("{seen} of 16 deliveries' messages back in a ready queue")),
+        }
+    })
+    .await;
+    let back = back.into_inner().unwrap();
+    for (delivery, (tenant, index)) in &back {
+        assert!(
+            *index > 0 && (shards_of(&env, *tenant).contains(index) || refuge.contains(index)),
+            "{delivery} (tenant {tenant}) came back to {}, not its tenant's own shard or a refuge",
+            shards[*index].queue
+        );
+    }
+    assert_eq!(back.values().filter(|(tenant, _)| *tenant == quiet).count(), 1, "the quiet tenant's one retry");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

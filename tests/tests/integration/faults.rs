@@ -211,7 +211,7 @@ async fn rate_limited_deliveries_wait_parked_and_need_no_re_publish() {
     config.publisher.recovery_grace = Duration::from_secs(1);
     let env = TestEnv::start_with(config).await;
     env.create_endpoint("/sim/ok", &["*"], json!({ "rate_limit_per_sec": 2, "rate_limit_burst": 1 })).await;
-    let _refusing = RefusingQueues::apply(&env.broker, "retry\\..*");
+    let _refusing = RefusingQueues::apply(&env.broker, "delay\\..*");
     let events = env.post_numbered_events("a.b", 6).await;
     for event in &events {
         env.wait_for_status(event, "delivered").await;
@@ -240,7 +240,7 @@ async fn an_admitted_deliverys_retry_the_broker_refuses_is_recovered() {
     let env = TestEnv::start_with(config).await;
     let policy = json!({ "max_in_flight": 1, "retry_schedule_secs": [1] });
     env.create_endpoint("/sim/flaky/1", &["*"], policy).await;
-    let _refusing = RefusingQueues::apply(&env.broker, "retry\\..*");
+    let _refusing = RefusingQueues::apply(&env.broker, "delay\\..*");
     let events = env.post_numbered_events("a.b", 6).await;
     for event in &events {
         env.wait_for_status(event, "delivered").await;
@@ -344,7 +344,7 @@ async fn retries_go_through_the_retry_queues_again_once_the_broker_takes_them_ag
             answer.body["id"].as_str().unwrap().to_owned()
         }
     };
-    let refusing = RefusingQueues::apply(&env.broker, "retry\\.5000ms");
+    let refusing = RefusingQueues::apply(&env.broker, "delay\\.5000ms");
     // Taken (the queue was empty), which puts the queue over its length.
     let mut events = vec![post_and_see_it_fail(0).await];
     let retry_queue = env.topology().bucket_for(Duration::from_secs(5)).queue.clone();

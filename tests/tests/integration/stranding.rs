@@ -250,12 +250,12 @@ async fn a_delivery_published_late_from_a_backlog_is_re_enqueued_only_once_its_m
     env.wait_for_messages_published(2).await;
 }
 
-/// A retry whose message came back to the returns queue and waits there
-/// (behind a backlog; here no worker runs) is overdue but not lost: recovery
-/// leaves it while the queue holds it, and re-enqueues it only once the
-/// message is gone and the queue has been seen empty for the grace.
+/// A retry whose message came back to its tenant's ready shard and waits
+/// there (behind a backlog; here no worker runs) is overdue but not lost:
+/// recovery leaves it while the queue holds it, and re-enqueues it only once
+/// the message is gone and the queue has been seen empty for the grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_overdue_retry_whose_message_waits_on_the_returns_queue_is_not_re_enqueued() {
+async fn an_overdue_retry_whose_message_waits_on_a_ready_queue_is_not_re_enqueued() {
     let mut config = TestConfig { run_worker: false, ..Default::default() };
     config.publisher.recovery_grace = Duration::from_secs(2);
     let env = TestEnv::start_with(config).await;
@@ -269,8 +269,8 @@ async fn an_overdue_retry_whose_message_waits_on_the_returns_queue_is_not_re_enq
     })
     .await;
     // The delivery failed once; its retry is due now and its message came
-    // back to the returns queue, where it waits.
-    let returns = env.topology().ready_shards.returns().queue.clone();
+    // back to its tenant's shard, where it waits.
+    let returns = env.topology().return_shard(Some(env.tenant_id), None).queue.clone();
     env.publish_to_queue(&returns, &message).await;
     env.query_i64(&format!(
         "WITH s AS (UPDATE relayops.deliveries SET status = 'scheduled', next_attempt_at = now()
@@ -279,7 +279,7 @@ async fn an_overdue_retry_whose_message_waits_on_the_returns_queue_is_not_re_enq
     ))
     .await;
     recovery_passes_for(&env, Duration::from_secs(4)).await;
-    assert_eq!(requeued_by_recovery(&env).await, 0.0, "a retry waiting on the returns queue is not lost");
+    assert_eq!(requeued_by_recovery(&env).await, 0.0, "a retry waiting on a ready queue is not lost");
 
     env.purge_queue(&returns).await;
     relayops_tests::eventually(relayops_tests::WAIT, || async {
