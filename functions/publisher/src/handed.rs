@@ -61,11 +61,6 @@ impl HandedRows {
         self.receiver.is_some() || !self.turns.is_empty()
     }
 
-    /// Whether rows wait now (taken from the channel or still in it).
-    pub(crate) fn any_waiting(&self) -> bool {
-        !self.turns.is_empty() || self.receiver.as_ref().is_some_and(|receiver| !receiver.is_empty())
-    }
-
     /// Rows left to their claims' expiry since the last call (see the
     /// module's doc).
     pub(crate) fn take_stale(&mut self) -> u64 {

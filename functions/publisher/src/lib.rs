@@ -6,9 +6,11 @@
 //! any confirm is awaited — and deletes a row only after
 //! the confirms of all the messages carrying its deliveries. Rows
 //! the broker refused are released for another try; rows of a publisher that
-//! died are reclaimed when their claim expires. The long-lived loop also
-//! publishes the rows ingest in its own process wrote claimed by it and
-//! handed over (`relayops_shared::handoff`), with no claim of its own.
+//! died are reclaimed when their claim expires. Beside the long-lived loop,
+//! a task of its own publishes the rows ingest in the same process wrote
+//! claimed by it and handed over (`relayops_shared::handoff`), with no claim
+//! of its own, on a channel of its own ([`session::Lane`]): a lone event's
+//! row never waits for a drain's batch in flight.
 //!
 //! Invariant: the publisher knows nothing of HTTP, endpoints or tenants'
 //! payloads; it moves opaque envelopes from Postgres to RabbitMQ.
@@ -32,11 +34,11 @@ use relayops_shared::repo::{circuits, deferred_deliveries, outbox, outbox_fanout
 use relayops_shared::task::{stop_requested, AbortOnDrop};
 use relayops_shared::telemetry::error_chain;
 use serde::Serialize;
-use tokio::sync::{watch, Mutex, MutexGuard, Notify};
+use tokio::sync::{watch, Mutex, Notify};
 
 use handed::HandedRows;
 pub use session::PublishError;
-use session::Session;
+use session::{Lane, Session};
 use sightings::EmptySightings;
 
 /// What one batch or one drain did.
@@ -86,7 +88,9 @@ pub struct Publisher {
     config: PublisherConfig,
     /// Claim owner; unique per process so a claim can be told apart.
     owner: String,
-    session: Mutex<Option<Session>>,
+    /// Shared by the drain and the handed rows' task, each publishing on its
+    /// own lane; the lock is held only to open it again.
+    session: Mutex<Option<Arc<Session>>>,
     /// The ready queues, and when the sessions' samples last saw each empty
     /// (for the recovery pass: `repo::recovery`).
     ready_queues: recovery::ReadyQueues,
@@ -121,17 +125,7 @@ fn report_stale(rows: u64) {
     }
 }
 
-/// What the long-lived loop does next.
-enum Next {
-    /// Claim and publish what waits in the outbox.
-    Drain,
-    /// Publish rows ingest wrote claimed by this publisher and handed over.
-    Publish(Vec<OutboxMessage>),
-    /// The process is stopping: publish what ingest still hands over, then return.
-    Stop,
-}
-
-/// Test hook (`RELAYOPS_FAILPOINTS`): the long-lived loop leaves the rows
+/// Test hook (`RELAYOPS_FAILPOINTS`): the handed rows' task leaves the rows
 /// ingest hands over in the hand-off until the process stops, so a test can
 /// stop a process with rows in it.
 const HOLD_HANDED: &str = "publisher.hold_handed";
@@ -221,7 +215,7 @@ impl Publisher {
     /// does it during init, so the first invocation's batches are timed alone;
     /// the long-lived loop to notice a broker outage while idle).
     pub async fn connect(&self) -> Result<(), PublishError> {
-        self.open_session(&mut self.session.lock().await).await.map(|_| ())
+        self.open_session().await.map(|_| ())
     }
 
     /// Claims one batch, publishes it and settles it. Returns what it did.
@@ -238,8 +232,7 @@ impl Publisher {
         let started = Instant::now();
         // The session first: while the broker is away, rows stay unclaimed
         // rather than claimed by a publisher that cannot publish them.
-        let mut guard = self.session.lock().await;
-        self.open_session(&mut guard).await?;
+        let session = self.open_session().await?;
         let mut turn = *self.turn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let (owner, limit, ttl) = (&self.owner, self.config.batch_size, self.config.claim_ttl);
         let claimed = outbox::claim_batch(&mut client, owner, limit, ttl, &mut turn).await?;
@@ -247,7 +240,8 @@ impl Publisher {
         if claimed.messages.is_empty() {
             return Ok((PublishReport::default(), false));
         }
-        let (report, left_over) = self.publish_claimed(&mut client, guard, &claimed.messages, started).await?;
+        let (report, left_over) =
+            self.publish_claimed(&mut client, &session, Lane::Drain, &claimed.messages, started).await?;
         Ok((report, claimed.more || left_over))
     }
 
@@ -259,53 +253,59 @@ impl Publisher {
     async fn publish_handed(&self, messages: Vec<OutboxMessage>) -> Result<(PublishReport, bool), PublishError> {
         let started = Instant::now();
         let mut client = self.pool.get().await.map_err(DbError::from)?;
-        let mut guard = self.session.lock().await;
-        if let Err(error) = self.open_session(&mut guard).await {
-            drop(client);
-            self.give_back(messages.iter().map(|message| message.id).collect()).await;
-            return Err(error);
-        }
-        self.publish_claimed(&mut client, guard, &messages, started).await
-    }
-
-    /// The broker session in `guard`, opened again if it broke.
-    async fn open_session<'g>(
-        &self,
-        guard: &'g mut MutexGuard<'_, Option<Session>>,
-    ) -> Result<&'g Session, PublishError> {
-        let session = match guard.take().filter(Session::is_usable) {
-            Some(session) => session,
-            None => {
-                let opened = Session::open(&self.broker, Arc::clone(&self.sightings)).await;
-                self.broker_connected.send_replace(opened.is_ok());
-                opened?
+        let session = match self.open_session().await {
+            Ok(session) => session,
+            Err(error) => {
+                drop(client);
+                self.give_back(messages.iter().map(|message| message.id).collect()).await;
+                return Err(error);
             }
         };
-        Ok(guard.insert(session))
+        self.publish_claimed(&mut client, &session, Lane::Handed, &messages, started).await
     }
 
-    /// The next batch goes out on a new channel (see
+    /// The broker session, opened again if it broke.
+    async fn open_session(&self) -> Result<Arc<Session>, PublishError> {
+        let mut guard = self.session.lock().await;
+        if let Some(session) = guard.as_ref().filter(|session| session.is_usable()) {
+            return Ok(Arc::clone(session));
+        }
+        *guard = None;
+        let opened = Session::open(&self.broker, Arc::clone(&self.sightings)).await;
+        self.broker_connected.send_replace(opened.is_ok());
+        Ok(Arc::clone(guard.insert(Arc::new(opened?))))
+    }
+
+    /// Drops `broken` so that the next batch opens a new session (unless a
+    /// new one replaced it already).
+    async fn forget_session(&self, broken: &Arc<Session>) {
+        let mut guard = self.session.lock().await;
+        if guard.as_ref().is_some_and(|current| Arc::ptr_eq(current, broken)) {
+            *guard = None;
+        }
+    }
+
+    /// `lane`'s next batch goes out on a new channel (see
     /// [`Session::renew_channel`]); if none can be opened, on a new session.
-    async fn renew_channel_after_refusals(&self, guard: &mut MutexGuard<'_, Option<Session>>) {
-        let Some(session) = guard.as_mut() else { return };
-        if let Err(error) = session.renew_channel().await {
+    async fn renew_channel_after_refusals(&self, session: &Arc<Session>, lane: Lane) {
+        if let Err(error) = session.renew_channel(lane).await {
             tracing::warn!(error = %relayops_shared::telemetry::error_chain(&error), "renewing the channel after refusals failed; reconnecting next time");
-            **guard = None;
+            self.forget_session(session).await;
         }
     }
 
     /// Publishes `messages` (rows this publisher holds claimed, with their
-    /// pending deliveries) on the session in `guard`, and settles them;
+    /// pending deliveries) on `session`'s `lane`, and settles them;
     /// returns what it did and whether rows were left over (past the batch's
     /// message limit: released for the next batch).
     async fn publish_claimed(
         &self,
         client: &mut relayops_shared::db::Object,
-        mut guard: MutexGuard<'_, Option<Session>>,
+        session: &Arc<Session>,
+        lane: Lane,
         messages: &[OutboxMessage],
         started: Instant,
     ) -> Result<(PublishReport, bool), PublishError> {
-        let session = self.open_session(&mut guard).await?;
         // Rows past the batch's delivery limit go back unpublished; the event
         // rows kept become the messages of their pending deliveries.
         let limit = (self.config.batch_size as usize).saturating_mul(DELIVERIES_PER_ROW_CLAIMED);
@@ -320,15 +320,14 @@ impl Publisher {
         for message in traced {
             relayops_shared::hop!("publish.claimed", event_id = envelope_event(message), batch = messages.len());
         }
-        let results = session.publish_confirmed(&outgoing, self.config.confirm_timeout).await;
+        let results = session.publish_confirmed(lane, &outgoing, self.config.confirm_timeout).await;
         if results.broken {
             // Leave the rest claimed (reclaimed after the TTL) and reconnect next time.
-            *guard = None;
+            self.forget_session(session).await;
             self.broker_connected.send_replace(false);
         } else if !results.refused.is_empty() {
-            self.renew_channel_after_refusals(&mut guard).await;
+            self.renew_channel_after_refusals(session, lane).await;
         }
-        drop(guard);
         let settled = outbox_fanout::settle(&rows, &outgoing, &results.confirmed, &results.refused);
         for message in traced.iter().filter(|message| settled.confirmed.contains(&message.id)) {
             relayops_shared::hop!("publish.confirmed", event_id = envelope_event(message));
@@ -351,19 +350,11 @@ impl Publisher {
     /// finish before `deadline` (the Lambda tick: nothing wakes it for what is
     /// committed meanwhile).
     pub async fn drain(&self, deadline: Option<Instant>) -> Result<PublishReport, PublishError> {
-        Ok(self.drain_until(deadline, DrainStop::WhenEmpty, None).await?.0)
+        self.drain_until(deadline, DrainStop::WhenEmpty).await
     }
 
-    /// [`drain`](Self::drain) as `stop` says; also returns early, saying
-    /// the outbox may hold more, as soon as a batch ends while rows ingest
-    /// handed over wait in `handed`: a lone event's row is never held behind
-    /// a long drain (another tenant's fan-out being written and published).
-    async fn drain_until(
-        &self,
-        deadline: Option<Instant>,
-        stop: DrainStop,
-        handed: Option<&HandedRows>,
-    ) -> Result<(PublishReport, bool), PublishError> {
+    /// [`drain`](Self::drain) as `stop` says.
+    async fn drain_until(&self, deadline: Option<Instant>, stop: DrainStop) -> Result<PublishReport, PublishError> {
         let inline_recovery = !self.housekeeping_in_own_tasks.load(Ordering::Relaxed);
         let mut report = if inline_recovery && take_if_due(&self.last_recovery, RECOVERY_INTERVAL) {
             self.recover().await?
@@ -411,9 +402,6 @@ impl Publisher {
             if batch.released > 0 {
                 break;
             }
-            if handed.is_some_and(HandedRows::any_waiting) && !handed_held() {
-                return Ok((report, true));
-            }
             if more_deferred || wrote_some {
                 continue;
             }
@@ -424,7 +412,7 @@ impl Publisher {
                 break;
             }
         }
-        Ok((report, false))
+        Ok(report)
     }
 
     /// Writes the deliveries of events whose ingest left them to a publisher
@@ -561,14 +549,15 @@ impl Publisher {
         }
     }
 
-    /// The long-lived loop (local runner): publishes the rows ingest in this
-    /// process hands over ([`handoff`](Self::handoff)) as they come, drains
-    /// the outbox whenever woken, and at least every idle interval; while
-    /// idle it keeps its broker session open, so a broker outage shows in
-    /// readiness and the session is back before the next batch. The recovery
-    /// pass and history maintenance run beside it in tasks of their own
-    /// (ended with the loop), so a wake-up never waits for them. Errors are
-    /// logged and retried with a growing pause (200 ms doubling to 6.4 s).
+    /// The long-lived loop (local runner): drains the outbox whenever woken,
+    /// and at least every idle interval, while a task of its own publishes
+    /// the rows ingest in this process hands over ([`handoff`](Self::handoff))
+    /// as they come, on a lane of its own; while idle it keeps its broker
+    /// session open, so a broker outage shows in readiness and the session
+    /// is back before the next batch. The recovery pass and history
+    /// maintenance run beside it in tasks of their own (ended with the
+    /// loop), so a wake-up never waits for them. Errors are logged and
+    /// retried with a growing pause (200 ms doubling to 6.4 s).
     pub async fn run(self: Arc<Self>, wakeup: Arc<Notify>) {
         self.run_until(wakeup, relayops_shared::task::never_stopping()).await;
     }
@@ -584,58 +573,76 @@ impl Publisher {
         let _history = AbortOnDrop(tokio::spawn(Arc::clone(&self).maintain_history_forever()));
         let _recovery = AbortOnDrop(tokio::spawn(Arc::clone(&self).recover_forever(Arc::clone(&wakeup))));
         let receiver = self.handed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-        let mut handed = HandedRows::new(receiver, self.config.claim_ttl);
+        let handed = HandedRows::new(receiver, self.config.claim_ttl);
+        let mut handing = AbortOnDrop(tokio::spawn(Arc::clone(&self).publish_handed_forever(handed, stopping.clone())));
         let mut failures: u32 = 0;
-        // The outbox may hold more than the last tick took (it stopped for
-        // handed rows, or left rows over).
-        let mut drain_owed = false;
-        let mut next = Next::Drain;
         loop {
-            let drained = matches!(next, Next::Drain);
-            let tick = match next {
-                Next::Drain => self.drain_until(None, DrainStop::WhenShort, Some(&handed)).await,
-                Next::Publish(messages) => self.publish_handed(messages).await,
-                Next::Stop => return self.finish_handed(handed).await,
-            };
-            let tick = match tick {
-                Ok(done) => self.connect().await.map(|()| done),
+            let tick = match self.drain_until(None, DrainStop::WhenShort).await {
+                Ok(report) => self.connect().await.map(|()| report),
                 Err(error) => Err(error),
             };
-            next = match tick {
-                Ok((report, left_over)) => {
+            let wait = match tick {
+                Ok(report) => {
                     failures = 0;
                     if report != PublishReport::default() {
                         tracing::debug!(?report, "outbox published");
                     }
-                    // Handed rows and the outbox take turns: after a
-                    // drain (which stops as soon as rows are handed over),
-                    // the rows waiting; after those, the rest of the drain.
-                    drain_owed |= left_over;
-                    let waiting = if drained { self.waiting_handed(&mut handed) } else { None };
-                    if let Some(rows) = waiting {
-                        Next::Publish(rows)
-                    } else if std::mem::take(&mut drain_owed) {
-                        Next::Drain
-                    } else {
-                        self.next_work(&wakeup, &mut handed, &mut stopping).await
-                    }
+                    None
                 }
                 Err(error) => {
-                    failures = failures.saturating_add(1);
-                    figures::tick_failed();
-                    let pause = Duration::from_millis(200 * 2u64.pow(failures.min(5)));
-                    tracing::warn!(error = %error_chain(&error), pause_ms = pause.as_millis() as u64, "publisher tick failed");
-                    self.give_back_handed(&mut handed).await;
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => Next::Drain,
-                        _ = stop_requested(&mut stopping) => Next::Stop,
-                    }
+                    let pause = failed(&mut failures, &error, "publisher tick failed");
+                    Some(pause)
                 }
             };
+            let next = tokio::time::sleep(wait.unwrap_or(self.config.idle_interval));
+            tokio::select! {
+                _ = wakeup.notified(), if wait.is_none() => {}
+                _ = next => {}
+                _ = stop_requested(&mut stopping) => break,
+            }
         }
+        // The handed rows' task finishes on its own once ingest's end is gone.
+        let _ = (&mut handing.0).await;
     }
 
-    /// After a failed tick: rows handed over meanwhile (ingest wrote them
+    /// The handed rows' task: publishes what ingest hands over as it comes
+    /// (a batch of what has come, one row of each tenant in turn), until the
+    /// process stops; then [`finish_handed`](Self::finish_handed). A batch
+    /// that fails is logged; the rows waiting then are given back (pending)
+    /// for whichever publisher gets there first, and the task pauses as the
+    /// loop does.
+    async fn publish_handed_forever(self: Arc<Self>, mut handed: HandedRows, mut stopping: watch::Receiver<bool>) {
+        let limit = self.config.batch_size.max(1) as usize;
+        let mut failures: u32 = 0;
+        loop {
+            if handed_held() || !handed.is_open() {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.config.idle_interval) => continue,
+                    _ = stop_requested(&mut stopping) => break,
+                }
+            }
+            let rows = tokio::select! {
+                rows = handed.next(limit) => rows,
+                _ = stop_requested(&mut stopping) => break,
+            };
+            let Some(rows) = rows else { continue };
+            report_stale(handed.take_stale());
+            match self.publish_handed(rows).await {
+                Ok(_) => failures = 0,
+                Err(error) => {
+                    let pause = failed(&mut failures, &error, "publishing handed rows failed");
+                    self.give_back_handed(&mut handed).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = stop_requested(&mut stopping) => break,
+                    }
+                }
+            }
+        }
+        self.finish_handed(handed).await;
+    }
+
+    /// After a failed batch: rows handed over meanwhile (ingest wrote them
     /// claimed by this publisher before it knew the broker was gone) are made
     /// pending again at once, for whichever publisher gets there first,
     /// instead of waiting for their claims to expire. Best effort: rows it
@@ -662,7 +669,7 @@ impl Publisher {
     /// After the stop: publishes what ingest hands over until its end of the
     /// hand-off is gone — every request the api took has been answered, each
     /// handing its row over as it goes — then returns. A batch that cannot be
-    /// published goes as in the loop: given back (pending) when the broker
+    /// published goes as before the stop: given back (pending) when the broker
     /// cannot be reached ([`publish_handed`](Self::publish_handed)), otherwise
     /// left to its claims. The process waits only so long for this
     /// (`task::STOP_GRACE`); rows still here then wait for their claims to
@@ -676,44 +683,16 @@ impl Publisher {
             }
         }
     }
+}
 
-    /// Rows handed over that wait now (up to a batch, one of each tenant in
-    /// turn), without waiting.
-    fn waiting_handed(&self, handed: &mut HandedRows) -> Option<Vec<OutboxMessage>> {
-        if handed_held() {
-            return None;
-        }
-        let rows = handed.take_now(self.config.batch_size.max(1) as usize);
-        report_stale(handed.take_stale());
-        rows
-    }
-
-    /// Waits for work: rows handed over (a batch of what has come), a
-    /// wake-up, or the idle interval. When both kinds wait, either may go
-    /// first (`select!` picks at random), so neither starves the other.
-    async fn next_work(&self, wakeup: &Notify, handed: &mut HandedRows, stopping: &mut watch::Receiver<bool>) -> Next {
-        let idle = tokio::time::sleep(self.config.idle_interval);
-        let stop = stop_requested(stopping);
-        if handed_held() || !handed.is_open() {
-            tokio::select! {
-                _ = wakeup.notified() => {}
-                _ = idle => {}
-                _ = stop => return Next::Stop,
-            }
-            return Next::Drain;
-        }
-        let limit = self.config.batch_size.max(1) as usize;
-        tokio::select! {
-            _ = stop => Next::Stop,
-            rows = handed.next(limit) => match rows {
-                Some(rows) => Next::Publish(rows),
-                // Ingest's end is gone: only wake-ups from now on.
-                None => Next::Drain,
-            },
-            _ = wakeup.notified() => Next::Drain,
-            _ = idle => Next::Drain,
-        }
-    }
+/// Counts and logs a failure of the loop or the handed rows' task; the
+/// pause before the next try (200 ms doubling to 6.4 s with `failures`).
+fn failed(failures: &mut u32, error: &PublishError, what: &'static str) -> Duration {
+    *failures = failures.saturating_add(1);
+    figures::tick_failed();
+    let pause = Duration::from_millis(200 * 2u64.pow((*failures).min(5)));
+    tracing::warn!(error = %error_chain(error), pause_ms = pause.as_millis() as u64, "{what}");
+    pause
 }
 
 /// The test hook [`HOLD_HANDED`] is armed: handed rows stay where they are.

@@ -1,4 +1,6 @@
-//! One AMQP connection and confirm-mode channel, and pipelined publishing;
+//! One AMQP connection with a confirm-mode channel per [`Lane`] (the drain's
+//! batches and the rows ingest hands over publish side by side, neither
+//! waiting for the other's confirms), and pipelined publishing;
 //! each message to a ready queue goes to one of its tenant's shards, the
 //! less loaded (`ShardLoad`: depths sampled a few times a second by a task of
 //! the session's own, on a channel of its own, never in a publish's way; plus
@@ -32,9 +34,19 @@ pub enum PublishError {
     Broker(#[from] BrokerError),
 }
 
+/// Which of the session's channels a batch goes out on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Rows claimed from the outbox.
+    Drain = 0,
+    /// Rows ingest in this process handed over.
+    Handed = 1,
+}
+
 pub struct Session {
     connection: Arc<Connection>,
-    channel: Channel,
+    /// One confirming channel per [`Lane`], each replaced after refusals.
+    channels: [Mutex<Channel>; 2],
     topology: Topology,
     load: Arc<Mutex<ShardLoad>>,
     /// Samples the depths while the session lives.
@@ -172,24 +184,35 @@ impl Session {
         let channel = broker::open_confirming_channel(&connection).await?;
         let topology = Topology::new(config);
         topology.declare(&channel).await?;
+        let handed = broker::open_confirming_channel(&connection).await?;
         let load = Arc::new(Mutex::new(ShardLoad::new(topology.ready_shards.all().len())));
         // A passive declare that fails closes its channel: never the publishing one.
         let sampling = broker::open_channel(&connection).await?;
         let task = sample_depths(sampling, topology.clone(), Arc::clone(&load), sightings);
-        Ok(Self { connection, channel, topology, load, _sampler: Some(AbortOnDrop(tokio::spawn(task))) })
+        let channels = [Mutex::new(channel), Mutex::new(handed)];
+        Ok(Self { connection, channels, topology, load, _sampler: Some(AbortOnDrop(tokio::spawn(task))) })
     }
 
-    /// Publishes on a new channel from now on, after the broker refused
-    /// messages (see [`broker::close_replaced`]); the old one, whose
+    fn channel(&self, lane: Lane) -> Channel {
+        self.channels[lane as usize].lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// `lane` publishes on a new channel from now on, after the broker
+    /// refused messages (see [`broker::close_replaced`]); the old one, whose
     /// confirms were all awaited, is closed.
-    pub async fn renew_channel(&mut self) -> Result<(), PublishError> {
+    pub async fn renew_channel(&self, lane: Lane) -> Result<(), PublishError> {
         let channel = broker::open_confirming_channel(&self.connection).await?;
-        broker::close_replaced(std::mem::replace(&mut self.channel, channel)).await;
+        let old = std::mem::replace(
+            &mut *self.channels[lane as usize].lock().unwrap_or_else(|poisoned| poisoned.into_inner()),
+            channel,
+        );
+        broker::close_replaced(old).await;
         Ok(())
     }
 
     pub fn is_usable(&self) -> bool {
-        self.connection.status().connected() && self.channel.status().connected()
+        self.connection.status().connected()
+            && [Lane::Drain, Lane::Handed].iter().all(|lane| self.channel(*lane).status().connected())
     }
 
     /// Work goes to the shallower of its tenant's ready shards, dead letters
@@ -208,8 +231,14 @@ impl Session {
         }
     }
 
-    /// Sends every message, then awaits the confirms together.
-    pub async fn publish_confirmed(&self, messages: &[Outgoing], confirm_timeout: Duration) -> BatchResults {
+    /// Sends every message on `lane`'s channel, then awaits the confirms together.
+    pub async fn publish_confirmed(
+        &self,
+        lane: Lane,
+        messages: &[Outgoing],
+        confirm_timeout: Duration,
+    ) -> BatchResults {
+        let channel = self.channel(lane);
         let mut results = BatchResults::default();
         let mut pending = Vec::with_capacity(messages.len());
         for (index, message) in messages.iter().enumerate() {
@@ -228,7 +257,7 @@ impl Session {
             // mandatory: an unroutable message comes back instead of vanishing.
             let options = BasicPublishOptions { mandatory: true, ..Default::default() };
             let (exchange, routing_key) = self.route(message);
-            match self.channel.basic_publish(exchange, routing_key, options, &body, properties).await {
+            match channel.basic_publish(exchange, routing_key, options, &body, properties).await {
                 Ok(confirm) => pending.push((index, confirm)),
                 Err(error) => {
                     tracing::warn!(error = %error, "publish failed; channel considered broken");

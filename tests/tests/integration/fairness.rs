@@ -96,8 +96,8 @@ async fn a_tenants_first_attempts_go_only_to_its_own_two_shards_or_the_refuge() 
         assert_eq!(env.request(reqwest::Method::POST, "/v1/events", Some(&other_key), Some(body)).await.status, 201);
     }
     let depths = eventually(WAIT, || async {
-        let depths = queue_depths(&env).await;
         let published = env.count("outbox_messages").await == 0;
+        let depths = queue_depths(&env).await;
         if published && depths.iter().sum::<u32>() > 0 {
             Ok(depths)
         } else {
@@ -249,9 +249,12 @@ async fn a_quiet_tenant_whose_two_shards_are_a_busy_tenants_takes_refuge_and_is_
     post_many(&env, "busy.flood", 3000).await;
     let own = shards_of(&env, env.tenant_id);
     let queued_in_own = |depths: &[u32]| own.iter().map(|shard| depths[*shard]).sum::<u32>();
+    // The outbox read empty first: every message was confirmed, so queued,
+    // before the depths are read.
     let backlog = eventually(WAIT, || async {
+        let published = env.count("outbox_messages").await == 0;
         let depths = queue_depths(&env).await;
-        if env.count("outbox_messages").await == 0 && queued_in_own(&depths) >= 20 {
+        if published && queued_in_own(&depths) >= 20 {
             Ok(depths)
         } else {
             Err(format!("the backlog is not queued yet: depths {depths:?}"))
@@ -271,8 +274,9 @@ async fn a_quiet_tenant_whose_two_shards_are_a_busy_tenants_takes_refuge_and_is_
         assert_eq!(answer.status, 201, "{:?}", answer.body);
     }
     let depths = eventually(WAIT, || async {
+        let published = env.count("outbox_messages").await == 0;
         let depths = queue_depths(&env).await;
-        if env.count("outbox_messages").await == 0 && in_refuge(&depths) > in_refuge(&backlog) {
+        if published && in_refuge(&depths) > in_refuge(&backlog) {
             Ok(depths)
         } else {
             Err(format!("the pings are not queued yet: depths {depths:?}"))

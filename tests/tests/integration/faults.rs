@@ -241,7 +241,14 @@ async fn an_admitted_deliverys_retry_the_broker_refuses_is_recovered() {
     let policy = json!({ "max_in_flight": 1, "retry_schedule_secs": [1] });
     env.create_endpoint("/sim/flaky/1", &["*"], policy).await;
     let _refusing = RefusingQueues::apply(&env.broker, "delay\\..*");
-    let events = env.post_numbered_events("a.b", 6).await;
+    // One batch: its deliveries travel in one message and are attempted
+    // together, so all but one find the endpoint full and are parked (posted
+    // one by one, each could finish before the next came, and none park).
+    let batch: Vec<_> = (0..6).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
+    let answer = env.post("/v1/events/batch", json!({ "events": batch })).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let results = answer.body["results"].as_array().unwrap();
+    let events: Vec<String> = results.iter().map(|result| result["event"]["id"].as_str().unwrap().to_owned()).collect();
     for event in &events {
         env.wait_for_status(event, "delivered").await;
     }
