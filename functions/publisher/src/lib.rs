@@ -615,7 +615,12 @@ impl Publisher {
         let limit = self.config.batch_size.max(1) as usize;
         let mut failures: u32 = 0;
         loop {
-            if handed_held() || !handed.is_open() {
+            if !handed.is_open() {
+                // No hand-off (or ingest's end is gone): nothing comes.
+                stop_requested(&mut stopping).await;
+                break;
+            }
+            if handed_held() {
                 tokio::select! {
                     _ = tokio::time::sleep(self.config.idle_interval) => continue,
                     _ = stop_requested(&mut stopping) => break,

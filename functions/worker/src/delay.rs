@@ -114,7 +114,7 @@ impl DelayPublisher {
         } else {
             let bucket = self.topology.bucket_for(wait);
             headers.insert(ShortString::from(DELAY_HEADER), AMQPValue::LongString(bucket.key.as_str().into()));
-            (&self.topology.retry_exchange, &bucket.queue)
+            (&self.topology.delay_exchange, &bucket.queue)
         };
         let error = |source| DelayError::Publish { queue: queue.clone(), source };
         if let Some(recheck) = recheck {

@@ -60,13 +60,10 @@ pub struct RetryBucket {
 pub struct Topology {
     /// Direct exchange that routes work to the ready queue.
     pub exchange: String,
-    /// `<ns>.ready`: everything with one shard.
-    pub ready_queue: String,
-    pub ready_routing_key: String,
     /// Every ready queue (`RELAYOPS_READY_SHARDS`), `<ns>.ready` first.
     pub ready_shards: ReadyShards,
     /// `<ns>.delay`, the headers exchange in front of the delay queues.
-    pub retry_exchange: String,
+    pub delay_exchange: String,
     pub retry_buckets: Vec<RetryBucket>,
     pub dead_exchange: String,
     pub dead_queue: String,
@@ -88,10 +85,8 @@ impl Topology {
         let ready_shards = ReadyShards::new(ns, config.ready_shards);
         Self {
             exchange: format!("{ns}.work"),
-            ready_queue: ready_shards.returns().queue.clone(),
-            ready_routing_key: ready_shards.returns().routing_key.clone(),
             ready_shards,
-            retry_exchange: format!("{ns}.delay"),
+            delay_exchange: format!("{ns}.delay"),
             retry_buckets,
             dead_exchange: format!("{ns}.dead"),
             dead_queue: format!("{ns}.dead"),
@@ -184,13 +179,13 @@ impl Topology {
             self.bind(channel, &shard.queue, &self.exchange, &shard.routing_key).await?;
         }
 
-        self.exchange(channel, &self.retry_exchange, ExchangeKind::Headers).await?;
+        self.exchange(channel, &self.delay_exchange, ExchangeKind::Headers).await?;
         for bucket in &self.retry_buckets {
             self.queue(channel, &bucket.queue, self.retry_arguments(bucket.delay)).await?;
             let mut matching = FieldTable::default();
             matching.insert(ShortString::from("x-match"), AMQPValue::LongString("all".into()));
             matching.insert(ShortString::from(DELAY_HEADER), AMQPValue::LongString(bucket.key.as_str().into()));
-            self.bind_with(channel, &bucket.queue, &self.retry_exchange, "", matching).await?;
+            self.bind_with(channel, &bucket.queue, &self.delay_exchange, "", matching).await?;
         }
 
         self.exchange(channel, &self.dead_exchange, ExchangeKind::Fanout).await?;
@@ -221,7 +216,7 @@ impl Topology {
         for queue in queues {
             channel.queue_delete(&queue, QueueDeleteOptions::default()).await.map_err(BrokerError::Topology)?;
         }
-        for exchange in [&self.exchange, &self.retry_exchange, &self.dead_exchange] {
+        for exchange in [&self.exchange, &self.delay_exchange, &self.dead_exchange] {
             channel.exchange_delete(exchange, ExchangeDeleteOptions::default()).await.map_err(BrokerError::Topology)?;
         }
         Ok(())

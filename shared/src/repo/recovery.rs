@@ -33,8 +33,9 @@
 //! been handed to a consumer, which would have claimed the row long since.
 //! A first attempt's message is in one of the first-attempt shards; a
 //! retry's comes back at or before its due time to the shard it arrived by
-//! or its tenant's own (`Topology::return_shard`), so any ready queue. Until a queue has been seen empty (a new installation, a broker
-//! that cannot be reached), nothing that depends on it counts as lost.
+//! or its tenant's own (`Topology::return_shard`), so any ready queue.
+//! Until a queue has been seen empty (a new installation, a broker that
+//! cannot be reached), nothing that depends on it counts as lost.
 //!
 //! Each re-enqueued row's clock (`updated_at`, or `next_attempt_at` for a
 //! retry) restarts, so a row is re-enqueued at most once per grace. A duplicate

@@ -282,7 +282,7 @@ async fn deliveries_the_broker_refuses_to_queue_stay_in_the_outbox_until_it_take
     let parked = env.post_event("one.created", json!({ "parked": true })).await;
     assert_eq!(parked.status, 201, "{:?}", parked.body);
     env.wait_for_messages_published(1).await;
-    let ready = env.topology().ready_queue;
+    let ready = env.topology().ready_shards.returns().queue.clone();
     assert_eq!(env.queue_depth(&ready).await, 1, "the first message is taken: the queue is now over its length");
 
     const REFUSED: (&str, &[(&str, &str)]) = ("relayops_outbox_publish_failures_total", &[("kind", "refused")]);
