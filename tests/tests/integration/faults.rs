@@ -410,3 +410,73 @@ async fn an_admission_lease_the_database_refuses_gives_its_slot_back_and_is_trie
     let endpoint = endpoint["id"].as_str().unwrap();
     assert!(!flow.is_full("endpoint-lease", endpoint, 1).await, "no slot left held for a refused lease");
 }
+
+/// A delivery a worker parks before it takes a slot — its tenant at its
+/// share, its endpoint slow — whose park write the database refuses waits
+/// for a slot instead, and is sent once; later parks go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_park_write_the_database_refuses_leaves_the_delivery_waiting_for_a_slot_and_sent_once() {
+    const SLOW: &str = "/sim/slow/600";
+    let env = TestEnv::start().await;
+    // Allowed far more at once than the tenant's share (15 of the worker's
+    // 16 slots), and slow (600 ms a request): beyond its share, parked.
+    env.create_endpoint(SLOW, &["*"], json!({ "max_in_flight": 1000 })).await;
+    let client = env.pool.get().await.unwrap();
+    client.batch_execute("CREATE SEQUENCE relayops.park_writes").await.unwrap();
+    env.create_trigger(
+        "refuse_first_parks",
+        "BEFORE UPDATE ON relayops.deliveries",
+        "IF OLD.status <> 'parked' AND NEW.status = 'parked'
+            AND nextval('relayops.park_writes') <= 2 THEN
+             RAISE EXCEPTION 'park refused by the test';
+         END IF;
+         RETURN NEW;",
+    )
+    .await;
+    let post_wave = |first: usize| {
+        let events: Vec<_> =
+            (first..first + 90).map(|n| json!({ "event_type": "a.b", "payload": { "n": n } })).collect();
+        env.post("/v1/events/batch", json!({ "events": events }))
+    };
+    assert_eq!(post_wave(0).await.status, 200);
+    // A second wave once a park has been refused: its deliveries meet the
+    // tenant at its share again, and are parked after the refusals.
+    eventually(WAIT, || async {
+        match env.query_i64("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM relayops.park_writes").await {
+            0 => Err("no park tried yet".to_owned()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    assert_eq!(post_wave(90).await.status, 200);
+    eventually(Duration::from_secs(120), || async {
+        let delivered = env.query_i64("SELECT count(*) FROM relayops.deliveries WHERE status = 'delivered'").await;
+        if delivered == 180 {
+            Ok(())
+        } else {
+            Err(format!("{delivered} of 180 delivered"))
+        }
+    })
+    .await;
+    let park_writes = env.query_i64("SELECT last_value FROM relayops.park_writes").await;
+    assert!(
+        park_writes > 2,
+        "parks were refused twice and then went through: {park_writes} park writes met the trigger"
+    );
+    assert_eq!(env.count("delivery_attempts").await, 180, "each sent once");
+    let sent = env.simulator.received().iter().filter(|request| request.path == SLOW).count();
+    assert_eq!(sent, 180, "the receiver was asked once per delivery");
+    let metrics = scrape(&env.http, &env.api_url).await;
+    let parked = sample(&metrics, "relayops_deliveries_parked_total", &[("reason", "tenant_share")]);
+    assert!(parked > 0.0, "later parks at the share went through");
+    let parked_all = sample(&metrics, "relayops_deliveries_parked_total", &[]);
+    assert_eq!(
+        sample(&metrics, "relayops_deliveries_admitted_total", &[]),
+        parked_all,
+        "each parked one admitted once"
+    );
+    // A refused park's message is not dropped for the recovery pass to
+    // find its row stranded minutes later: it waited for a slot.
+    let requeued = sample(&metrics, "relayops_recovery_actions_total", &[("action", "requeued")]);
+    assert_eq!(requeued, 0.0, "no delivery was left to recovery");
+}
