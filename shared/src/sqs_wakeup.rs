@@ -9,7 +9,8 @@
 //! (which would pull in STS/SSO clients): `AWS_REGION`, the
 //! `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN` that Lambda
 //! provides, and `AWS_ENDPOINT_URL_SQS` or `AWS_ENDPOINT_URL` for LocalStack or
-//! moto. Only built with the `sqs` feature (the ingest and replay Lambdas).
+//! moto. Only built with the `sqs` feature (the ingest and replay Lambdas, and
+//! the worker, whose SQS destinations share `https_client`).
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -109,6 +110,12 @@ pub fn client_from_env(timeout: Duration) -> aws_sdk_sqs::Client {
     client(region, credentials, var("AWS_ENDPOINT_URL_SQS").or_else(|| var("AWS_ENDPOINT_URL")), timeout)
 }
 
+/// The SDK's HTTPS client on rustls with ring (as everything else here; never
+/// aws-lc).
+pub fn https_client() -> aws_sdk_sqs::config::SharedHttpClient {
+    aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https()
+}
+
 /// An SQS client with short timeouts and one retry: a wake-up is never worth
 /// a slow response. `endpoint` overrides AWS's (LocalStack, moto).
 pub fn client(
@@ -120,9 +127,7 @@ pub fn client(
     let mut config = aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(region))
-        .http_client(
-            aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https(),
-        )
+        .http_client(https_client())
         .timeout_config(TimeoutConfig::builder().connect_timeout(timeout).operation_timeout(timeout).build())
         .retry_config(RetryConfig::standard().with_max_attempts(2));
     if let Some(credentials) = credentials {

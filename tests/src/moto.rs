@@ -1,11 +1,12 @@
-//! moto's SQS-compatible server on a loopback port, for the wake-up tests: the
-//! real HTTP protocol the AWS SDK speaks, no Docker, no AWS account. The binary
-//! is `moto_server` from `RELAYOPS_MOTO_SERVER`, the tools venv that
-//! `scripts/aws-tools.sh` installs, or `PATH`.
+//! moto's SQS-compatible server on a loopback port, for the wake-up and SQS
+//! destination tests: the real HTTP protocol the AWS SDK speaks, no Docker,
+//! no AWS account. The binary is `moto_server` from `RELAYOPS_MOTO_SERVER`,
+//! the tools venv that `scripts/aws-tools.sh` installs, or `PATH`.
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use aws_sdk_sqs::config::Credentials;
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
 
 use crate::{eventually, WAIT};
 
@@ -34,7 +35,12 @@ pub fn free_port() -> u16 {
 impl MotoServer {
     /// Starts moto and waits until it answers.
     pub async fn start() -> Self {
-        let port = free_port();
+        Self::start_on(free_port()).await
+    }
+
+    /// Starts moto on `port` (one a test reserved, e.g. to start the service
+    /// only after the code under test found it away) and waits until it answers.
+    pub async fn start_on(port: u16) -> Self {
         let binary = moto_binary();
         let child = Command::new(&binary)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
@@ -64,18 +70,78 @@ impl MotoServer {
         sqs_client(Some(self.endpoint.clone()))
     }
 
-    /// Creates a queue and returns its URL.
-    pub async fn create_queue(&self, name: &str) -> String {
-        // Setup, not the code under test: patient on a busy machine.
+    /// A client for setup and checks, not the code under test: patient on a
+    /// busy machine.
+    fn patient_client(&self) -> aws_sdk_sqs::Client {
         let credentials = Credentials::new("test", "test", None, None, "tests");
-        let setup = relayops_shared::sqs_wakeup::client(
+        relayops_shared::sqs_wakeup::client(
             "us-east-1".into(),
             Some(credentials),
             Some(self.endpoint.clone()),
             Duration::from_secs(15),
-        );
-        let created = setup.create_queue().queue_name(name).send().await.expect("create queue");
+        )
+    }
+
+    /// Creates a queue and returns its URL.
+    pub async fn create_queue(&self, name: &str) -> String {
+        let created = self.patient_client().create_queue().queue_name(name).send().await.expect("create queue");
         created.queue_url().expect("queue url").to_owned()
+    }
+
+    /// Creates a FIFO queue (`name` ends in `.fifo`) and returns its URL.
+    pub async fn create_fifo_queue(&self, name: &str) -> String {
+        let created = self
+            .patient_client()
+            .create_queue()
+            .queue_name(name)
+            .attributes(QueueAttributeName::FifoQueue, "true")
+            .send()
+            .await
+            .expect("create FIFO queue");
+        created.queue_url().expect("queue url").to_owned()
+    }
+
+    /// Receives (and deletes) messages from `queue_url` until `count` have
+    /// come, with their attributes and system attributes; panics after
+    /// [`WAIT`] with fewer, or at once with more.
+    pub async fn receive(&self, queue_url: &str, count: usize) -> Vec<Message> {
+        let client = self.patient_client();
+        let mut received: Vec<Message> = Vec::new();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while received.len() < count {
+            assert!(tokio::time::Instant::now() < deadline, "{} of {count} messages received", received.len());
+            let answer = client
+                .receive_message()
+                .queue_url(queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .message_attribute_names("All")
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .send()
+                .await
+                .expect("receive");
+            for message in answer.messages() {
+                let handle = message.receipt_handle().unwrap_or_default();
+                client.delete_message().queue_url(queue_url).receipt_handle(handle).send().await.expect("delete");
+                received.push(message.clone());
+            }
+        }
+        assert_eq!(received.len(), count, "more messages than expected: {received:?}");
+        received
+    }
+
+    /// Whether `queue_url` holds no message now (visible or in flight).
+    pub async fn is_empty(&self, queue_url: &str) -> bool {
+        let answer = self
+            .patient_client()
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .expect("queue attributes");
+        answer.attributes().is_some_and(|attributes| attributes.values().all(|count| count == "0"))
     }
 }
 
@@ -90,4 +156,90 @@ impl Drop for MotoServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// An error a [`FaultyFront`] answers instead of the service: HTTP status and
+/// AWS error code (as the JSON protocol's `__type`).
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceFault {
+    pub status: u16,
+    pub code: &'static str,
+}
+
+/// A loopback HTTP server in front of moto that answers the first calls with
+/// the faults it was given (throttling, a 5xx, access denied: answers moto
+/// never gives) and forwards the rest: the faults AWS gives, on the wire.
+pub struct FaultyFront {
+    pub endpoint: String,
+    /// Calls answered so far (faults and forwarded).
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FaultyFront {
+    /// Answers the first calls with `faults`, in order, then forwards to
+    /// `moto` (or, with `repeat_last`, answers the last fault forever).
+    pub async fn start(moto: &MotoServer, faults: Vec<ServiceFault>, repeat_last: bool) -> Self {
+        use std::sync::atomic::Ordering;
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let upstream = moto.endpoint.clone();
+        let http = reqwest::Client::new();
+        let counted = std::sync::Arc::clone(&calls);
+        let handler = move |request: axum::extract::Request| {
+            let (faults, upstream, http, counted) = (faults.clone(), upstream.clone(), http.clone(), counted.clone());
+            async move {
+                let call = counted.fetch_add(1, Ordering::SeqCst);
+                let fault = faults.get(call).or(if repeat_last { faults.last() } else { None });
+                if let Some(fault) = fault {
+                    let body =
+                        format!(r#"{{"__type":"com.amazonaws.sqs#{}","message":"injected by the test"}}"#, fault.code);
+                    return axum::response::Response::builder()
+                        .status(fault.status)
+                        .header("content-type", "application/x-amz-json-1.0")
+                        .body(axum::body::Body::from(body))
+                        .expect("fault response");
+                }
+                forward(&http, &upstream, request).await
+            }
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let endpoint = format!("http://{}", listener.local_addr().expect("address"));
+        let router = axum::Router::new().fallback(handler);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Self { endpoint, calls, task }
+    }
+
+    /// Calls answered so far.
+    pub fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultyFront {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `request` sent on to `upstream`, and its answer back.
+async fn forward(http: &reqwest::Client, upstream: &str, request: axum::extract::Request) -> axum::response::Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, 16 * 1024 * 1024).await.expect("request body");
+    let path = parts.uri.path_and_query().map(|path| path.as_str()).unwrap_or("/");
+    let mut outgoing = http.request(parts.method.clone(), format!("{upstream}{path}")).body(body);
+    for (name, value) in &parts.headers {
+        if name != "host" && name != "content-length" {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    let answer = outgoing.send().await.expect("moto answers");
+    let mut response = axum::response::Response::builder().status(answer.status().as_u16());
+    for (name, value) in answer.headers() {
+        if name != "content-length" && name != "transfer-encoding" {
+            response = response.header(name, value);
+        }
+    }
+    response.body(axum::body::Body::from(answer.bytes().await.expect("moto's body"))).expect("forwarded response")
 }

@@ -163,6 +163,13 @@ impl TestEnv {
             .env("RELAYOPS_WORKER_HEALTH_LISTEN", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::null());
+        if let Some(endpoint) = &worker.aws_destination_endpoint {
+            command.env("RELAYOPS_AWS_DESTINATION_ENDPOINT_URL", endpoint);
+        }
+        if let Some(keys) = &worker.aws_keys {
+            command.env("AWS_ACCESS_KEY_ID", &keys.access_key_id);
+            command.env("AWS_SECRET_ACCESS_KEY", &keys.secret_access_key);
+        }
         for (key, value) in extra {
             command.env(key, value);
         }

@@ -9,8 +9,9 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
 use relayops_shared::api::{parse_path_id, ApiState};
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{DeadLetterLane, SigningSecret};
+use relayops_shared::domain::{DeadLetterLane, Destination, SigningSecret, SqsQueueUrl};
 use relayops_shared::ids::EndpointId;
+use relayops_shared::repo::endpoints::EndpointRecord;
 use relayops_shared::repo::{delivery_queries, endpoints};
 use serde::Deserialize;
 
@@ -59,7 +60,11 @@ pub async fn show(
             p.notice #skipped { "Skipped: the lane went on past its dead delivery, and the next delivery of its key is on its way." }
         }
         section.card {
-            div.endpoint-head { (health.health(&endpoint).badge()) span.url { (endpoint.url) } }
+            div.endpoint-head {
+                (health.health(&endpoint).badge())
+                (crate::endpoints::destination_label(endpoint.destination))
+                span.url { (endpoint.url) }
+            }
             @if !endpoint.description.is_empty() { p.muted { (endpoint.description) } }
             @if !endpoint.enabled {
                 p.reason { "Disabled: " (endpoint.disabled_reason.as_deref().unwrap_or("disabled")) }
@@ -102,6 +107,7 @@ pub async fn show(
             section.card {
                 h2 { "Limits and retry policy" }
                 dl.pairs {
+                    dt { "Destination" } dd { (destination_text(&endpoint)) }
                     dt { "Rate limit" } dd { (or_default(endpoint.rate_limit_per_sec.map(|r| format!("{r}/s")), "platform default")) }
                     dt { "Burst" } dd { (or_default(endpoint.rate_limit_burst, "platform default")) }
                     dt { "Requests in flight" } dd { (or_default(endpoint.max_in_flight, "platform default")) }
@@ -188,4 +194,16 @@ pub async fn rotate_secret(
         }
     };
     Ok(layout::page(&form.session, Section::Endpoints, "New signing secret", body))
+}
+
+/// How the endpoint's deliveries leave, in words.
+fn destination_text(endpoint: &EndpointRecord) -> String {
+    match endpoint.destination {
+        Destination::Webhook => "webhook: a signed HTTP POST to the URL".into(),
+        Destination::AwsSqs => match SqsQueueUrl::parse(&endpoint.url) {
+            Ok(queue) if queue.is_fifo() => format!("Amazon SQS FIFO queue in {}", queue.region()),
+            Ok(queue) => format!("Amazon SQS queue in {}", queue.region()),
+            Err(_) => "Amazon SQS queue".into(),
+        },
+    }
 }

@@ -13,6 +13,7 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use maud::{html, Markup};
 use relayops_shared::api::ApiState;
 use relayops_shared::db::DbError;
+use relayops_shared::domain::Destination;
 use relayops_shared::ids::{EndpointId, TenantId};
 use relayops_shared::repo::endpoint_stats::{self, EndpointHealth, HealthWindows, LatestAttempt};
 use relayops_shared::repo::endpoints::{self, EndpointRecord};
@@ -249,6 +250,7 @@ pub async fn list(
                 section.card.endpoint data-endpoint=(endpoint.id) data-health=(state.label()) {
                     div.endpoint-head {
                         (state.badge())
+                        (destination_label(endpoint.destination))
                         a.url href=(format!("/console/endpoints/{}", endpoint.id)) { (endpoint.url) }
                     }
                     @if !endpoint.description.is_empty() { p.muted { (endpoint.description) } }
@@ -279,5 +281,12 @@ pub fn legend() -> Markup {
             span.key.delivered {} "delivered " span.key.retry {} "retried " span.key.failed {} "failed or dead"
             span.muted { " · hourly, last 24 h, UTC" }
         }
+    }
+}
+
+/// A tag for endpoints that are not webhooks (nothing for a webhook).
+pub(crate) fn destination_label(destination: Destination) -> Markup {
+    html! {
+        @if destination == Destination::AwsSqs { span.badge title="Delivered as messages to an Amazon SQS queue" { "SQS" } }
     }
 }

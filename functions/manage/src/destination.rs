@@ -1,15 +1,53 @@
-//! An endpoint URL as the API stores it: well formed (`EndpointUrl`), and not
-//! naming a special address the installation's outbound policy refuses —
-//! judged by the same function the worker applies before sending
-//! (`AddressPolicy::check_destination`), with the same allow-list, so a URL
-//! accepted here is refused at send time only if the allow-list changed or its
-//! host name resolves inward then.
+//! An endpoint's destination as the API stores it. A webhook's URL is well
+//! formed (`EndpointUrl`) and does not name a special address the
+//! installation's outbound policy refuses — judged by the same function the
+//! worker applies before sending (`AddressPolicy::check_destination`), with
+//! the same allow-list, so a URL accepted here is refused at send time only if
+//! the allow-list changed or its host name resolves inward then. An SQS
+//! destination's URL is an AWS queue URL (`SqsQueueUrl`): it names a region's
+//! SQS service, never an address of the customer's choosing.
 use relayops_shared::api::{ApiError, ApiState};
-use relayops_shared::domain::{EndpointUrl, ValidationError};
+use relayops_shared::domain::{Destination, EndpointUrl, SqsQueueUrl, ValidationError};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-/// Parses and checks an endpoint URL (creation and `PATCH`); a refused address
-/// is a 422 naming its range.
-pub(crate) fn endpoint_url(state: &ApiState, text: &str) -> Result<EndpointUrl, ApiError> {
+/// How an endpoint's deliveries leave: `webhook` (default), an HTTP POST to
+/// its `url`; `aws_sqs`, `SendMessage` to the Amazon SQS queue whose URL is
+/// its `url` (`https://sqs.<region>.amazonaws.com/<account id>/<queue>`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DestinationView {
+    #[default]
+    Webhook,
+    AwsSqs,
+}
+
+impl DestinationView {
+    pub fn domain(self) -> Destination {
+        match self {
+            Self::Webhook => Destination::Webhook,
+            Self::AwsSqs => Destination::AwsSqs,
+        }
+    }
+
+    pub fn of(destination: Destination) -> Self {
+        match destination {
+            Destination::Webhook => Self::Webhook,
+            Destination::AwsSqs => Self::AwsSqs,
+        }
+    }
+}
+
+/// Parses and checks an endpoint's URL for its destination (creation and
+/// `PATCH`); a refused address is a 422 naming its range.
+pub(crate) fn destination_url(state: &ApiState, destination: Destination, text: &str) -> Result<EndpointUrl, ApiError> {
+    match destination {
+        Destination::Webhook => webhook_url(state, text),
+        Destination::AwsSqs => Ok(SqsQueueUrl::parse(text)?.endpoint_url().clone()),
+    }
+}
+
+fn webhook_url(state: &ApiState, text: &str) -> Result<EndpointUrl, ApiError> {
     let url = EndpointUrl::parse(text)?;
     state
         .outbound

@@ -8,7 +8,7 @@ use relayops_shared::api::endpoint_changes::{apply_changes, DEFAULT_GRACE_SECS};
 use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{SigningSecret, ValidationError};
+use relayops_shared::domain::{EndpointUrl, SigningSecret, ValidationError};
 use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::endpoints::{self, EndpointChanges};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -30,8 +30,8 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> R
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpointRequest {
-    /// As at creation: a URL naming a special address is refused with 422
-    /// naming its range.
+    /// As at creation: a webhook URL naming a special address is refused
+    /// with 422 naming its range; an `aws_sqs` endpoint's must be a queue URL.
     #[serde(default)]
     #[schema(pattern = "^https?://", max_length = 2048)]
     url: Option<String>,
@@ -97,7 +97,10 @@ pub async fn update(
 ) -> Result<Json<EndpointView>, ApiError> {
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;
-    let url = request.url.as_deref().map(|text| crate::destination::endpoint_url(&state, text)).transpose()?;
+    let url = match request.url.as_deref() {
+        Some(text) => Some(changed_url(&state, &caller, id, text).await?),
+        None => None,
+    };
     if request.description.as_ref().is_some_and(|d| d.chars().count() > 1000) {
         return Err(ValidationError::new("description", "must be at most 1000 characters").into());
     }
@@ -123,6 +126,20 @@ pub async fn update(
     let client = state.pool.get().await.map_err(DbError::from)?;
     let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
     Ok(Json(EndpointView::new(endpoint, &subscriptions)))
+}
+
+/// A new URL, checked for the endpoint's destination (a webhook's address, or
+/// an SQS queue URL).
+async fn changed_url(
+    state: &ApiState,
+    caller: &Authenticated,
+    id: EndpointId,
+    text: &str,
+) -> Result<EndpointUrl, ApiError> {
+    let client = state.pool.get().await.map_err(DbError::from)?;
+    let endpoint =
+        endpoints::get_endpoint(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
+    crate::destination::destination_url(state, endpoint.destination, text)
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -14,21 +14,27 @@ use relayops_shared::repo::endpoints::{self, EndpointRecord, NewEndpoint, Subscr
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::destination::DestinationView;
 use crate::health_view::{DeadLetterLaneView, HealthView, KindView};
 
 const MAX_PATTERNS: usize = 100;
 
-/// A webhook endpoint and the event types it subscribes to.
+/// An endpoint (a webhook, or an Amazon SQS queue) and the event types it
+/// subscribes to.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpointRequest {
-    /// `https://…` or `http://…`. A URL naming a special address — loopback,
-    /// private, carrier-grade NAT, link-local (cloud metadata), multicast,
-    /// broadcast, reserved, documentation, or one of those inside IPv6 — is
-    /// refused with 422 naming its range. A host name is checked on the
-    /// addresses it resolves to, when delivering.
+    /// A webhook's `https://…` or `http://…`. A URL naming a special address
+    /// — loopback, private, carrier-grade NAT, link-local (cloud metadata),
+    /// multicast, broadcast, reserved, documentation, or one of those inside
+    /// IPv6 — is refused with 422 naming its range. A host name is checked on
+    /// the addresses it resolves to, when delivering. An `aws_sqs`
+    /// destination's queue URL, as AWS gives it.
     #[schema(pattern = "^https?://", max_length = 2048)]
     url: String,
+    /// Where deliveries go: `webhook` (default) or `aws_sqs`.
+    #[serde(default)]
+    destination: DestinationView,
     #[serde(default)]
     #[schema(max_length = 1000)]
     description: String,
@@ -127,6 +133,7 @@ fn check_patterns_for(kind: EndpointKind, patterns: &[EventTypePattern]) -> Resu
 pub struct EndpointView {
     id: EndpointId,
     kind: KindView,
+    destination: DestinationView,
     url: String,
     description: String,
     enabled: bool,
@@ -152,6 +159,7 @@ impl EndpointView {
         Self {
             id: endpoint.id,
             kind: KindView::of(endpoint.kind),
+            destination: DestinationView::of(endpoint.destination),
             health: HealthView::new(endpoint.enabled, endpoint.health, endpoint.circuit_open_until),
             url: endpoint.url,
             description: endpoint.description,
@@ -208,7 +216,8 @@ pub async fn create(
     ApiJson(request): ApiJson<CreateEndpointRequest>,
 ) -> Result<(StatusCode, Json<CreatedEndpointView>), ApiError> {
     caller.require(Scope::Admin)?;
-    let url = crate::destination::endpoint_url(&state, &request.url)?;
+    let destination = request.destination.domain();
+    let url = crate::destination::destination_url(&state, destination, &request.url)?;
     if request.description.chars().count() > 1000 {
         return Err(ValidationError::new("description", "must be at most 1000 characters").into());
     }
@@ -220,6 +229,7 @@ pub async fn create(
     };
     let new_endpoint = NewEndpoint {
         kind: request.kind.domain(),
+        destination,
         url: &url,
         description: &request.description,
         secret: &secret,

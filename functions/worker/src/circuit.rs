@@ -40,7 +40,7 @@ use crate::verdict::SendResult;
 /// What an attempt's result says about the receiver.
 fn is_down(result: &SendResult) -> Option<bool> {
     match result {
-        SendResult::Answered { status, .. } => Some(*status >= 500),
+        SendResult::Answered { status, .. } | SendResult::ServiceError { status, .. } => Some(*status >= 500),
         SendResult::NoAnswer { .. } => Some(true),
         SendResult::Blocked => None,
     }

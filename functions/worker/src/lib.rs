@@ -6,6 +6,7 @@
 //! - [`consumer`]: the AMQP side (connect, consume, ack/nack, reconnect).
 //! - [`process`]: one message from envelope to settled row.
 //! - [`sender`]: the outbound HTTP client and request signing.
+//! - [`sqs`]: endpoints whose destination is an Amazon SQS queue.
 //! - [`verdict`]: what an HTTP result means (delivered / retry / permanent).
 //! - [`report`]: the log line and metrics of each attempt.
 //! - [`hold`]: keeping a message through a database outage instead of requeueing it.
@@ -40,6 +41,7 @@ pub mod saturation;
 pub mod sender;
 mod settle;
 pub mod slots;
+pub mod sqs;
 pub mod verdict;
 pub mod weights;
 

@@ -774,10 +774,7 @@ fn subject(job: &DeliveryJob) -> Subject {
 }
 
 fn http_status(result: &SendResult) -> Option<i32> {
-    match result {
-        SendResult::Answered { status, .. } => Some(i32::from(*status)),
-        SendResult::NoAnswer { .. } | SendResult::Blocked => None,
-    }
+    result.status().map(i32::from)
 }
 
 #[cfg(test)]

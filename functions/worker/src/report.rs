@@ -35,10 +35,7 @@ impl AttemptReport<'_> {
     }
 
     fn http_status(&self) -> Option<u16> {
-        match self.exchange.result {
-            SendResult::Answered { status, .. } => Some(status),
-            SendResult::NoAnswer { .. } | SendResult::Blocked => None,
-        }
+        self.exchange.result.status()
     }
 }
 

@@ -1,13 +1,15 @@
 //! The outbound HTTP client: no redirects, bounded timeouts, a bounded pool per
 //! host, and a cap on how much of a response body is read. Requests carry the
 //! Standard Webhooks headers and `X-RelayOps-Delivery-Id`, all stable across
-//! retries of one delivery except the timestamp and signature.
+//! retries of one delivery except the timestamp and signature. An endpoint
+//! whose destination is an SQS queue gets the same body and headers as a
+//! message (`crate::sqs`).
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use relayops_shared::config::WorkerConfig;
-use relayops_shared::domain::SigningSecret;
+use relayops_shared::domain::{Destination, SigningSecret};
 use relayops_shared::repo::deliveries::DeliveryJob;
 use relayops_shared::signing;
 use relayops_shared::telemetry::error_chain;
@@ -17,6 +19,7 @@ use serde_json::{Map, Value};
 use relayops_shared::net_policy::AddressPolicy;
 
 use crate::resolver::{GuardedResolver, HostBlocked};
+use crate::sqs::SqsSender;
 use crate::verdict::SendResult;
 
 const USER_AGENT: &str = concat!("RelayOps-Webhooks/", env!("CARGO_PKG_VERSION"));
@@ -48,6 +51,8 @@ pub struct Exchange {
 #[derive(Clone)]
 pub struct Sender {
     client: reqwest::Client,
+    /// Endpoints whose destination is an SQS queue.
+    sqs: SqsSender,
     policy: Arc<AddressPolicy>,
     default_timeout: Duration,
     body_limit: usize,
@@ -74,7 +79,13 @@ impl Sender {
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
             .map_err(SenderError::Client)?;
-        Ok(Self { client, policy, default_timeout: config.request_timeout, body_limit: config.response_body_limit })
+        Ok(Self {
+            client,
+            sqs: SqsSender::new(config),
+            policy,
+            default_timeout: config.request_timeout,
+            body_limit: config.response_body_limit,
+        })
     }
 
     fn headers(&self, job: &DeliveryJob) -> Result<HeaderMap, SenderError> {
@@ -119,6 +130,10 @@ impl Sender {
                 }
             }
         };
+        let timeout = job.timeout_ms.map(|ms| Duration::from_millis(ms.max(1) as u64)).unwrap_or(self.default_timeout);
+        if job.destination == Destination::AwsSqs {
+            return self.sqs.send(job, &headers, timeout).await;
+        }
         let request_headers = recorded_headers(&headers);
         if let Err(refusal) = self.check_ip_literal(&job.url) {
             return Exchange {
@@ -129,7 +144,6 @@ impl Sender {
                 latency: started.elapsed(),
             };
         }
-        let timeout = job.timeout_ms.map(|ms| Duration::from_millis(ms.max(1) as u64)).unwrap_or(self.default_timeout);
         let sent = self.client.post(&job.url).headers(headers).timeout(timeout).body(job.body.clone()).send().await;
         let mut response = match sent {
             Ok(response) => response,
@@ -210,7 +224,7 @@ fn blocked_host(error: &reqwest::Error) -> bool {
 }
 
 /// The request headers kept with the attempt; the signature is left out.
-fn recorded_headers(headers: &HeaderMap) -> Value {
+pub(crate) fn recorded_headers(headers: &HeaderMap) -> Value {
     let map: Map<String, Value> = headers
         .iter()
         .filter(|(name, _)| name.as_str() != signing::HEADER_SIGNATURE)

@@ -11,6 +11,21 @@ pub enum SendResult {
     NoAnswer { timed_out: bool },
     /// Not sent: the endpoint's address is one webhooks may not reach.
     Blocked,
+    /// A cloud service (an SQS destination) answered with an error: its
+    /// HTTP status, and whether its error code says "not now" (throttling, a
+    /// fault on its side, credentials to refresh) rather than "never" (access
+    /// denied, no such queue).
+    ServiceError { status: u16, retryable: bool },
+}
+
+impl SendResult {
+    /// The HTTP status the other side answered with, if it answered.
+    pub fn status(&self) -> Option<u16> {
+        match *self {
+            Self::Answered { status, .. } | Self::ServiceError { status, .. } => Some(status),
+            Self::NoAnswer { .. } | Self::Blocked => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +52,8 @@ pub fn classify(result: &SendResult) -> Verdict {
         SendResult::Answered { status: 300..=499, .. } | SendResult::Blocked => {
             Verdict::Permanent { disable_endpoint: false }
         }
+        SendResult::ServiceError { retryable: true, .. } => Verdict::Retryable { not_before: None },
+        SendResult::ServiceError { retryable: false, .. } => Verdict::Permanent { disable_endpoint: false },
         // 5xx (and the odd 1xx) are treated as transient.
         SendResult::Answered { .. } | SendResult::NoAnswer { .. } => Verdict::Retryable { not_before: None },
     }
@@ -69,5 +86,13 @@ mod tests {
         assert_eq!(classify(&unavailable), Verdict::Retryable { not_before: Some(Duration::from_secs(30)) });
         let other_5xx = SendResult::Answered { status: 502, retry_after: Some(Duration::from_secs(30)) };
         assert_eq!(classify(&other_5xx), Verdict::Retryable { not_before: None }, "Retry-After counts on 429/503 only");
+        let throttled = SendResult::ServiceError { status: 400, retryable: true };
+        assert_eq!(
+            classify(&throttled),
+            Verdict::Retryable { not_before: None },
+            "by the service's code, not its status"
+        );
+        let denied = SendResult::ServiceError { status: 403, retryable: false };
+        assert_eq!(classify(&denied), Verdict::Permanent { disable_endpoint: false });
     }
 }

@@ -15,7 +15,7 @@ pub use api::{AuthConfig, BackpressureConfig, IngestConfig, ListenConfig, LoginT
 pub use broker::{BrokerConfig, PublisherBudgetConfig, PublisherConfig, WakeupQueueConfig};
 pub use database::DatabaseConfig;
 pub use ops::{outbound_allow_from_env, runtime_threads_from_env, AlertConfig, HistoryConfig, OpsConfig};
-pub use worker::{CircuitConfig, FlowConfig, WorkerConfig};
+pub use worker::{AwsKeys, CircuitConfig, FlowConfig, WorkerConfig};
 
 #[derive(Debug, thiserror::Error)]
 #[error("configuration {key}: {message}")]

@@ -49,6 +49,40 @@ pub struct WorkerConfig {
     pub endpoint_disable_after: Duration,
     /// Endpoint circuits: when a failing endpoint's deliveries park.
     pub circuit: CircuitConfig,
+    /// `RELAYOPS_AWS_DESTINATION_ENDPOINT_URL` (default: none): for tests and
+    /// local runs only, where AWS destinations' calls go (moto, LocalStack)
+    /// instead of the queue's region's service endpoint.
+    pub aws_destination_endpoint: Option<String>,
+    /// The worker's own AWS identity for AWS destinations: the standard
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`
+    /// (default: none; AWS destinations' attempts then fail, retryable).
+    pub aws_keys: Option<AwsKeys>,
+}
+
+/// Static AWS credentials. `Debug` never shows the secret parts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AwsKeys {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for AwsKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsKeys").field("access_key_id", &self.access_key_id).finish_non_exhaustive()
+    }
+}
+
+impl AwsKeys {
+    /// The standard variables, when both keys are set.
+    pub fn from_env() -> Option<Self> {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        Some(Self {
+            access_key_id: var("AWS_ACCESS_KEY_ID")?,
+            secret_access_key: var("AWS_SECRET_ACCESS_KEY")?,
+            session_token: var("AWS_SESSION_TOKEN"),
+        })
+    }
 }
 
 /// Endpoint circuits (`repo::circuits`, the worker's `circuit`).
@@ -103,6 +137,8 @@ impl Default for WorkerConfig {
             batch_lanes: 2,
             endpoint_disable_after: DEFAULT_ENDPOINT_DISABLE_AFTER,
             circuit: CircuitConfig::default(),
+            aws_destination_endpoint: None,
+            aws_keys: None,
         }
     }
 }
@@ -148,6 +184,10 @@ impl WorkerConfig {
                 DEFAULT_ENDPOINT_DISABLE_AFTER.as_secs(),
             )?),
             circuit: CircuitConfig::from_env()?,
+            aws_destination_endpoint: std::env::var(key("AWS_DESTINATION_ENDPOINT_URL"))
+                .ok()
+                .filter(|url| !url.trim().is_empty()),
+            aws_keys: AwsKeys::from_env(),
         })
     }
 }

@@ -65,6 +65,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0025_login_sessions", include_str!("../../../migrations/0025_login_sessions.sql")),
     ("0026_tenant_weights", include_str!("../../../migrations/0026_tenant_weights.sql")),
     ("0027_outbox_tenant_turns", include_str!("../../../migrations/0027_outbox_tenant_turns.sql")),
+    ("0028_endpoint_destinations", include_str!("../../../migrations/0028_endpoint_destinations.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

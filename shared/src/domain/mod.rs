@@ -2,6 +2,7 @@
 //! value exists it is known to be valid; nothing here does I/O.
 pub mod account;
 mod delivery_status;
+mod destination;
 mod endpoint_url;
 mod event_type;
 mod idempotency_key;
@@ -11,6 +12,7 @@ mod payload;
 mod signing_secret;
 
 pub use delivery_status::{AttemptOutcome, DeliveryStatus};
+pub use destination::{Destination, SqsQueueUrl};
 pub use endpoint_url::EndpointUrl;
 pub use event_type::{EventType, EventTypePattern};
 pub use idempotency_key::IdempotencyKey;

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
 use crate::db::DbError;
-use crate::domain::{AttemptOutcome, DeliveryStatus, EndpointKind};
+use crate::domain::{AttemptOutcome, DeliveryStatus, Destination, EndpointKind};
 use crate::ids::{AttemptId, DeliveryId, EndpointId, EventId, TenantId};
 use crate::repo::endpoints::EndpointHealth;
 use crate::repo::sql;
@@ -20,7 +20,7 @@ macro_rules! claimed_columns {
         "d.attempt_count, d.event_id, d.endpoint_id, d.ordering_key, e.event_type, e.payload::text AS body,
          ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
          ep.rate_limit_per_sec, ep.rate_limit_burst, ep.max_in_flight,
-         ep.kind, ep.failing_since, ep.last_success_at, ep.last_failure_at,
+         ep.kind, ep.destination, ep.failing_since, ep.last_success_at, ep.last_failure_at,
          ep.circuit_open_until IS NOT NULL AS circuit_open, coalesce(ep.circuit_probe = d.id, false) AS circuit_probe,
          ep.circuit_failures > 0 AS circuit_failing,
          CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret"
@@ -114,6 +114,8 @@ pub struct DeliveryJob {
     /// The payload exactly as it will be sent and signed.
     pub body: String,
     pub url: String,
+    /// How it leaves: POSTed to `url`, or sent to the SQS queue `url` names.
+    pub destination: Destination,
     pub endpoint_enabled: bool,
     pub endpoint_kind: EndpointKind,
     /// The endpoint's health as the claim read it (see `repo::endpoint_health`).
@@ -172,6 +174,7 @@ pub(crate) fn job_from_row(tenant: TenantId, delivery: DeliveryId, row: &Row) ->
         event_type: row.get("event_type"),
         body: row.get("body"),
         url: row.get("url"),
+        destination: Destination::from_stored(row.get("destination")),
         endpoint_enabled: row.get("enabled"),
         endpoint_kind: EndpointKind::from_stored(row.get("kind")),
         endpoint_health: EndpointHealth::from_row(row),

@@ -5,11 +5,11 @@ use tokio_postgres::Row;
 
 use crate::db::DbError;
 use crate::domain::operational::Subject;
-use crate::domain::{DeadLetterLane, EndpointKind, EndpointUrl, EventTypePattern, SigningSecret};
+use crate::domain::{DeadLetterLane, Destination, EndpointKind, EndpointUrl, EventTypePattern, SigningSecret};
 use crate::ids::{EndpointId, SubscriptionId, TenantId};
 use crate::repo::sql;
 
-const ENDPOINT_COLUMNS: &str = "id, kind, url, description, enabled, disabled_reason, rate_limit_per_sec,
+const ENDPOINT_COLUMNS: &str = "id, kind, destination, url, description, enabled, disabled_reason, rate_limit_per_sec,
      rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, created_at, updated_at,
      failing_since, last_success_at, last_failure_at, dead_letter_lane, circuit_open_until, circuit_hold_secs";
 
@@ -26,6 +26,8 @@ const LIST_SUBSCRIPTIONS: &str = "SELECT id, event_type_pattern, created_at FROM
 pub struct EndpointRecord {
     pub id: EndpointId,
     pub kind: EndpointKind,
+    /// How its deliveries leave: to `url` over HTTP, or to the SQS queue it names.
+    pub destination: Destination,
     pub url: String,
     pub description: String,
     pub enabled: bool,
@@ -76,6 +78,7 @@ impl EndpointRecord {
         Self {
             id: EndpointId::from_uuid(row.get("id")),
             kind: EndpointKind::from_stored(row.get("kind")),
+            destination: Destination::from_stored(row.get("destination")),
             url: row.get("url"),
             description: row.get("description"),
             enabled: row.get("enabled"),
@@ -98,6 +101,7 @@ impl EndpointRecord {
 
 pub struct NewEndpoint<'a> {
     pub kind: EndpointKind,
+    pub destination: Destination,
     pub url: &'a EndpointUrl,
     pub description: &'a str,
     pub secret: &'a SigningSecret,
@@ -120,8 +124,8 @@ pub async fn insert_endpoint(
     let sql = format!(
         "INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, description, secret, enabled,
              rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, kind,
-             dead_letter_lane, circuit_hold_secs)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+             dead_letter_lane, circuit_hold_secs, destination)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
          RETURNING {ENDPOINT_COLUMNS}"
     );
     let row = sql::query_one(
@@ -143,6 +147,7 @@ pub async fn insert_endpoint(
             &endpoint.kind.as_str(),
             &endpoint.dead_letter_lane.as_str(),
             &endpoint.circuit_hold_secs,
+            &endpoint.destination.as_str(),
         ],
     )
     .await?;

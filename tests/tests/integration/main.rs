@@ -45,6 +45,7 @@ mod redis_outages;
 mod replay;
 mod retries;
 mod sam_local;
+mod sqs_destinations;
 mod sqs_wakeup;
 mod ssrf;
 mod stopping;
