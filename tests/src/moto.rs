@@ -166,9 +166,22 @@ pub struct ServiceFault {
     pub code: &'static str,
 }
 
+/// What a [`FaultyFront`] does to the calls it gets.
+#[derive(Debug, Clone, Default)]
+pub struct FrontPlan {
+    /// The first calls' answers, in order, instead of moto's.
+    pub faults: Vec<ServiceFault>,
+    /// Answer the last fault forever once the others are used up.
+    pub repeat_last: bool,
+    /// Forward the first call at once but answer it only after this long
+    /// (the service took the message; its answer is late).
+    pub first_answer_after: Option<std::time::Duration>,
+}
+
 /// A loopback HTTP server in front of moto that answers the first calls with
 /// the faults it was given (throttling, a 5xx, access denied: answers moto
-/// never gives) and forwards the rest: the faults AWS gives, on the wire.
+/// never gives), or late, and forwards the rest: the faults AWS gives, on the
+/// wire.
 pub struct FaultyFront {
     pub endpoint: String,
     /// Calls answered so far (faults and forwarded).
@@ -177,9 +190,9 @@ pub struct FaultyFront {
 }
 
 impl FaultyFront {
-    /// Answers the first calls with `faults`, in order, then forwards to
-    /// `moto` (or, with `repeat_last`, answers the last fault forever).
-    pub async fn start(moto: &MotoServer, faults: Vec<ServiceFault>, repeat_last: bool) -> Self {
+    /// Starts in front of `moto`, doing to calls what `plan` says.
+    pub async fn start(moto: &MotoServer, plan: FrontPlan) -> Self {
+        let FrontPlan { faults, repeat_last, first_answer_after } = plan;
         use std::sync::atomic::Ordering;
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let upstream = moto.endpoint.clone();
@@ -199,7 +212,11 @@ impl FaultyFront {
                         .body(axum::body::Body::from(body))
                         .expect("fault response");
                 }
-                forward(&http, &upstream, request).await
+                let answer = forward(&http, &upstream, request).await;
+                if let (0, Some(late)) = (call, first_answer_after) {
+                    tokio::time::sleep(late).await;
+                }
+                answer
             }
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");

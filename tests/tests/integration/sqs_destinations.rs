@@ -10,8 +10,8 @@ use relayops_shared::config::AwsKeys;
 use relayops_shared::domain::SigningSecret;
 use relayops_shared::signing;
 use relayops_tests::console::ConsoleClient;
-use relayops_tests::moto::{free_port, FaultyFront, MotoServer, ServiceFault};
-use relayops_tests::{TestConfig, TestEnv};
+use relayops_tests::moto::{free_port, FaultyFront, FrontPlan, MotoServer, ServiceFault};
+use relayops_tests::{TestConfig, TestEnv, WAIT};
 use serde_json::{json, Value};
 
 /// moto's account.
@@ -170,7 +170,7 @@ async fn an_sqs_service_that_cannot_be_reached_is_retried_until_it_answers() {
     sqs_endpoint(&env, "later", json!({ "retry_schedule_secs": [1], "max_attempts": 50 })).await;
     let event = env.post_event("order.created", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
     let waiting = env
-        .wait_for_deliveries_within(&event, relayops_tests::WAIT, |all| {
+        .wait_for_deliveries_within(&event, WAIT, |all| {
             all.len() == 1 && all[0]["status"] == "scheduled" && all[0]["attempt_count"].as_i64() >= Some(1)
         })
         .await;
@@ -196,7 +196,7 @@ async fn a_throttled_or_failing_sqs_service_is_retried_and_the_attempts_name_its
         // SQS throttles with a 400: retried by its code, not its status.
         ServiceFault { status: 400, code: "ThrottlingException" },
     ];
-    let front = FaultyFront::start(&moto, faults, false).await;
+    let front = FaultyFront::start(&moto, FrontPlan { faults, ..FrontPlan::default() }).await;
     let env = TestEnv::start_with(sending_to(&front.endpoint)).await;
     sqs_endpoint(&env, "busy", json!({ "retry_schedule_secs": [1] })).await;
     let event = env.post_event("order.created", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
@@ -221,7 +221,12 @@ async fn a_throttled_or_failing_sqs_service_is_retried_and_the_attempts_name_its
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sqs_queue_that_denies_access_fails_the_delivery_at_once() {
     let moto = MotoServer::start().await;
-    let front = FaultyFront::start(&moto, vec![ServiceFault { status: 403, code: "AccessDenied" }], true).await;
+    let denied = FrontPlan {
+        faults: vec![ServiceFault { status: 403, code: "AccessDenied" }],
+        repeat_last: true,
+        ..FrontPlan::default()
+    };
+    let front = FaultyFront::start(&moto, denied).await;
     let env = TestEnv::start_with(sending_to(&front.endpoint)).await;
     sqs_endpoint(&env, "locked", json!({ "retry_schedule_secs": [1] })).await;
     let event = env.post_event("order.created", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
@@ -269,4 +274,48 @@ async fn an_sqs_destination_takes_only_an_aws_queue_url_at_creation_and_on_patch
     let (status, page) = console.get(&format!("/console/endpoints/{}", endpoint["id"].as_str().unwrap())).await;
     assert_eq!(status, 200);
     assert!(page.contains("Amazon SQS queue in us-east-1"), "{page}");
+}
+
+/// A worker killed after SQS took the message but before the attempt was
+/// recorded loses nothing: another worker sends it again once the lease ends.
+/// A standard queue then holds it twice with one `webhook-id` (at least once:
+/// consumers deduplicate on it); a FIFO queue drops the second by its
+/// deduplication id (the delivery id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_send_to_sqs_loses_nothing_and_a_fifo_queue_drops_the_resend() {
+    let moto = MotoServer::start().await;
+    let standard = moto.create_queue("killed").await;
+    let fifo = moto.create_fifo_queue("killed.fifo").await;
+    // The first call of each front reaches moto at once and is answered 30 s
+    // later: the worker is killed while it waits.
+    let late = || FrontPlan { first_answer_after: Some(std::time::Duration::from_secs(30)), ..FrontPlan::default() };
+    for (name, queue, copies) in [("killed", &standard, 2), ("killed.fifo", &fifo, 1)] {
+        let front = FaultyFront::start(&moto, late()).await;
+        let mut config = TestConfig { run_worker: false, ..sending_to(&front.endpoint) };
+        config.worker.request_timeout = std::time::Duration::from_secs(5);
+        config.worker.lease = std::time::Duration::from_secs(6);
+        let env = TestEnv::start_with(config).await;
+        sqs_endpoint(&env, name, json!({})).await;
+        let mut doomed = env.spawn_role("worker", &[]);
+        let event = env.post_event("order.created", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
+        env.wait_for_status(&event, "in_progress").await;
+        relayops_tests::eventually(WAIT, || async {
+            if front.calls() >= 1 {
+                Ok(())
+            } else {
+                Err("no call reached the service yet".to_owned())
+            }
+        })
+        .await;
+        doomed.kill();
+
+        let _survivor = env.spawn_role("worker", &[]);
+        let delivered = env.wait_for_status(&event, "delivered").await;
+        let id = delivered["id"].as_str().unwrap();
+        let messages = moto.receive(queue, copies).await;
+        assert!(messages.iter().all(|message| attribute(message, signing::HEADER_ID) == id), "{name}: {messages:?}");
+        assert!(moto.is_empty(queue).await, "{name}: no other copy");
+        assert_eq!(front.calls(), 2, "{name}: the killed call and the one after it");
+        assert_eq!(env.count("delivery_attempts").await, 1, "{name}: the killed attempt left no row");
+    }
 }
