@@ -5,7 +5,7 @@ export RELAYOPS_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/%2f
 export RELAYOPS_REDIS_URL ?= redis://127.0.0.1:6379
 export RELAYOPS_LOG ?= warn
 
-.PHONY: demo test services lint run bench bench-backlog bench-queueing bench-scale-out bench-many-tenants bench-smoke clean-test-databases
+.PHONY: demo test services lint run bench bench-backlog bench-queueing bench-scale-out bench-many-tenants bench-sqs bench-smoke clean-test-databases
 .PHONY: aws-lint lambda-smoke watch lambda-build sam-build
 
 ## Installs/starts Postgres, RabbitMQ and Redis, then runs `relayops demo`:
@@ -85,6 +85,13 @@ bench-scale-out: services
 ## 2 worker processes of its own.
 bench-many-tenants: services
 	$(call api_only_bench,many-tenants)
+
+## The SQS destination scenario: `relayops api` (no worker) + the bench, which
+## starts moto's SQS server and times a worker of its own draining the same
+## number of events to a webhook and to a queue.
+bench-sqs: services
+	bash scripts/aws-tools.sh >/dev/null
+	$(call api_only_bench,sqs)
 
 ## Generated requests against the running API (OpenAPI-driven): no 5xx allowed.
 .PHONY: schemathesis openapi

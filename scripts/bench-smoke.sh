@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A small run of relayops-bench against a fresh `relayops all` (debug build), to
 # prove the load generator and every scenario work; then the backlog,
-# queueing, scale-out and many-tenants scenarios against `relayops api` (no
+# queueing, scale-out, many-tenants and sqs scenarios against `relayops api` (no
 # worker: the bench starts its own); and the hop trace's summary (scripts/hops-summary.py) of the first run.
 # Not a timed assertion.
 set -euo pipefail
@@ -41,15 +41,15 @@ kill $pid; wait $pid 2>/dev/null || true
 
 "$target/relayops" api > /tmp/relayops-bench-smoke-api.log 2>&1 &
 pid=$!
-"$target/relayops-bench" --api http://127.0.0.1:18080 --scenarios backlog,queueing,scale-out,many-tenants --backlog-events 500 \
+"$target/relayops-bench" --api http://127.0.0.1:18080 --scenarios backlog,queueing,scale-out,many-tenants,sqs --backlog-events 500 \
   --backlog-prefetch 100 --queueing-subscribers 1,10 --queueing-events 100 \
   --scale-events 300 --scale-workers 1,2 --scale-publishers 1,2 \
   --many-tenants 50 --many-rate 25 --many-secs 2 --many-burst-events 500 --many-flood-events 50 --many-workers 1 \
-  --relayops-bin "$target/relayops" --json > "$out.backlog"
+  --sqs-events 200 --relayops-bin "$target/relayops" --json > "$out.backlog"
 
 complete=$(cat "$out" "$out.backlog" | grep -c '"complete": true' || true)
 for scenario in delivery delivery_batched fanout_1 fanout_10 fanout_1_batched fanout_10_batched paced_50 paced_100 slow_endpoint backlog queueing_1 queueing_10 console \
-  scale_out_workers_1 scale_out_workers_2 scale_out_publishers_1 scale_out_publishers_2 many_tenants_1; do
+  scale_out_workers_1 scale_out_workers_2 scale_out_publishers_1 scale_out_publishers_2 many_tenants_1 sqs; do
   grep -q "\"$scenario\"" "$out" "$out.backlog" || { echo "bench smoke: no $scenario figures" >&2; exit 1; }
 done
 drained=$(grep -c '"drained_complete": true' "$out.backlog" || true)

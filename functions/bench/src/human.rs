@@ -82,6 +82,13 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
         );
         println!("           {}", describe(&b["cost"]));
     }
+    if let Some(q) = report.get("sqs") {
+        println!(
+            "sqs        {} events each, one worker (prefetch {}): a webhook drained at {} deliveries/s, an SQS queue (moto) at {} ({}× the webhook's)",
+            q["events"], q["worker_prefetch"], f(&q["webhook"]["deliveries_per_sec"]), f(&q["sqs"]["deliveries_per_sec"]),
+            f(&q["sqs_over_webhook"])
+        );
+    }
     for (_, q) in report.iter().filter(|(key, _)| key.starts_with("queueing_")) {
         println!(
             "queueing   {} subscribers, API only: {} events answered/s, {} events/s ({} deliveries/s) on the broker   ingest p50 {} ms p99 {} ms   retried {}",

@@ -28,6 +28,7 @@ mod receiver;
 mod recovery;
 mod scale_out;
 mod scenarios;
+mod sqs;
 mod stats;
 mod tenant;
 mod worker_process;
@@ -62,12 +63,12 @@ struct Args {
     ceiling_secs: u64,
     /// Scenarios to run, comma-separated: ceilings, ingest, batch, delivery,
     /// delivery-batched, fanout, fanout-batched, ordered, paced, slow, backlog,
-    /// queueing, console, noisy-neighbour, recovery, scale-out, many-tenants
-    /// (not run unless named). `fanout` and `fanout-batched` run once per
+    /// queueing, console, noisy-neighbour, recovery, scale-out, many-tenants,
+    /// sqs (not run unless named). `fanout` and `fanout-batched` run once per
     /// `--fanout-endpoints` count, `ordered` once per `--ordered-keys` count,
     /// `queueing` once per `--queueing-subscribers` count.
-    /// `backlog`, `queueing`, `scale-out` and `many-tenants` need `--relayops-bin` and a target running
-    /// without a worker (`relayops api`).
+    /// `backlog`, `queueing`, `scale-out`, `many-tenants` and `sqs` need
+    /// `--relayops-bin` and a target running without a worker (`relayops api`).
     #[arg(long, default_value = "ceilings,ingest,batch,delivery,delivery-batched,fanout,fanout-batched,paced,slow")]
     scenarios: String,
     /// Endpoints the fan-out scenarios subscribe, comma-separated: one run of
@@ -140,8 +141,14 @@ struct Args {
     /// `many-tenants`: worker processes of each run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     many_workers: Vec<usize>,
-    /// The `relayops` binary the `backlog`, `queueing`, `scale-out` and
-    /// `many-tenants` scenarios run `worker` from.
+    /// `sqs`: events queued for each destination (a webhook, an SQS queue).
+    #[arg(long, default_value_t = 5_000)]
+    sqs_events: usize,
+    /// `sqs`: moto's `moto_server` (default: the tools venv's, else `PATH`'s).
+    #[arg(long)]
+    moto_server: Option<String>,
+    /// The `relayops` binary the `backlog`, `queueing`, `scale-out`,
+    /// `many-tenants` and `sqs` scenarios run `worker` from.
     #[arg(long)]
     relayops_bin: Option<String>,
     /// Deliveries the `console` scenario's tenant gets before its pages are timed.
@@ -352,6 +359,14 @@ async fn main() -> anyhow::Result<()> {
             report.insert(format!("many_tenants_{workers}"), serde_json::to_value(run.run(&quiet, *workers).await?)?);
         }
     }
+    if scenarios.contains(&"sqs") {
+        let run = sqs::SqsRun {
+            api_only: api_only(&args, &target, &pool, "sqs")?,
+            events: args.sqs_events,
+            moto_server: args.moto_server.clone().unwrap_or_else(default_moto_server),
+        };
+        report.insert("sqs".into(), serde_json::to_value(run.run().await?)?);
+    }
     if scenarios.contains(&"console") {
         let run = console::ConsoleRun {
             target: &target,
@@ -403,6 +418,16 @@ async fn main() -> anyhow::Result<()> {
 
 /// What `scenario` (`backlog`, `queueing`: a target without a worker, and a
 /// worker the bench starts) needs; it needs `--relayops-bin`.
+/// The tools venv's `moto_server` (`scripts/aws-tools.sh`), else `PATH`'s.
+fn default_moto_server() -> String {
+    const TOOLS_VENV: &str = "/var/tmp/relayops-aws-tools/bin/moto_server";
+    if std::path::Path::new(TOOLS_VENV).exists() {
+        TOOLS_VENV.into()
+    } else {
+        "moto_server".into()
+    }
+}
+
 fn api_only<'a>(
     args: &'a Args,
     target: &'a scenarios::Target,

@@ -71,7 +71,9 @@ impl ApiOnly<'_> {
         }
     }
 
-    fn role(&self, role: &str) -> tokio::process::Command {
+    /// `<relayops_bin> <role>` with the product's defaults and no operations
+    /// port, to be given more environment and spawned.
+    pub fn role(&self, role: &str) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(self.relayops_bin);
         command
             .arg(role)
