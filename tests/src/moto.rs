@@ -176,6 +176,18 @@ pub struct FrontPlan {
     /// Forward the first call at once but answer it only after this long
     /// (the service took the message; its answer is late).
     pub first_answer_after: Option<std::time::Duration>,
+    /// Stand in for a role's trust policy with an `sts:ExternalId`
+    /// condition: an `AssumeRole` call without this `ExternalId` is refused
+    /// with `AccessDenied`, as AWS refuses it (moto trusts every caller).
+    pub trusted_external_id: Option<String>,
+}
+
+/// A call a [`FaultyFront`] saw: the AWS service it was signed for and the
+/// access key that signed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenCall {
+    pub service: String,
+    pub access_key_id: String,
 }
 
 /// A loopback HTTP server in front of moto that answers the first calls with
@@ -186,13 +198,16 @@ pub struct FaultyFront {
     pub endpoint: String,
     /// Calls answered so far (faults and forwarded).
     calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<SeenCall>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl FaultyFront {
     /// Starts in front of `moto`, doing to calls what `plan` says.
     pub async fn start(moto: &MotoServer, plan: FrontPlan) -> Self {
-        let FrontPlan { faults, repeat_last, first_answer_after } = plan;
+        let FrontPlan { faults, repeat_last, first_answer_after, trusted_external_id } = plan;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen_by_handler = std::sync::Arc::clone(&seen);
         use std::sync::atomic::Ordering;
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let upstream = moto.endpoint.clone();
@@ -200,8 +215,21 @@ impl FaultyFront {
         let counted = std::sync::Arc::clone(&calls);
         let handler = move |request: axum::extract::Request| {
             let (faults, upstream, http, counted) = (faults.clone(), upstream.clone(), http.clone(), counted.clone());
+            let (seen, trusted) = (seen_by_handler.clone(), trusted_external_id.clone());
             async move {
                 let call = counted.fetch_add(1, Ordering::SeqCst);
+                let signed = signed_by(request.headers());
+                seen.lock().expect("seen calls").push(signed.clone());
+                let (parts, body) = request.into_parts();
+                let body = axum::body::to_bytes(body, 16 * 1024 * 1024).await.expect("request body");
+                if let (Some(trusted), "sts") = (&trusted, signed.service.as_str()) {
+                    let form: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
+                    let given = form.iter().find(|(name, _)| name == "ExternalId").map(|(_, value)| value.as_str());
+                    if given != Some(trusted.as_str()) {
+                        return access_denied_by_trust_policy();
+                    }
+                }
+                let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(body));
                 let fault = faults.get(call).or(if repeat_last { faults.last() } else { None });
                 if let Some(fault) = fault {
                     let body =
@@ -225,7 +253,12 @@ impl FaultyFront {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
-        Self { endpoint, calls, task }
+        Self { endpoint, calls, seen, task }
+    }
+
+    /// Every call so far: the service and the signing key.
+    pub fn seen(&self) -> Vec<SeenCall> {
+        self.seen.lock().expect("seen calls").clone()
     }
 
     /// Calls answered so far.
@@ -238,6 +271,31 @@ impl Drop for FaultyFront {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The service and access key of a SigV4 `Authorization` header
+/// (`… Credential=<key>/<date>/<region>/<service>/aws4_request, …`).
+fn signed_by(headers: &axum::http::HeaderMap) -> SeenCall {
+    let authorization = headers.get("authorization").and_then(|value| value.to_str().ok()).unwrap_or_default();
+    let credential =
+        authorization.split("Credential=").nth(1).and_then(|rest| rest.split(',').next()).unwrap_or_default();
+    let parts: Vec<&str> = credential.split('/').collect();
+    SeenCall {
+        service: parts.get(3).copied().unwrap_or_default().to_owned(),
+        access_key_id: parts.first().copied().unwrap_or_default().to_owned(),
+    }
+}
+
+/// STS's answer to an `AssumeRole` its trust policy refuses (query protocol).
+fn access_denied_by_trust_policy() -> axum::response::Response {
+    let body = "<ErrorResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><Error><Type>Sender</Type>\
+        <Code>AccessDenied</Code><Message>not authorized to perform sts:AssumeRole (injected by the test)</Message>\
+        </Error><RequestId>test</RequestId></ErrorResponse>";
+    axum::response::Response::builder()
+        .status(403)
+        .header("content-type", "text/xml")
+        .body(axum::body::Body::from(body))
+        .expect("refusal")
 }
 
 /// `request` sent on to `upstream`, and its answer back.

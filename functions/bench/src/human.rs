@@ -83,10 +83,10 @@ pub fn print_human(report: &serde_json::Map<String, serde_json::Value>, deliveri
         println!("           {}", describe(&b["cost"]));
     }
     if let Some(q) = report.get("sqs") {
+        let ratio = q["sqs_over_webhook"].as_f64().unwrap_or_default();
         println!(
-            "sqs        {} events each, one worker (prefetch {}): a webhook drained at {} deliveries/s, an SQS queue (moto) at {} ({}× the webhook's)",
-            q["events"], q["worker_prefetch"], f(&q["webhook"]["deliveries_per_sec"]), f(&q["sqs"]["deliveries_per_sec"]),
-            f(&q["sqs_over_webhook"])
+            "sqs        {} events each, one worker (prefetch {}), {} in flight: a webhook drained at {} deliveries/s, an SQS queue (moto) at {} ({ratio:.3}× the webhook's)",
+            q["events"], q["worker_prefetch"], q["max_in_flight"], f(&q["webhook"]["deliveries_per_sec"]), f(&q["sqs"]["deliveries_per_sec"]),
         );
     }
     for (_, q) in report.iter().filter(|(key, _)| key.starts_with("queueing_")) {

@@ -142,7 +142,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     many_workers: Vec<usize>,
     /// `sqs`: events queued for each destination (a webhook, an SQS queue).
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 1_000)]
     sqs_events: usize,
     /// `sqs`: moto's `moto_server` (default: the tools venv's, else `PATH`'s).
     #[arg(long)]

@@ -16,6 +16,9 @@ use serde::Serialize;
 
 use crate::worker_process::ApiOnly;
 
+/// Requests in flight to each endpoint.
+const MAX_IN_FLIGHT: u32 = 32;
+
 /// moto's account: queue URLs name it.
 const ACCOUNT: &str = "123456789012";
 
@@ -23,6 +26,8 @@ const ACCOUNT: &str = "123456789012";
 pub struct SqsFigures {
     pub events: usize,
     pub worker_prefetch: u32,
+    /// Each endpoint's `max_in_flight`.
+    pub max_in_flight: u32,
     pub webhook: DrainFigures,
     pub sqs: DrainFigures,
     /// The SQS destination's deliveries/s over the webhook's.
@@ -60,13 +65,16 @@ impl SqsRun<'_> {
         let queue = create_queue(&moto_url, self.api_only.timeout).await?;
         eprintln!("[sqs] moto at {moto_url}, queue {queue}");
 
-        let prefetch = self.api_only.worker_prefetch.min(1000);
-        let webhook = target.endpoint("hook/sqs-beside", "bench.sqs-webhook", prefetch).await?;
+        // One limit for both: what one moto process answers without its
+        // calls timing out (past it, the worker's timeouts and circuits
+        // would be measured, not its sends).
+        let in_flight = MAX_IN_FLIGHT.min(self.api_only.worker_prefetch);
+        let webhook = target.endpoint("hook/sqs-beside", "bench.sqs-webhook", in_flight).await?;
         let body = serde_json::json!({
             "url": format!("https://sqs.us-east-1.amazonaws.com/{ACCOUNT}/bench-sqs"),
             "destination": "aws_sqs",
             "event_types": ["bench.sqs-queue"],
-            "max_in_flight": prefetch,
+            "max_in_flight": in_flight,
         });
         let queue_endpoint = target.create_endpoint(&body).await?;
         let webhook = self.drain("webhook", "bench.sqs-webhook", &webhook, &moto_url).await?;
@@ -75,6 +83,7 @@ impl SqsRun<'_> {
         Ok(SqsFigures {
             events: self.events,
             worker_prefetch: self.api_only.worker_prefetch,
+            max_in_flight: in_flight,
             sqs_over_webhook: sqs.deliveries_per_sec / webhook.deliveries_per_sec.max(f64::MIN_POSITIVE),
             webhook,
             sqs,

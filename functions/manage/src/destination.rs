@@ -5,9 +5,10 @@
 //! the same allow-list, so a URL accepted here is refused at send time only if
 //! the allow-list changed or its host name resolves inward then. An SQS
 //! destination's URL is an AWS queue URL (`SqsQueueUrl`): it names a region's
-//! SQS service, never an address of the customer's choosing.
+//! SQS service, never an address of the customer's choosing; its role, if it
+//! names one, is an IAM role ARN (`AwsRoleArn`).
 use relayops_shared::api::{ApiError, ApiState};
-use relayops_shared::domain::{Destination, EndpointUrl, SqsQueueUrl, ValidationError};
+use relayops_shared::domain::{AwsRoleArn, Destination, EndpointUrl, SqsQueueUrl, ValidationError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -44,6 +45,17 @@ pub(crate) fn destination_url(state: &ApiState, destination: Destination, text: 
     match destination {
         Destination::Webhook => webhook_url(state, text),
         Destination::AwsSqs => Ok(SqsQueueUrl::parse(text)?.endpoint_url().clone()),
+    }
+}
+
+/// A role to assume for `destination`: AWS destinations only.
+pub(crate) fn role_for(destination: Destination, text: Option<&str>) -> Result<Option<AwsRoleArn>, ApiError> {
+    match (destination, text) {
+        (_, None) => Ok(None),
+        (Destination::Webhook, Some(_)) => {
+            Err(ValidationError::new("aws_role_arn", "only an AWS destination (aws_sqs) assumes a role").into())
+        }
+        (Destination::AwsSqs, Some(text)) => Ok(Some(AwsRoleArn::parse(text)?)),
     }
 }
 

@@ -8,7 +8,7 @@ use relayops_shared::api::endpoint_changes::{apply_changes, DEFAULT_GRACE_SECS};
 use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authenticated};
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
-use relayops_shared::domain::{EndpointUrl, SigningSecret, ValidationError};
+use relayops_shared::domain::{AwsRoleArn, EndpointUrl, SigningSecret, ValidationError};
 use relayops_shared::ids::EndpointId;
 use relayops_shared::repo::endpoints::{self, EndpointChanges};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -63,6 +63,11 @@ pub struct UpdateEndpointRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i32>)]
     circuit_hold_secs: Option<Option<i32>>,
+    /// An AWS destination's role, as at creation; `null`: RelayOps sends as
+    /// itself.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    aws_role_arn: Option<Option<String>>,
 }
 
 fn checked(
@@ -97,10 +102,7 @@ pub async fn update(
 ) -> Result<Json<EndpointView>, ApiError> {
     caller.require(Scope::Admin)?;
     let id: EndpointId = parse_path_id(&endpoint_id)?;
-    let url = match request.url.as_deref() {
-        Some(text) => Some(changed_url(&state, &caller, id, text).await?),
-        None => None,
-    };
+    let (url, aws_role_arn) = checked_destination(&state, &caller, id, &request).await?;
     if request.description.as_ref().is_some_and(|d| d.chars().count() > 1000) {
         return Err(ValidationError::new("description", "must be at most 1000 characters").into());
     }
@@ -120,26 +122,38 @@ pub async fn update(
         timeout_ms: checked("timeout_ms", request.timeout_ms, 100..=60_000)?,
         dead_letter_lane: request.dead_letter_lane.map(DeadLetterLaneView::domain),
         circuit_hold_secs: checked("circuit_hold_secs", request.circuit_hold_secs, 1..=MAX_CIRCUIT_HOLD_SECS)?,
+        aws_role_arn: aws_role_arn.as_ref().map(Option::as_ref),
     };
     let endpoint =
         apply_changes(&state, caller.tenant_id, id, &changes).await?.ok_or(ApiError::NotFound("endpoint"))?;
     let client = state.pool.get().await.map_err(DbError::from)?;
     let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
-    Ok(Json(EndpointView::new(endpoint, &subscriptions)))
+    Ok(Json(EndpointView::new(caller.tenant_id, endpoint, &subscriptions)))
 }
 
-/// A new URL, checked for the endpoint's destination (a webhook's address, or
-/// an SQS queue URL).
-async fn changed_url(
+/// A new URL and role, each checked for the endpoint's destination (a
+/// webhook's address, or an SQS queue URL; a role for AWS destinations only).
+async fn checked_destination(
     state: &ApiState,
     caller: &Authenticated,
     id: EndpointId,
-    text: &str,
-) -> Result<EndpointUrl, ApiError> {
+    request: &UpdateEndpointRequest,
+) -> Result<(Option<EndpointUrl>, Option<Option<AwsRoleArn>>), ApiError> {
+    if request.url.is_none() && request.aws_role_arn.is_none() {
+        return Ok((None, None));
+    }
     let client = state.pool.get().await.map_err(DbError::from)?;
     let endpoint =
         endpoints::get_endpoint(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
-    crate::destination::destination_url(state, endpoint.destination, text)
+    let url = match request.url.as_deref() {
+        Some(text) => Some(crate::destination::destination_url(state, endpoint.destination, text)?),
+        None => None,
+    };
+    let role = match &request.aws_role_arn {
+        Some(text) => Some(crate::destination::role_for(endpoint.destination, text.as_deref())?),
+        None => None,
+    };
+    Ok((url, role))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -8,8 +8,8 @@ use relayops_shared::api::{parse_path_id, ApiError, ApiJson, ApiState, Authentic
 use relayops_shared::auth::Scope;
 use relayops_shared::db::DbError;
 use relayops_shared::domain::operational::check_operational_pattern;
-use relayops_shared::domain::{EndpointKind, EventTypePattern, SigningSecret, ValidationError};
-use relayops_shared::ids::{EndpointId, SubscriptionId};
+use relayops_shared::domain::{Destination, EndpointKind, EventTypePattern, SigningSecret, ValidationError};
+use relayops_shared::ids::{EndpointId, SubscriptionId, TenantId};
 use relayops_shared::repo::endpoints::{self, EndpointRecord, NewEndpoint, SubscriptionRecord};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -35,6 +35,12 @@ pub struct CreateEndpointRequest {
     /// Where deliveries go: `webhook` (default) or `aws_sqs`.
     #[serde(default)]
     destination: DestinationView,
+    /// An AWS destination only: a role in the queue owner's account that
+    /// RelayOps assumes (`sts:AssumeRole` with `aws_external_id`, the
+    /// tenant's id, as `ExternalId`) to send; unset, it sends as itself.
+    #[serde(default)]
+    #[schema(pattern = "^arn:aws(-cn|-us-gov)?:iam::[0-9]{12}:role/", max_length = 2048)]
+    aws_role_arn: Option<String>,
     #[serde(default)]
     #[schema(max_length = 1000)]
     description: String,
@@ -134,6 +140,11 @@ pub struct EndpointView {
     id: EndpointId,
     kind: KindView,
     destination: DestinationView,
+    /// An AWS destination's role in the queue owner's account, if it names one.
+    aws_role_arn: Option<String>,
+    /// An AWS destination's `ExternalId` when RelayOps assumes its role (the
+    /// tenant's id): the role's trust policy requires it.
+    aws_external_id: Option<String>,
     url: String,
     description: String,
     enabled: bool,
@@ -155,11 +166,14 @@ pub struct EndpointView {
 }
 
 impl EndpointView {
-    pub(crate) fn new(endpoint: EndpointRecord, subscriptions: &[SubscriptionRecord]) -> Self {
+    pub(crate) fn new(tenant: TenantId, endpoint: EndpointRecord, subscriptions: &[SubscriptionRecord]) -> Self {
+        let aws = endpoint.destination != Destination::Webhook;
         Self {
             id: endpoint.id,
             kind: KindView::of(endpoint.kind),
             destination: DestinationView::of(endpoint.destination),
+            aws_role_arn: endpoint.aws_role_arn.clone(),
+            aws_external_id: aws.then(|| tenant.to_string()),
             health: HealthView::new(endpoint.enabled, endpoint.health, endpoint.circuit_open_until),
             url: endpoint.url,
             description: endpoint.description,
@@ -218,6 +232,7 @@ pub async fn create(
     caller.require(Scope::Admin)?;
     let destination = request.destination.domain();
     let url = crate::destination::destination_url(&state, destination, &request.url)?;
+    let aws_role_arn = crate::destination::role_for(destination, request.aws_role_arn.as_deref())?;
     if request.description.chars().count() > 1000 {
         return Err(ValidationError::new("description", "must be at most 1000 characters").into());
     }
@@ -230,6 +245,7 @@ pub async fn create(
     let new_endpoint = NewEndpoint {
         kind: request.kind.domain(),
         destination,
+        aws_role_arn: aws_role_arn.as_ref(),
         url: &url,
         description: &request.description,
         secret: &secret,
@@ -256,7 +272,7 @@ pub async fn create(
     // The secret is part of the creation response so the caller can configure
     // its receiver; afterwards it is only shown by the dedicated route.
     let body = CreatedEndpointView {
-        endpoint: EndpointView::new(endpoint, &subscriptions),
+        endpoint: EndpointView::new(caller.tenant_id, endpoint, &subscriptions),
         secret: secret.expose().to_owned(),
     };
     Ok((StatusCode::CREATED, Json(body)))
@@ -282,7 +298,7 @@ pub async fn list(
     let mut views = Vec::with_capacity(rows.len());
     for endpoint in rows {
         let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, endpoint.id).await?;
-        views.push(EndpointView::new(endpoint, &subscriptions));
+        views.push(EndpointView::new(caller.tenant_id, endpoint, &subscriptions));
     }
     Ok(Json(EndpointList { data: views }))
 }
@@ -293,7 +309,7 @@ async fn load(state: &ApiState, caller: &Authenticated, id: &str) -> Result<Endp
     let endpoint =
         endpoints::get_endpoint(&client, caller.tenant_id, id).await?.ok_or(ApiError::NotFound("endpoint"))?;
     let subscriptions = endpoints::list_subscriptions(&client, caller.tenant_id, id).await?;
-    Ok(EndpointView::new(endpoint, &subscriptions))
+    Ok(EndpointView::new(caller.tenant_id, endpoint, &subscriptions))
 }
 
 /// One endpoint.

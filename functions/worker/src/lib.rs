@@ -7,6 +7,7 @@
 //! - [`process`]: one message from envelope to settled row.
 //! - [`sender`]: the outbound HTTP client and request signing.
 //! - [`sqs`]: endpoints whose destination is an Amazon SQS queue.
+//! - [`aws_role`]: AWS destinations' roles in their owners' accounts, assumed.
 //! - [`verdict`]: what an HTTP result means (delivered / retry / permanent).
 //! - [`report`]: the log line and metrics of each attempt.
 //! - [`hold`]: keeping a message through a database outage instead of requeueing it.
@@ -26,6 +27,7 @@
 //! it reports; and the outbox row that releases the next delivery of an
 //! ordering lane, in the transaction that makes the lane's head terminal.
 pub mod admission;
+pub mod aws_role;
 pub mod circuit;
 pub mod consumer;
 pub mod delay;

@@ -9,7 +9,9 @@
 //!
 //! Calls go to the queue's region's service endpoint, never to the host the
 //! URL names (an override exists for tests and local runs only), signed with
-//! the worker's own identity from the standard environment. The SDK does not
+//! the worker's own identity from the standard environment, or with the
+//! credentials of the endpoint's role in its owner's account
+//! (`crate::aws_role`). The SDK does not
 //! retry: each call is one recorded attempt, and the worker's retry policy,
 //! circuits and dead letters apply as to webhooks. Error codes are classified
 //! by [`retryable_code`].
@@ -22,7 +24,6 @@ use aws_sdk_sqs::config::retry::RetryConfig;
 use aws_sdk_sqs::config::timeout::TimeoutConfig;
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::domain::SqsQueueUrl;
@@ -31,6 +32,7 @@ use relayops_shared::telemetry::error_chain;
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use serde_json::json;
 
+use crate::aws_role::{AssumedRoles, Refusal};
 use crate::sender::Exchange;
 use crate::verdict::SendResult;
 
@@ -42,7 +44,10 @@ const CALL_LIMIT: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct SqsSender {
     clients: Arc<Mutex<HashMap<String, aws_sdk_sqs::Client>>>,
+    /// The worker's own identity.
     credentials: Option<Credentials>,
+    /// Endpoints' roles in their owners' accounts, assumed.
+    roles: Arc<AssumedRoles>,
     endpoint_override: Option<String>,
     connect_timeout: Duration,
 }
@@ -60,21 +65,25 @@ impl SqsSender {
         });
         Self {
             clients: Arc::default(),
+            roles: Arc::new(AssumedRoles::new(
+                credentials.clone(),
+                config.aws_destination_endpoint.clone(),
+                config.connect_timeout,
+            )),
             credentials,
             endpoint_override: config.aws_destination_endpoint.clone(),
             connect_timeout: config.connect_timeout,
         }
     }
 
-    fn client(&self, region: &str) -> Option<aws_sdk_sqs::Client> {
-        let credentials = self.credentials.clone()?;
+    /// The region's client; each call is given its credentials.
+    fn client(&self, region: &str) -> aws_sdk_sqs::Client {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         let client = clients.entry(region.to_owned()).or_insert_with(|| {
             let mut config = aws_sdk_sqs::Config::builder()
                 .behavior_version(BehaviorVersion::latest())
                 .region(Region::new(region.to_owned()))
                 .http_client(relayops_shared::sqs_wakeup::https_client())
-                .credentials_provider(credentials)
                 .timeout_config(
                     TimeoutConfig::builder()
                         .connect_timeout(self.connect_timeout)
@@ -87,7 +96,21 @@ impl SqsSender {
             }
             aws_sdk_sqs::Client::from_conf(config.build())
         });
-        Some(client.clone())
+        client.clone()
+    }
+
+    /// The credentials `job`'s call is signed with: its endpoint's role,
+    /// assumed, or the worker's own identity.
+    async fn credentials_for(
+        &self,
+        job: &DeliveryJob,
+        region: &str,
+        timeout: Duration,
+    ) -> Result<Credentials, Refusal> {
+        match &job.aws_role_arn {
+            Some(role) => self.roles.credentials(region, role, &job.tenant_id.to_string(), timeout).await,
+            None => self.credentials.clone().ok_or_else(crate::aws_role::no_credentials),
+        }
     }
 
     /// One `SendMessage` of `job` with the webhook's `headers` as attributes.
@@ -107,13 +130,12 @@ impl SqsSender {
             Ok(queue) => queue,
             Err(error) => return failed(SendResult::Blocked, format!("aws_sqs: {}", error.message)),
         };
-        let Some(client) = self.client(queue.region()) else {
-            return failed(
-                SendResult::NoAnswer { timed_out: false },
-                "aws_sqs: no AWS credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set)".into(),
-            );
+        let credentials = match self.credentials_for(job, queue.region(), timeout).await {
+            Ok(credentials) => credentials,
+            Err((result, error)) if error.starts_with("aws_sts") => return failed(result, error),
+            Err((result, error)) => return failed(result, format!("aws_sqs: {error}")),
         };
-        let mut request = client.send_message().queue_url(queue.as_str()).message_body(&job.body);
+        let mut request = self.client(queue.region()).send_message().queue_url(queue.as_str()).message_body(&job.body);
         for (name, value) in headers.iter().filter(|(name, _)| *name != CONTENT_TYPE) {
             let value = value.to_str().unwrap_or_default();
             if let Ok(attribute) = MessageAttributeValue::builder().data_type("String").string_value(value).build() {
@@ -124,7 +146,9 @@ impl SqsSender {
             let group = job.ordering_key.clone().unwrap_or_else(|| job.delivery_id.to_string());
             request = request.message_group_id(group).message_deduplication_id(job.delivery_id.to_string());
         }
-        let sent = match tokio::time::timeout(timeout, request.send()).await {
+        let call =
+            request.customize().config_override(aws_sdk_sqs::Config::builder().credentials_provider(credentials));
+        let sent = match tokio::time::timeout(timeout, call.send()).await {
             Ok(sent) => sent,
             Err(_) => return failed(SendResult::NoAnswer { timed_out: true }, "aws_sqs: timeout".into()),
         };
@@ -140,26 +164,34 @@ impl SqsSender {
                 latency: started.elapsed(),
             },
             Err(error) => {
-                let (result, described) = outcome_of(&error);
+                let (result, described) = outcome_of("aws_sqs", &error, retryable_code);
                 failed(result, described)
             }
         }
     }
 }
 
-/// What a failed `SendMessage` comes to, and its description for the
-/// attempt record.
-fn outcome_of(error: &SdkError<SendMessageError, HttpResponse>) -> (SendResult, String) {
+/// What a failed call to an AWS service comes to, and its description for
+/// the attempt record (`<service>: <code>: <message>`): a 5xx, or a code
+/// `retryable_code` takes for "not now", is retried; any other answer is final.
+pub(crate) fn outcome_of<E>(
+    service: &str,
+    error: &SdkError<E, HttpResponse>,
+    retryable_code: fn(&str) -> bool,
+) -> (SendResult, String)
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
     match error {
         SdkError::ServiceError(context) => {
             let status = context.raw().status().as_u16();
             let code = error.code().unwrap_or("Unknown");
             let message = error.message().unwrap_or_default();
             let retryable = status >= 500 || retryable_code(code);
-            (SendResult::ServiceError { status, retryable }, format!("aws_sqs: {code}: {message}"))
+            (SendResult::ServiceError { status, retryable }, format!("{service}: {code}: {message}"))
         }
-        SdkError::TimeoutError(_) => (SendResult::NoAnswer { timed_out: true }, "aws_sqs: timeout".into()),
-        other => (SendResult::NoAnswer { timed_out: false }, format!("aws_sqs: {}", error_chain(other))),
+        SdkError::TimeoutError(_) => (SendResult::NoAnswer { timed_out: true }, format!("{service}: timeout")),
+        other => (SendResult::NoAnswer { timed_out: false }, format!("{service}: {}", error_chain(other))),
     }
 }
 

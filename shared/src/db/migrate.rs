@@ -66,6 +66,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0026_tenant_weights", include_str!("../../../migrations/0026_tenant_weights.sql")),
     ("0027_outbox_tenant_turns", include_str!("../../../migrations/0027_outbox_tenant_turns.sql")),
     ("0028_endpoint_destinations", include_str!("../../../migrations/0028_endpoint_destinations.sql")),
+    ("0029_endpoint_aws_roles", include_str!("../../../migrations/0029_endpoint_aws_roles.sql")),
 ];
 
 const NO_TRANSACTION: &str = "-- relayops: no transaction";

@@ -3,7 +3,9 @@
 //! A queue URL names an AWS partition's SQS service: `https://sqs.<region>.
 //! amazonaws.com/<account>/<queue>` (`.amazonaws.com.cn` in China), so a
 //! queue destination can only ever reach AWS, whatever its text — the worker
-//! sends to the region's service endpoint, not to the URL's host.
+//! sends to the region's service endpoint, not to the URL's host. It sends with
+//! RelayOps' own AWS identity, or as a role in the customer's account
+//! (`AwsRoleArn`) that it assumes with the tenant's id as `ExternalId`.
 use super::{EndpointUrl, ValidationError};
 
 /// How an endpoint's deliveries leave.
@@ -104,6 +106,46 @@ impl SqsQueueUrl {
     }
 }
 
+/// An IAM role in the customer's account that RelayOps assumes to reach an
+/// AWS destination: `arn:<partition>:iam::<12-digit account>:role/<path/name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsRoleArn(String);
+
+/// The longest role ARN IAM allows.
+const MAX_ROLE_ARN: usize = 2048;
+
+impl AwsRoleArn {
+    pub fn parse(text: &str) -> Result<Self, ValidationError> {
+        let field = "aws_role_arn";
+        let expected = "must be an IAM role ARN: arn:aws:iam::<account id>:role/<name>";
+        if text.len() > MAX_ROLE_ARN {
+            return Err(ValidationError::new(field, format!("must be at most {MAX_ROLE_ARN} characters")));
+        }
+        let mut parts = text.splitn(6, ':');
+        let (Some("arn"), Some(partition), Some("iam"), Some(""), Some(account), Some(resource)) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(ValidationError::new(field, expected));
+        };
+        if !matches!(partition, "aws" | "aws-cn" | "aws-us-gov") {
+            return Err(ValidationError::new(field, "names no AWS partition (aws, aws-cn or aws-us-gov)"));
+        }
+        if account.len() != 12 || !account.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ValidationError::new(field, "the account id in a role ARN must be 12 digits"));
+        }
+        let name = resource.strip_prefix("role/").ok_or_else(|| ValidationError::new(field, expected))?;
+        let valid = |b: u8| b.is_ascii_alphanumeric() || b"+=,.@_-/".contains(&b);
+        if name.is_empty() || name.ends_with('/') || !name.bytes().all(valid) {
+            return Err(ValidationError::new(field, "the role name may hold letters, digits and +=,.@_-/"));
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// `us-east-1`, `eu-central-2`, `us-gov-west-1`, `cn-north-1`, …: lowercase
 /// words joined by `-`, ending in a number.
 fn is_region(text: &str) -> bool {
@@ -152,6 +194,29 @@ mod tests {
         }
         let long = format!("https://sqs.eu-west-1.amazonaws.com/123456789012/{}", "q".repeat(81));
         assert!(SqsQueueUrl::parse(&long).is_err());
+    }
+
+    #[test]
+    fn role_arns_name_an_iam_role_in_a_partition() {
+        for text in [
+            "arn:aws:iam::123456789012:role/relayops-sender",
+            "arn:aws-cn:iam::123456789012:role/team/relayops+sender@x",
+            "arn:aws-us-gov:iam::123456789012:role/a",
+        ] {
+            assert_eq!(AwsRoleArn::parse(text).unwrap().as_str(), text);
+        }
+        for text in [
+            "arn:aws:iam::123456789012:user/someone",
+            "arn:aws:iam::12345:role/r",
+            "arn:aws:sts::123456789012:role/r",
+            "arn:azure:iam::123456789012:role/r",
+            "arn:aws:iam::123456789012:role/",
+            "arn:aws:iam::123456789012:role/r r",
+            "arn:aws:iam:eu-west-1:123456789012:role/r",
+            "role/r",
+        ] {
+            assert!(AwsRoleArn::parse(text).is_err(), "{text} was accepted");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ mod payload;
 mod signing_secret;
 
 pub use delivery_status::{AttemptOutcome, DeliveryStatus};
-pub use destination::{Destination, SqsQueueUrl};
+pub use destination::{AwsRoleArn, Destination, SqsQueueUrl};
 pub use endpoint_url::EndpointUrl;
 pub use event_type::{EventType, EventTypePattern};
 pub use idempotency_key::IdempotencyKey;

@@ -20,7 +20,7 @@ macro_rules! claimed_columns {
         "d.attempt_count, d.event_id, d.endpoint_id, d.ordering_key, e.event_type, e.payload::text AS body,
          ep.url, ep.enabled, ep.timeout_ms, ep.max_attempts, ep.retry_schedule_secs, ep.secret,
          ep.rate_limit_per_sec, ep.rate_limit_burst, ep.max_in_flight,
-         ep.kind, ep.destination, ep.failing_since, ep.last_success_at, ep.last_failure_at,
+         ep.kind, ep.destination, ep.aws_role_arn, ep.failing_since, ep.last_success_at, ep.last_failure_at,
          ep.circuit_open_until IS NOT NULL AS circuit_open, coalesce(ep.circuit_probe = d.id, false) AS circuit_probe,
          ep.circuit_failures > 0 AS circuit_failing,
          CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END AS previous_secret"
@@ -116,6 +116,8 @@ pub struct DeliveryJob {
     pub url: String,
     /// How it leaves: POSTed to `url`, or sent to the SQS queue `url` names.
     pub destination: Destination,
+    /// An AWS destination's role in the customer's account, to assume.
+    pub aws_role_arn: Option<String>,
     pub endpoint_enabled: bool,
     pub endpoint_kind: EndpointKind,
     /// The endpoint's health as the claim read it (see `repo::endpoint_health`).
@@ -175,6 +177,7 @@ pub(crate) fn job_from_row(tenant: TenantId, delivery: DeliveryId, row: &Row) ->
         body: row.get("body"),
         url: row.get("url"),
         destination: Destination::from_stored(row.get("destination")),
+        aws_role_arn: row.get("aws_role_arn"),
         endpoint_enabled: row.get("enabled"),
         endpoint_kind: EndpointKind::from_stored(row.get("kind")),
         endpoint_health: EndpointHealth::from_row(row),

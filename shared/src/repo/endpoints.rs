@@ -5,11 +5,14 @@ use tokio_postgres::Row;
 
 use crate::db::DbError;
 use crate::domain::operational::Subject;
-use crate::domain::{DeadLetterLane, Destination, EndpointKind, EndpointUrl, EventTypePattern, SigningSecret};
+use crate::domain::{
+    AwsRoleArn, DeadLetterLane, Destination, EndpointKind, EndpointUrl, EventTypePattern, SigningSecret,
+};
 use crate::ids::{EndpointId, SubscriptionId, TenantId};
 use crate::repo::sql;
 
-const ENDPOINT_COLUMNS: &str = "id, kind, destination, url, description, enabled, disabled_reason, rate_limit_per_sec,
+const ENDPOINT_COLUMNS: &str =
+    "id, kind, destination, aws_role_arn, url, description, enabled, disabled_reason, rate_limit_per_sec,
      rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, created_at, updated_at,
      failing_since, last_success_at, last_failure_at, dead_letter_lane, circuit_open_until, circuit_hold_secs";
 
@@ -28,6 +31,8 @@ pub struct EndpointRecord {
     pub kind: EndpointKind,
     /// How its deliveries leave: to `url` over HTTP, or to the SQS queue it names.
     pub destination: Destination,
+    /// An AWS destination's role in the customer's account, if it names one.
+    pub aws_role_arn: Option<String>,
     pub url: String,
     pub description: String,
     pub enabled: bool,
@@ -79,6 +84,7 @@ impl EndpointRecord {
             id: EndpointId::from_uuid(row.get("id")),
             kind: EndpointKind::from_stored(row.get("kind")),
             destination: Destination::from_stored(row.get("destination")),
+            aws_role_arn: row.get("aws_role_arn"),
             url: row.get("url"),
             description: row.get("description"),
             enabled: row.get("enabled"),
@@ -102,6 +108,7 @@ impl EndpointRecord {
 pub struct NewEndpoint<'a> {
     pub kind: EndpointKind,
     pub destination: Destination,
+    pub aws_role_arn: Option<&'a AwsRoleArn>,
     pub url: &'a EndpointUrl,
     pub description: &'a str,
     pub secret: &'a SigningSecret,
@@ -124,8 +131,8 @@ pub async fn insert_endpoint(
     let sql = format!(
         "INSERT INTO relayops.webhook_endpoints (id, tenant_id, url, description, secret, enabled,
              rate_limit_per_sec, rate_limit_burst, max_in_flight, max_attempts, timeout_ms, retry_schedule_secs, kind,
-             dead_letter_lane, circuit_hold_secs, destination)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+             dead_letter_lane, circuit_hold_secs, destination, aws_role_arn)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
          RETURNING {ENDPOINT_COLUMNS}"
     );
     let row = sql::query_one(
@@ -148,6 +155,7 @@ pub async fn insert_endpoint(
             &endpoint.dead_letter_lane.as_str(),
             &endpoint.circuit_hold_secs,
             &endpoint.destination.as_str(),
+            &endpoint.aws_role_arn.map(AwsRoleArn::as_str),
         ],
     )
     .await?;
@@ -315,6 +323,8 @@ pub struct EndpointChanges<'a> {
     pub timeout_ms: Option<Option<i32>>,
     pub dead_letter_lane: Option<DeadLetterLane>,
     pub circuit_hold_secs: Option<Option<i32>>,
+    /// An AWS destination's role (`Some(None)`: send as RelayOps itself).
+    pub aws_role_arn: Option<Option<&'a AwsRoleArn>>,
 }
 
 /// An endpoint after a change, and whether the change enabled or disabled it.
@@ -356,6 +366,7 @@ pub async fn update_endpoint(
              timeout_ms = CASE WHEN $16 THEN $17 ELSE timeout_ms END,
              dead_letter_lane = coalesce($18, dead_letter_lane),
              circuit_hold_secs = CASE WHEN $19 THEN $20 ELSE circuit_hold_secs END,
+             aws_role_arn = CASE WHEN $21 THEN $22 ELSE aws_role_arn END,
              circuit_open_until = CASE WHEN {moved} THEN NULL ELSE circuit_open_until END,
              circuit_cooldown_ms = CASE WHEN {moved} THEN NULL ELSE circuit_cooldown_ms END,
              circuit_probe = CASE WHEN {moved} THEN NULL ELSE circuit_probe END,
@@ -397,6 +408,8 @@ pub async fn update_endpoint(
             &changes.dead_letter_lane.map(|policy| policy.as_str()),
             &flag(&changes.circuit_hold_secs),
             &value(&changes.circuit_hold_secs),
+            &changes.aws_role_arn.is_some(),
+            &changes.aws_role_arn.flatten().map(AwsRoleArn::as_str),
         ],
     )
     .await?;

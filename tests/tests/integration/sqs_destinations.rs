@@ -319,3 +319,83 @@ async fn a_worker_killed_mid_send_to_sqs_loses_nothing_and_a_fifo_queue_drops_th
         assert_eq!(env.count("delivery_attempts").await, 1, "{name}: the killed attempt left no row");
     }
 }
+
+/// The role in the queue owner's account the endpoints below name.
+const ROLE: &str = "arn:aws:iam::123456789012:role/relayops-sender";
+
+/// With a role, the worker assumes it once (signed with its own identity,
+/// the tenant's id as `ExternalId`) and signs every `SendMessage` with the
+/// role's credentials; a trust policy that expects another `ExternalId`
+/// refuses it, and the delivery fails at once without a message sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sqs_destination_with_a_role_is_sent_as_that_role_only_with_the_tenants_external_id() {
+    let moto = MotoServer::start().await;
+    let queue = moto.create_queue("as-role").await;
+    let mut env = TestEnv::start_with(TestConfig { run_worker: false, ..TestConfig::default() }).await;
+    let external_id = env.tenant_id.to_string();
+    let trusting = FrontPlan { trusted_external_id: Some(external_id.clone()), ..FrontPlan::default() };
+    let front = FaultyFront::start(&moto, trusting).await;
+    env.config.worker = sending_to(&front.endpoint).worker;
+    env.start_worker().await;
+    let endpoint = sqs_endpoint(&env, "as-role", json!({ "aws_role_arn": ROLE })).await;
+    assert_eq!(endpoint["aws_role_arn"], ROLE);
+    assert_eq!(endpoint["aws_external_id"], external_id.as_str(), "the tenant's id, for the trust policy");
+    let mut events = Vec::new();
+    for n in 0..3 {
+        events.push(env.post_event("order.created", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned());
+    }
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
+    moto.receive(&queue, 3).await;
+    let seen = front.seen();
+    let assumed: Vec<_> = seen.iter().filter(|call| call.service == "sts").collect();
+    assert_eq!(assumed.len(), 1, "assumed once, then cached: {seen:?}");
+    assert_eq!(assumed[0].access_key_id, "test", "assumed with the worker's own identity");
+    let sends: Vec<_> = seen.iter().filter(|call| call.service == "sqs").collect();
+    assert_eq!(sends.len(), 3, "{seen:?}");
+    assert!(sends.iter().all(|call| call.access_key_id != "test"), "sent as the role, not as itself: {seen:?}");
+
+    // The same role trusted for another tenant only: refused, final.
+    let distrusting = FrontPlan { trusted_external_id: Some("ten_someone_else".into()), ..FrontPlan::default() };
+    let refusing = FaultyFront::start(&moto, distrusting).await;
+    let other = TestEnv::start_with(sending_to(&refusing.endpoint)).await;
+    sqs_endpoint(&other, "as-role", json!({ "aws_role_arn": ROLE, "retry_schedule_secs": [1] })).await;
+    let event = other.post_event("order.created", json!({ "n": 9 })).await.body["id"].as_str().unwrap().to_owned();
+    let failed = other.wait_for_status(&event, "failed").await;
+    assert_eq!(failed["last_http_status"], 403);
+    let error = failed["last_error"].as_str().unwrap();
+    assert!(error.starts_with("aws_sts: AccessDenied"), "{error}");
+    assert!(refusing.seen().iter().all(|call| call.service == "sts"), "no message sent: {:?}", refusing.seen());
+    assert!(moto.is_empty(&queue).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_is_for_aws_destinations_only_must_be_an_iam_role_and_can_be_changed() {
+    let env = TestEnv::start_with(TestConfig { run_worker: false, ..TestConfig::default() }).await;
+    let webhook = json!({ "url": "https://example.com/hook", "event_types": ["*"], "aws_role_arn": ROLE });
+    let detail = env.post("/v1/endpoints", webhook).await.expect_problem(422);
+    assert!(detail.contains("aws_role_arn"), "{detail}");
+    let user = json!({ "url": aws_queue_url("q"), "destination": "aws_sqs", "event_types": ["*"],
+        "aws_role_arn": "arn:aws:iam::123456789012:user/someone" });
+    let detail = env.post("/v1/endpoints", user).await.expect_problem(422);
+    assert!(detail.contains("aws_role_arn"), "{detail}");
+    assert_eq!(env.count("webhook_endpoints").await, 0, "nothing written");
+
+    let endpoint = sqs_endpoint(&env, "q", json!({})).await;
+    assert_eq!(endpoint["aws_role_arn"], Value::Null);
+    let path = format!("/v1/endpoints/{}", endpoint["id"].as_str().unwrap());
+    let patch = |body| env.request(reqwest::Method::PATCH, &path, Some(&env.api_key), Some(body));
+    let changed = patch(json!({ "aws_role_arn": ROLE })).await;
+    assert_eq!(changed.status, 200, "{:?}", changed.body);
+    assert_eq!(changed.body["aws_role_arn"], ROLE);
+    patch(json!({ "aws_role_arn": "not-an-arn" })).await.expect_problem(422);
+    let cleared = patch(json!({ "aws_role_arn": null })).await;
+    assert_eq!(cleared.body["aws_role_arn"], Value::Null, "{:?}", cleared.body);
+    let hook = env.post("/v1/endpoints", json!({ "url": "https://example.com/hook", "event_types": ["*"] })).await;
+    let hook_path = format!("/v1/endpoints/{}", hook.body["id"].as_str().unwrap());
+    let refused =
+        env.request(reqwest::Method::PATCH, &hook_path, Some(&env.api_key), Some(json!({ "aws_role_arn": ROLE })));
+    refused.await.expect_problem(422);
+    assert_eq!(hook.body["aws_external_id"], Value::Null, "a webhook has none");
+}
