@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
 
+use relayops_shared::config::{AwsIdentity, ContainerToken};
+
 use crate::TestEnv;
 
 /// A running `relayops <role>` process.
@@ -166,9 +168,18 @@ impl TestEnv {
         if let Some(endpoint) = &worker.aws_destination_endpoint {
             command.env("RELAYOPS_AWS_DESTINATION_ENDPOINT_URL", endpoint);
         }
-        if let Some(keys) = &worker.aws_keys {
-            command.env("AWS_ACCESS_KEY_ID", &keys.access_key_id);
-            command.env("AWS_SECRET_ACCESS_KEY", &keys.secret_access_key);
+        match &worker.aws_identity {
+            Some(AwsIdentity::Keys(keys)) => {
+                command.env("AWS_ACCESS_KEY_ID", &keys.access_key_id);
+                command.env("AWS_SECRET_ACCESS_KEY", &keys.secret_access_key);
+            }
+            Some(AwsIdentity::Container { url, token }) => {
+                command.env("AWS_CONTAINER_CREDENTIALS_FULL_URI", url);
+                if let Some(ContainerToken::Value(token)) = token {
+                    command.env("AWS_CONTAINER_AUTHORIZATION_TOKEN", token);
+                }
+            }
+            None => {}
         }
         for (key, value) in extra {
             command.env(key, value);

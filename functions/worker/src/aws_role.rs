@@ -17,16 +17,11 @@ use aws_sdk_sts::config::retry::RetryConfig;
 use aws_sdk_sts::config::timeout::TimeoutConfig;
 use aws_sdk_sts::config::{BehaviorVersion, Credentials, Region};
 
+use crate::aws_identity::{OwnIdentity, Refusal, REFRESH_MARGIN};
 use crate::verdict::SendResult;
 
 /// How long an assumed role's credentials last.
 const SESSION: Duration = Duration::from_secs(3600);
-
-/// Credentials are assumed again this long before they expire.
-const REFRESH_MARGIN: Duration = Duration::from_secs(300);
-
-/// Why no credentials came: the attempt's result and its recorded error.
-pub type Refusal = (SendResult, String);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct RoleKey {
@@ -43,16 +38,16 @@ type Slot = Arc<tokio::sync::Mutex<Option<Assumed>>>;
 
 /// Assumed roles' credentials, per role and tenant.
 pub struct AssumedRoles {
-    /// STS clients per region, signed with the worker's own identity.
+    /// STS clients per region; each call is signed with the worker's own identity.
     clients: Mutex<HashMap<String, aws_sdk_sts::Client>>,
     slots: Mutex<HashMap<RoleKey, Slot>>,
-    own: Option<Credentials>,
+    own: Arc<OwnIdentity>,
     endpoint_override: Option<String>,
     connect_timeout: Duration,
 }
 
 impl AssumedRoles {
-    pub fn new(own: Option<Credentials>, endpoint_override: Option<String>, connect_timeout: Duration) -> Self {
+    pub fn new(own: Arc<OwnIdentity>, endpoint_override: Option<String>, connect_timeout: Duration) -> Self {
         Self { clients: Mutex::default(), slots: Mutex::default(), own, endpoint_override, connect_timeout }
     }
 
@@ -79,9 +74,8 @@ impl AssumedRoles {
     }
 
     async fn assume(&self, region: &str, key: &RoleKey, timeout: Duration) -> Result<Assumed, Refusal> {
-        let Some(client) = self.client(region) else {
-            return Err(no_credentials());
-        };
+        let own = self.own.credentials().await?;
+        let client = self.client(region);
         let session_name = format!("relayops-{}", key.external_id);
         let call = client
             .assume_role()
@@ -89,6 +83,8 @@ impl AssumedRoles {
             .role_session_name(session_name)
             .external_id(&key.external_id)
             .duration_seconds(SESSION.as_secs() as i32)
+            .customize()
+            .config_override(aws_sdk_sts::Config::builder().credentials_provider(own))
             .send();
         let answer = match tokio::time::timeout(timeout, call).await {
             Ok(Ok(answer)) => answer,
@@ -110,15 +106,13 @@ impl AssumedRoles {
         Ok(Assumed { credentials, refresh_after })
     }
 
-    fn client(&self, region: &str) -> Option<aws_sdk_sts::Client> {
-        let own = self.own.clone()?;
+    fn client(&self, region: &str) -> aws_sdk_sts::Client {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         let client = clients.entry(region.to_owned()).or_insert_with(|| {
             let mut config = aws_sdk_sts::Config::builder()
                 .behavior_version(BehaviorVersion::latest())
                 .region(Region::new(region.to_owned()))
                 .http_client(relayops_shared::sqs_wakeup::https_client())
-                .credentials_provider(own)
                 .timeout_config(TimeoutConfig::builder().connect_timeout(self.connect_timeout).build())
                 .retry_config(RetryConfig::disabled());
             if let Some(endpoint) = &self.endpoint_override {
@@ -126,16 +120,8 @@ impl AssumedRoles {
             }
             aws_sdk_sts::Client::from_conf(config.build())
         });
-        Some(client.clone())
+        client.clone()
     }
-}
-
-/// Without an identity of its own the worker can neither send nor assume.
-pub fn no_credentials() -> Refusal {
-    (
-        SendResult::NoAnswer { timed_out: false },
-        "no AWS credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set)".into(),
-    )
 }
 
 /// STS codes that say "not now": throttling, its identity provider away,

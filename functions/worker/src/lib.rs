@@ -8,6 +8,7 @@
 //! - [`sender`]: the outbound HTTP client and request signing.
 //! - [`sqs`]: endpoints whose destination is an Amazon SQS queue.
 //! - [`aws_role`]: AWS destinations' roles in their owners' accounts, assumed.
+//! - [`aws_identity`]: the worker's own AWS credentials (keys, or a container's).
 //! - [`verdict`]: what an HTTP result means (delivered / retry / permanent).
 //! - [`report`]: the log line and metrics of each attempt.
 //! - [`hold`]: keeping a message through a database outage instead of requeueing it.
@@ -27,6 +28,7 @@
 //! it reports; and the outbox row that releases the next delivery of an
 //! ordering lane, in the transaction that makes the lane's head terminal.
 pub mod admission;
+pub mod aws_identity;
 pub mod aws_role;
 pub mod circuit;
 pub mod consumer;

@@ -32,7 +32,8 @@ use relayops_shared::telemetry::error_chain;
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use serde_json::json;
 
-use crate::aws_role::{AssumedRoles, Refusal};
+use crate::aws_identity::{OwnIdentity, Refusal};
+use crate::aws_role::AssumedRoles;
 use crate::sender::Exchange;
 use crate::verdict::SendResult;
 
@@ -45,7 +46,7 @@ const CALL_LIMIT: Duration = Duration::from_secs(60);
 pub struct SqsSender {
     clients: Arc<Mutex<HashMap<String, aws_sdk_sqs::Client>>>,
     /// The worker's own identity.
-    credentials: Option<Credentials>,
+    own: Arc<OwnIdentity>,
     /// Endpoints' roles in their owners' accounts, assumed.
     roles: Arc<AssumedRoles>,
     endpoint_override: Option<String>,
@@ -54,23 +55,15 @@ pub struct SqsSender {
 
 impl SqsSender {
     pub fn new(config: &WorkerConfig) -> Self {
-        let credentials = config.aws_keys.as_ref().map(|keys| {
-            Credentials::new(
-                &keys.access_key_id,
-                &keys.secret_access_key,
-                keys.session_token.clone(),
-                None,
-                "relayops-worker",
-            )
-        });
+        let own = Arc::new(OwnIdentity::new(config.aws_identity.clone()));
         Self {
             clients: Arc::default(),
             roles: Arc::new(AssumedRoles::new(
-                credentials.clone(),
+                Arc::clone(&own),
                 config.aws_destination_endpoint.clone(),
                 config.connect_timeout,
             )),
-            credentials,
+            own,
             endpoint_override: config.aws_destination_endpoint.clone(),
             connect_timeout: config.connect_timeout,
         }
@@ -109,7 +102,7 @@ impl SqsSender {
     ) -> Result<Credentials, Refusal> {
         match &job.aws_role_arn {
             Some(role) => self.roles.credentials(region, role, &job.tenant_id.to_string(), timeout).await,
-            None => self.credentials.clone().ok_or_else(crate::aws_role::no_credentials),
+            None => self.own.credentials().await,
         }
     }
 

@@ -1,21 +1,24 @@
 //! Typed configuration from `RELAYOPS_*` environment variables, validated at
 //! start-up. Every key, its default and its meaning is listed in
 //! `docs/CONFIGURATION.md`; keep the two in step. Secrets are never logged.
-//! Submodules by concern: `database`, `broker`, `worker`, `api`, `ops`; everything is re-exported here.
+//! Submodules by concern: `database`, `broker`, `worker`, `aws_identity`,
+//! `api`, `ops`; everything is re-exported here.
 use std::str::FromStr;
 use std::time::Duration;
 
 mod api;
+mod aws_identity;
 mod broker;
 mod database;
 mod ops;
 mod worker;
 
 pub use api::{AuthConfig, BackpressureConfig, IngestConfig, ListenConfig, LoginThrottleConfig};
+pub use aws_identity::{AwsIdentity, AwsKeys, ContainerToken};
 pub use broker::{BrokerConfig, PublisherBudgetConfig, PublisherConfig, WakeupQueueConfig};
 pub use database::DatabaseConfig;
 pub use ops::{outbound_allow_from_env, runtime_threads_from_env, AlertConfig, HistoryConfig, OpsConfig};
-pub use worker::{AwsKeys, CircuitConfig, FlowConfig, WorkerConfig};
+pub use worker::{CircuitConfig, FlowConfig, WorkerConfig};
 
 #[derive(Debug, thiserror::Error)]
 #[error("configuration {key}: {message}")]

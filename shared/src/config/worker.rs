@@ -2,6 +2,7 @@
 //! (Redis flow control, read by the worker and the API).
 use std::time::Duration;
 
+use super::aws_identity::AwsIdentity;
 use super::{key, millis, on_off, outbound_allow_from_env, parsed, positive, required, ConfigError};
 
 /// The delivery worker.
@@ -53,36 +54,10 @@ pub struct WorkerConfig {
     /// local runs only, where AWS destinations' calls go (moto, LocalStack)
     /// instead of the queue's region's service endpoint.
     pub aws_destination_endpoint: Option<String>,
-    /// The worker's own AWS identity for AWS destinations: the standard
-    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`
-    /// (default: none; AWS destinations' attempts then fail, retryable).
-    pub aws_keys: Option<AwsKeys>,
-}
-
-/// Static AWS credentials. `Debug` never shows the secret parts.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AwsKeys {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-    pub session_token: Option<String>,
-}
-
-impl std::fmt::Debug for AwsKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AwsKeys").field("access_key_id", &self.access_key_id).finish_non_exhaustive()
-    }
-}
-
-impl AwsKeys {
-    /// The standard variables, when both keys are set.
-    pub fn from_env() -> Option<Self> {
-        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
-        Some(Self {
-            access_key_id: var("AWS_ACCESS_KEY_ID")?,
-            secret_access_key: var("AWS_SECRET_ACCESS_KEY")?,
-            session_token: var("AWS_SESSION_TOKEN"),
-        })
-    }
+    /// The worker's own AWS identity for AWS destinations, from the standard
+    /// variables (see [`AwsIdentity`]; default: none, and AWS destinations'
+    /// attempts then fail, retryable).
+    pub aws_identity: Option<AwsIdentity>,
 }
 
 /// Endpoint circuits (`repo::circuits`, the worker's `circuit`).
@@ -138,7 +113,7 @@ impl Default for WorkerConfig {
             endpoint_disable_after: DEFAULT_ENDPOINT_DISABLE_AFTER,
             circuit: CircuitConfig::default(),
             aws_destination_endpoint: None,
-            aws_keys: None,
+            aws_identity: None,
         }
     }
 }
@@ -187,7 +162,7 @@ impl WorkerConfig {
             aws_destination_endpoint: std::env::var(key("AWS_DESTINATION_ENDPOINT_URL"))
                 .ok()
                 .filter(|url| !url.trim().is_empty()),
-            aws_keys: AwsKeys::from_env(),
+            aws_identity: AwsIdentity::from_env()?,
         })
     }
 }

@@ -6,7 +6,8 @@
 //! service that cannot be reached is retried. Endpoints name real AWS queue
 //! URLs; the worker's test-only endpoint override sends their calls to moto.
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
-use relayops_shared::config::AwsKeys;
+use axum::response::IntoResponse;
+use relayops_shared::config::{AwsIdentity, AwsKeys, ContainerToken};
 use relayops_shared::domain::SigningSecret;
 use relayops_shared::signing;
 use relayops_tests::console::ConsoleClient;
@@ -27,8 +28,8 @@ fn aws_queue_url(name: &str) -> String {
 fn sending_to(endpoint: &str) -> TestConfig {
     let mut config = TestConfig::default();
     config.worker.aws_destination_endpoint = Some(endpoint.to_owned());
-    config.worker.aws_keys =
-        Some(AwsKeys { access_key_id: "test".into(), secret_access_key: "test".into(), session_token: None });
+    let keys = AwsKeys { access_key_id: "test".into(), secret_access_key: "test".into(), session_token: None };
+    config.worker.aws_identity = Some(AwsIdentity::Keys(keys));
     config
 }
 
@@ -41,6 +42,17 @@ async fn sqs_endpoint(env: &TestEnv, name: &str, extra: Value) -> Value {
     let answer = env.post("/v1/endpoints", body).await;
     assert_eq!(answer.status, 201, "{:?}", answer.body);
     answer.body
+}
+
+/// Posts `count` `order.created` events, then waits until each is delivered.
+async fn post_delivered(env: &TestEnv, count: usize) {
+    let mut events = Vec::new();
+    for n in 0..count {
+        events.push(env.post_event("order.created", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned());
+    }
+    for event in &events {
+        env.wait_for_status(event, "delivered").await;
+    }
 }
 
 fn attribute<'a>(message: &'a Message, name: &str) -> &'a str {
@@ -340,13 +352,7 @@ async fn an_sqs_destination_with_a_role_is_sent_as_that_role_only_with_the_tenan
     let endpoint = sqs_endpoint(&env, "as-role", json!({ "aws_role_arn": ROLE })).await;
     assert_eq!(endpoint["aws_role_arn"], ROLE);
     assert_eq!(endpoint["aws_external_id"], external_id.as_str(), "the tenant's id, for the trust policy");
-    let mut events = Vec::new();
-    for n in 0..3 {
-        events.push(env.post_event("order.created", json!({ "n": n })).await.body["id"].as_str().unwrap().to_owned());
-    }
-    for event in &events {
-        env.wait_for_status(event, "delivered").await;
-    }
+    post_delivered(&env, 3).await;
     moto.receive(&queue, 3).await;
     let seen = front.seen();
     let assumed: Vec<_> = seen.iter().filter(|call| call.service == "sts").collect();
@@ -398,4 +404,59 @@ async fn a_role_is_for_aws_destinations_only_must_be_an_iam_role_and_can_be_chan
         env.request(reqwest::Method::PATCH, &hook_path, Some(&env.api_key), Some(json!({ "aws_role_arn": ROLE })));
     refused.await.expect_problem(422);
     assert_eq!(hook.body["aws_external_id"], Value::Null, "a webhook has none");
+}
+
+/// A container credentials endpoint on loopback, as ECS and EKS Pod Identity
+/// serve a task's role: answers `token`-authorised requests with credentials
+/// for an hour; counts the requests.
+async fn credentials_endpoint(token: &'static str) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let served = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&served);
+    let handler = move |headers: axum::http::HeaderMap| {
+        let counted = std::sync::Arc::clone(&counted);
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            if headers.get("authorization").and_then(|value| value.to_str().ok()) != Some(token) {
+                return (axum::http::StatusCode::FORBIDDEN, axum::Json(json!({}))).into_response();
+            }
+            let expiration = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+            axum::Json(json!({
+                "AccessKeyId": "ASIACONTAINERROLE",
+                "SecretAccessKey": "container-secret",
+                "Token": "container-session-token",
+                "Expiration": expiration,
+            }))
+            .into_response()
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1/credentials", listener.local_addr().unwrap());
+    let router = axum::Router::new().route("/v1/credentials", axum::routing::get(handler));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    (url, served)
+}
+
+/// On ECS or EKS the worker has no keys in its environment: it signs with the
+/// task role's credentials from the container credentials endpoint (with its
+/// authorisation token), fetched once while they last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keys_the_worker_signs_with_its_containers_role_credentials() {
+    let moto = MotoServer::start().await;
+    let queue = moto.create_queue("from-a-task").await;
+    let front = FaultyFront::start(&moto, FrontPlan::default()).await;
+    let (url, served) = credentials_endpoint("pod-identity-token").await;
+    let mut config = sending_to(&front.endpoint);
+    config.worker.aws_identity =
+        Some(AwsIdentity::Container { url, token: Some(ContainerToken::Value("pod-identity-token".into())) });
+    let env = TestEnv::start_with(config).await;
+    sqs_endpoint(&env, "from-a-task", json!({})).await;
+    post_delivered(&env, 3).await;
+    moto.receive(&queue, 3).await;
+    let seen = front.seen();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.iter().all(|call| call.access_key_id == "ASIACONTAINERROLE"), "{seen:?}");
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1, "fetched once while they last");
 }
