@@ -176,6 +176,9 @@ pub struct FrontPlan {
     /// Forward the first call at once but answer it only after this long
     /// (the service took the message; its answer is late).
     pub first_answer_after: Option<std::time::Duration>,
+    /// Count only calls signed for this service (`sqs`, `sts`) against
+    /// `faults`; others are forwarded.
+    pub faults_for: Option<&'static str>,
     /// Stand in for a role's trust policy with an `sts:ExternalId`
     /// condition: an `AssumeRole` call without this `ExternalId` is refused
     /// with `AccessDenied`, as AWS refuses it (moto trusts every caller).
@@ -205,7 +208,8 @@ pub struct FaultyFront {
 impl FaultyFront {
     /// Starts in front of `moto`, doing to calls what `plan` says.
     pub async fn start(moto: &MotoServer, plan: FrontPlan) -> Self {
-        let FrontPlan { faults, repeat_last, first_answer_after, trusted_external_id } = plan;
+        let FrontPlan { faults, repeat_last, first_answer_after, faults_for, trusted_external_id } = plan;
+        let faulted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen_by_handler = std::sync::Arc::clone(&seen);
         use std::sync::atomic::Ordering;
@@ -215,10 +219,13 @@ impl FaultyFront {
         let counted = std::sync::Arc::clone(&calls);
         let handler = move |request: axum::extract::Request| {
             let (faults, upstream, http, counted) = (faults.clone(), upstream.clone(), http.clone(), counted.clone());
-            let (seen, trusted) = (seen_by_handler.clone(), trusted_external_id.clone());
+            let (seen, trusted, faulted) = (seen_by_handler.clone(), trusted_external_id.clone(), faulted.clone());
             async move {
                 let call = counted.fetch_add(1, Ordering::SeqCst);
                 let signed = signed_by(request.headers());
+                // The call's place among those the faults count.
+                let counts = faults_for.is_none_or(|service| service == signed.service);
+                let place = if counts { Some(faulted.fetch_add(1, Ordering::SeqCst)) } else { None };
                 seen.lock().expect("seen calls").push(signed.clone());
                 let (parts, body) = request.into_parts();
                 let body = axum::body::to_bytes(body, 16 * 1024 * 1024).await.expect("request body");
@@ -230,7 +237,8 @@ impl FaultyFront {
                     }
                 }
                 let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(body));
-                let fault = faults.get(call).or(if repeat_last { faults.last() } else { None });
+                let fault =
+                    place.and_then(|place| faults.get(place).or(if repeat_last { faults.last() } else { None }));
                 if let Some(fault) = fault {
                     let body =
                         format!(r#"{{"__type":"com.amazonaws.sqs#{}","message":"injected by the test"}}"#, fault.code);

@@ -70,6 +70,11 @@ impl OwnIdentity {
         }
     }
 
+    /// Drops fetched credentials: the next call fetches them again.
+    pub async fn forget(&self) {
+        *self.fetched.lock().await = None;
+    }
+
     async fn fetch(&self, url: &str, token: Option<&ContainerToken>) -> Result<(Credentials, SystemTime), Refusal> {
         let refused = |why: String| (SendResult::NoAnswer { timed_out: false }, format!("aws credentials: {why}"));
         let mut request = self.http.get(url);

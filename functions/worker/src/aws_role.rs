@@ -73,6 +73,15 @@ impl AssumedRoles {
         Ok(credentials)
     }
 
+    /// Drops `role_arn`'s credentials for `tenant`: the next call assumes it again.
+    pub async fn forget(&self, role_arn: &str, tenant: &str) {
+        let key = RoleKey { role_arn: role_arn.to_owned(), external_id: tenant.to_owned() };
+        let slot = self.slots.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned();
+        if let Some(slot) = slot {
+            *slot.lock().await = None;
+        }
+    }
+
     async fn assume(&self, region: &str, key: &RoleKey, timeout: Duration) -> Result<Assumed, Refusal> {
         let own = self.own.credentials().await?;
         let client = self.client(region);

@@ -106,6 +106,15 @@ impl SqsSender {
         }
     }
 
+    /// Drops the credentials `job`'s call was signed with (they expired before
+    /// their time: revoked, or a clock apart), so its retry gets fresh ones.
+    async fn forget_credentials(&self, job: &DeliveryJob) {
+        match &job.aws_role_arn {
+            Some(role) => self.roles.forget(role, &job.tenant_id.to_string()).await,
+            None => self.own.forget().await,
+        }
+    }
+
     /// One `SendMessage` of `job` with the webhook's `headers` as attributes.
     /// Never fails: every failure is an [`Exchange`] to record.
     pub async fn send(&self, job: &DeliveryJob, headers: &HeaderMap, timeout: Duration) -> Exchange {
@@ -157,6 +166,9 @@ impl SqsSender {
                 latency: started.elapsed(),
             },
             Err(error) => {
+                if error.code().is_some_and(expired_credentials) {
+                    self.forget_credentials(job).await;
+                }
                 let (result, described) = outcome_of("aws_sqs", &error, retryable_code);
                 failed(result, described)
             }
@@ -186,6 +198,11 @@ where
         SdkError::TimeoutError(_) => (SendResult::NoAnswer { timed_out: true }, format!("{service}: timeout")),
         other => (SendResult::NoAnswer { timed_out: false }, format!("{service}: {}", error_chain(other))),
     }
+}
+
+/// Codes that say the credentials a call was signed with are no longer good.
+fn expired_credentials(code: &str) -> bool {
+    matches!(code, "ExpiredToken" | "ExpiredTokenException" | "RequestExpired")
 }
 
 /// Error codes that say "not now" although their status is a 4xx: throttling

@@ -172,6 +172,10 @@ mod tests {
         assert!(fifo.is_fifo());
         let china = SqsQueueUrl::parse("https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q").unwrap();
         assert_eq!(china.region(), "cn-north-1");
+        // Host names are case-insensitive: kept as the URL parser spells them.
+        let shouted = SqsQueueUrl::parse("https://SQS.EU-WEST-1.AMAZONAWS.COM/123456789012/Orders").unwrap();
+        assert_eq!(shouted.as_str(), "https://sqs.eu-west-1.amazonaws.com/123456789012/Orders");
+        assert_eq!(shouted.region(), "eu-west-1");
     }
 
     #[test]
@@ -182,7 +186,6 @@ mod tests {
             "https://evil.example/123456789012/orders",
             "https://sqs.eu-west-1.amazonaws.com.evil.example/123456789012/orders",
             "https://sqs.amazonaws.com/123456789012/orders",
-            "https://sqs.EU-WEST-1.amazonaws.com/123456789012/orders",
             "https://sqs.eu-west-1.amazonaws.com/12345/orders",
             "https://sqs.eu-west-1.amazonaws.com/123456789012/",
             "https://sqs.eu-west-1.amazonaws.com/123456789012/a/b",

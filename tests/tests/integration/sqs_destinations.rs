@@ -460,3 +460,28 @@ async fn without_keys_the_worker_signs_with_its_containers_role_credentials() {
     assert!(seen.iter().all(|call| call.access_key_id == "ASIACONTAINERROLE"), "{seen:?}");
     assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1, "fetched once while they last");
 }
+
+/// Credentials SQS calls expired before their time (revoked, or clocks
+/// apart) are dropped: the retry assumes the role again and goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_sqs_calls_expired_are_assumed_again_for_the_retry() {
+    let moto = MotoServer::start().await;
+    let queue = moto.create_queue("expired").await;
+    let expired = FrontPlan {
+        faults: vec![ServiceFault { status: 403, code: "ExpiredToken" }],
+        faults_for: Some("sqs"),
+        ..FrontPlan::default()
+    };
+    let front = FaultyFront::start(&moto, expired).await;
+    let env = TestEnv::start_with(sending_to(&front.endpoint)).await;
+    sqs_endpoint(&env, "expired", json!({ "aws_role_arn": ROLE, "retry_schedule_secs": [1] })).await;
+    let event = env.post_event("order.created", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
+    let delivered = env.wait_for_status(&event, "delivered").await;
+    assert_eq!(delivered["attempt_count"], 2, "{delivered:?}");
+    let id = delivered["id"].as_str().unwrap();
+    let attempts = env.get(&format!("/v1/deliveries/{id}/attempts")).await.body["data"].as_array().unwrap().clone();
+    assert!(attempts[0]["error"].as_str().unwrap_or_default().contains("ExpiredToken"), "{attempts:?}");
+    moto.receive(&queue, 1).await;
+    let assumed = front.seen().iter().filter(|call| call.service == "sts").count();
+    assert_eq!(assumed, 2, "assumed again after the expiry: {:?}", front.seen());
+}
