@@ -3,10 +3,15 @@
 //! Identity), fetched when first needed and again five minutes before they
 //! expire — one fetch at a time. They sign `SendMessage` for destinations
 //! without a role, and `AssumeRole` for those with one (`crate::aws_role`).
+//! Also what a failed AWS call comes to ([`outcome_of`]), for both. A refusal's
+//! text names the call it stopped (`aws_sqs: …`, `aws_sts: …`).
 use std::time::{Duration, SystemTime};
 
+use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::config::Credentials;
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use relayops_shared::config::{AwsIdentity, ContainerToken};
+use relayops_shared::telemetry::error_chain;
 use serde::Deserialize;
 
 use crate::verdict::SendResult;
@@ -76,7 +81,8 @@ impl OwnIdentity {
     }
 
     async fn fetch(&self, url: &str, token: Option<&ContainerToken>) -> Result<(Credentials, SystemTime), Refusal> {
-        let refused = |why: String| (SendResult::NoAnswer { timed_out: false }, format!("aws credentials: {why}"));
+        let refused =
+            |why: String| (SendResult::NoAnswer { timed_out: false }, format!("aws_sqs: aws credentials: {why}"));
         let mut request = self.http.get(url);
         match token {
             Some(ContainerToken::Value(value)) => request = request.header("authorization", value.trim()),
@@ -112,7 +118,32 @@ impl OwnIdentity {
 pub fn no_credentials() -> Refusal {
     (
         SendResult::NoAnswer { timed_out: false },
-        "no AWS credentials (neither AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY nor a container credentials endpoint)"
+        "aws_sqs: no AWS credentials (neither AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY nor a container credentials \
+         endpoint)"
             .into(),
     )
+}
+
+/// What a failed call to an AWS service comes to, and its description for
+/// the attempt record (`<service>: <code>: <message>`): a 5xx, or a code
+/// `retryable_code` takes for "not now", is retried; any other answer is final.
+pub fn outcome_of<E>(
+    service: &str,
+    error: &SdkError<E, HttpResponse>,
+    retryable_code: fn(&str) -> bool,
+) -> (SendResult, String)
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match error {
+        SdkError::ServiceError(context) => {
+            let status = context.raw().status().as_u16();
+            let code = error.code().unwrap_or("Unknown");
+            let message = error.message().unwrap_or_default();
+            let retryable = status >= 500 || retryable_code(code);
+            (SendResult::ServiceError { status, retryable }, format!("{service}: {code}: {message}"))
+        }
+        SdkError::TimeoutError(_) => (SendResult::NoAnswer { timed_out: true }, format!("{service}: timeout")),
+        other => (SendResult::NoAnswer { timed_out: false }, format!("{service}: {}", error_chain(other))),
+    }
 }

@@ -17,7 +17,7 @@ use aws_sdk_sts::config::retry::RetryConfig;
 use aws_sdk_sts::config::timeout::TimeoutConfig;
 use aws_sdk_sts::config::{BehaviorVersion, Credentials, Region};
 
-use crate::aws_identity::{OwnIdentity, Refusal, REFRESH_MARGIN};
+use crate::aws_identity::{outcome_of, OwnIdentity, Refusal, REFRESH_MARGIN};
 use crate::verdict::SendResult;
 
 /// How long an assumed role's credentials last.
@@ -97,7 +97,7 @@ impl AssumedRoles {
             .send();
         let answer = match tokio::time::timeout(timeout, call).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(error)) => return Err(crate::sqs::outcome_of("aws_sts", &error, retryable_code)),
+            Ok(Err(error)) => return Err(outcome_of("aws_sts", &error, retryable_code)),
             Err(_) => return Err((SendResult::NoAnswer { timed_out: true }, "aws_sts: timeout".into())),
         };
         let Some(given) = answer.credentials() else {

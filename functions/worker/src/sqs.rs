@@ -19,20 +19,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::config::retry::RetryConfig;
 use aws_sdk_sqs::config::timeout::TimeoutConfig;
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use relayops_shared::config::WorkerConfig;
 use relayops_shared::domain::SqsQueueUrl;
 use relayops_shared::repo::deliveries::DeliveryJob;
-use relayops_shared::telemetry::error_chain;
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use serde_json::json;
 
-use crate::aws_identity::{OwnIdentity, Refusal};
+use crate::aws_identity::{outcome_of, OwnIdentity, Refusal};
 use crate::aws_role::AssumedRoles;
 use crate::sender::Exchange;
 use crate::verdict::SendResult;
@@ -134,8 +132,7 @@ impl SqsSender {
         };
         let credentials = match self.credentials_for(job, queue.region(), timeout).await {
             Ok(credentials) => credentials,
-            Err((result, error)) if error.starts_with("aws_sts") => return failed(result, error),
-            Err((result, error)) => return failed(result, format!("aws_sqs: {error}")),
+            Err((result, error)) => return failed(result, error),
         };
         let mut request = self.client(queue.region()).send_message().queue_url(queue.as_str()).message_body(&job.body);
         for (name, value) in headers.iter().filter(|(name, _)| *name != CONTENT_TYPE) {
@@ -173,30 +170,6 @@ impl SqsSender {
                 failed(result, described)
             }
         }
-    }
-}
-
-/// What a failed call to an AWS service comes to, and its description for
-/// the attempt record (`<service>: <code>: <message>`): a 5xx, or a code
-/// `retryable_code` takes for "not now", is retried; any other answer is final.
-pub(crate) fn outcome_of<E>(
-    service: &str,
-    error: &SdkError<E, HttpResponse>,
-    retryable_code: fn(&str) -> bool,
-) -> (SendResult, String)
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-{
-    match error {
-        SdkError::ServiceError(context) => {
-            let status = context.raw().status().as_u16();
-            let code = error.code().unwrap_or("Unknown");
-            let message = error.message().unwrap_or_default();
-            let retryable = status >= 500 || retryable_code(code);
-            (SendResult::ServiceError { status, retryable }, format!("{service}: {code}: {message}"))
-        }
-        SdkError::TimeoutError(_) => (SendResult::NoAnswer { timed_out: true }, format!("{service}: timeout")),
-        other => (SendResult::NoAnswer { timed_out: false }, format!("{service}: {}", error_chain(other))),
     }
 }
 

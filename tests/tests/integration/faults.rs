@@ -441,13 +441,7 @@ async fn a_park_write_the_database_refuses_leaves_the_delivery_waiting_for_a_slo
     assert_eq!(post_wave(0).await.status, 200);
     // A second wave once a park has been refused: its deliveries meet the
     // tenant at its share again, and are parked after the refusals.
-    eventually(WAIT, || async {
-        match env.query_i64("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM relayops.park_writes").await {
-            0 => Err("no park tried yet".to_owned()),
-            _ => Ok(()),
-        }
-    })
-    .await;
+    env.wait_for_sql("a park tried", "SELECT is_called FROM relayops.park_writes").await;
     assert_eq!(post_wave(90).await.status, 200);
     eventually(Duration::from_secs(120), || async {
         let delivered = env.query_i64("SELECT count(*) FROM relayops.deliveries WHERE status = 'delivered'").await;

@@ -485,3 +485,30 @@ async fn credentials_sqs_calls_expired_are_assumed_again_for_the_retry() {
     let assumed = front.seen().iter().filter(|call| call.service == "sts").count();
     assert_eq!(assumed, 2, "assumed again after the expiry: {:?}", front.seen());
 }
+
+/// Without credentials of its own — none in the environment, or a container
+/// credentials endpoint that refuses the worker's token — the worker sends
+/// nothing; the attempt says why and the delivery waits for its retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_credentials_nothing_is_sent_and_the_delivery_is_retried() {
+    let moto = MotoServer::start().await;
+    let queue = moto.create_queue("no-identity").await;
+    let (url, served) = credentials_endpoint("the-right-token").await;
+    let refused = AwsIdentity::Container { url, token: Some(ContainerToken::Value("a-wrong-token".into())) };
+    for (identity, why) in [(None, "aws_sqs: no AWS credentials"), (Some(refused), "answered 403")] {
+        let mut config = sending_to(&moto.endpoint);
+        config.worker.aws_identity = identity;
+        let env = TestEnv::start_with(config).await;
+        sqs_endpoint(&env, "no-identity", json!({ "retry_schedule_secs": [60] })).await;
+        let event = env.post_event("order.created", json!({ "n": 1 })).await.body["id"].as_str().unwrap().to_owned();
+        let waiting = env
+            .wait_for_deliveries_within(&event, WAIT, |all| {
+                all.len() == 1 && all[0]["status"] == "scheduled" && all[0]["attempt_count"] == 1
+            })
+            .await;
+        let error = waiting[0]["last_error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("aws_sqs") && error.contains(why), "{error}");
+    }
+    assert!(served.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the endpoint was asked");
+    assert!(moto.is_empty(&queue).await, "nothing sent");
+}
